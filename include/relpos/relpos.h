@@ -1,0 +1,11 @@
+// Umbrella header: everything a user of the relpos library needs.
+#ifndef RELPOS_RELPOS_H_
+#define RELPOS_RELPOS_H_
+
+#include "relpos/attention.h"
+#include "relpos/error.h"
+#include "relpos/params.h"
+#include "relpos/tensor_view.h"
+#include "relpos/version.h"
+
+#endif  // RELPOS_RELPOS_H_

@@ -1,0 +1,155 @@
+#include "core/attention_problem.h"
+
+#include <string>
+
+#include "core/check.h"
+
+namespace relpos {
+namespace {
+
+// Largest |query_offset| accepted: keeps j - (i + off) far from overflow.
+constexpr int64_t kMaxQueryOffset = int64_t{1} << 40;
+// Largest k accepted: tables of 2k+1 rows must stay allocatable.
+constexpr int64_t kMaxDistance = int64_t{1} << 24;
+
+template <typename T>
+void CheckRank(const char* name, ConstView<T> view, int rank) {
+  RELPOS_CHECK_ARG(!view.empty(), name << " must not be empty");
+  RELPOS_CHECK_ARG(view.rank() == rank, name << " must have rank " << rank
+                                              << " (got shape "
+                                              << view.ShapeString() << ")");
+}
+
+template <typename T>
+void CheckDim(const char* name, ConstView<T> view, int axis, int64_t want,
+              const char* what) {
+  RELPOS_CHECK_ARG(view.dim(axis) == want,
+                   name << " has shape " << view.ShapeString() << " but dim "
+                        << axis << " must equal " << what << " = " << want);
+}
+
+template <typename T>
+void CheckTable(const char* name, ConstView<T> table, const AttentionProblem& p,
+                int64_t width, const char* width_name) {
+  if (p.per_head_tables) {
+    CheckRank(name, table, 3);
+    CheckDim(name, table, 0, p.heads, "heads");
+    CheckDim(name, table, 1, p.TableRows(), "2*max_distance+1");
+    CheckDim(name, table, 2, width, width_name);
+  } else {
+    CheckRank(name, table, 2);
+    CheckDim(name, table, 0, p.TableRows(), "2*max_distance+1");
+    CheckDim(name, table, 1, width, width_name);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+AttentionProblem MakeAttentionProblem(const AttentionInputs<T>& in,
+                                      ConstView<T> out, ConstView<T> lse,
+                                      const AttentionOptions& options) {
+  AttentionProblem p;
+  RELPOS_CHECK_ARG(options.max_distance >= 0,
+                   "max_distance must be >= 0 (got " << options.max_distance
+                                                     << ")");
+  RELPOS_CHECK_ARG(options.max_distance <= kMaxDistance,
+                   "max_distance must be <= " << kMaxDistance << " (got "
+                                              << options.max_distance << ")");
+  RELPOS_CHECK_ARG(options.num_threads >= 0,
+                   "num_threads must be >= 0 (got " << options.num_threads
+                                                    << ")");
+  CheckRank("q", in.q, 4);
+  CheckRank("k", in.k, 4);
+  CheckRank("v", in.v, 4);
+  p.batch = in.q.dim(0);
+  p.heads = in.q.dim(1);
+  p.q_len = in.q.dim(2);
+  p.dk = in.q.dim(3);
+  p.k_len = in.k.dim(2);
+  p.dv = in.v.dim(3);
+  RELPOS_CHECK_ARG(p.dk > 0, "q has shape " << in.q.ShapeString()
+                                            << " but dk must be > 0");
+  RELPOS_CHECK_ARG(p.dv > 0, "v has shape " << in.v.ShapeString()
+                                            << " but dv must be > 0");
+  CheckDim("k", in.k, 0, p.batch, "batch of q");
+  CheckDim("k", in.k, 1, p.heads, "heads of q");
+  CheckDim("k", in.k, 3, p.dk, "dk of q");
+  CheckDim("v", in.v, 0, p.batch, "batch of q");
+  CheckDim("v", in.v, 1, p.heads, "heads of q");
+  CheckDim("v", in.v, 2, p.k_len, "Nk of k");
+
+  p.max_distance = options.max_distance;
+  p.per_head_tables = options.per_head_tables;
+  p.causal = options.causal;
+  p.key_term = options.key_term;
+  p.value_term = options.value_term;
+  if (p.key_term) {
+    CheckTable("ak", in.ak, p, p.dk, "dk");
+  } else if (!in.ak.empty()) {
+    CheckTable("ak", in.ak, p, p.dk, "dk");
+  }
+  if (p.value_term) {
+    CheckTable("av", in.av, p, p.dv, "dv");
+  } else if (!in.av.empty()) {
+    CheckTable("av", in.av, p, p.dv, "dv");
+  }
+
+  p.query_offset = options.query_offset.value_or(p.k_len - p.q_len);
+  RELPOS_CHECK_ARG(
+      p.query_offset >= -kMaxQueryOffset && p.query_offset <= kMaxQueryOffset,
+      "query_offset must be within +-2^40 (got " << p.query_offset << ")");
+
+  if (options.key_lengths.empty()) {
+    p.key_lengths.assign(p.batch, p.k_len);
+  } else {
+    RELPOS_CHECK_ARG(
+        static_cast<int64_t>(options.key_lengths.size()) == p.batch,
+        "key_lengths must have one entry per batch item (batch = "
+            << p.batch << ", got " << options.key_lengths.size() << ")");
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t len = options.key_lengths[b];
+      RELPOS_CHECK_ARG(len >= 0 && len <= p.k_len,
+                       "key_lengths[" << b << "] must be in [0, Nk = "
+                                      << p.k_len << "] (got " << len << ")");
+    }
+    p.key_lengths = options.key_lengths;
+  }
+
+  if (!out.empty()) {
+    CheckRank("out", out, 4);
+    CheckDim("out", out, 0, p.batch, "batch");
+    CheckDim("out", out, 1, p.heads, "heads");
+    CheckDim("out", out, 2, p.q_len, "Nq");
+    CheckDim("out", out, 3, p.dv, "dv");
+  }
+  if (!lse.empty()) {
+    CheckRank("lse", lse, 3);
+    CheckDim("lse", lse, 0, p.batch, "batch");
+    CheckDim("lse", lse, 1, p.heads, "heads");
+    CheckDim("lse", lse, 2, p.q_len, "Nq");
+  }
+  return p;
+}
+
+template <typename T>
+void CheckSameShape(const char* name, ConstView<T> view, ConstView<T> like) {
+  if (view.empty()) return;
+  bool same = view.rank() == like.rank();
+  for (int i = 0; same && i < view.rank(); ++i) same = view.dim(i) == like.dim(i);
+  RELPOS_CHECK_ARG(same, name << " must have shape " << like.ShapeString()
+                              << " (got " << view.ShapeString() << ")");
+}
+
+template AttentionProblem MakeAttentionProblem<float>(
+    const AttentionInputs<float>&, ConstView<float>, ConstView<float>,
+    const AttentionOptions&);
+template AttentionProblem MakeAttentionProblem<double>(
+    const AttentionInputs<double>&, ConstView<double>, ConstView<double>,
+    const AttentionOptions&);
+template void CheckSameShape<float>(const char*, ConstView<float>,
+                                    ConstView<float>);
+template void CheckSameShape<double>(const char*, ConstView<double>,
+                                     ConstView<double>);
+
+}  // namespace relpos

@@ -1,0 +1,177 @@
+#include "reference/attention_reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace relpos {
+namespace {
+
+template <typename T>
+T Dot(const T* a, const T* b, int64_t n) {
+  T s = 0;
+  for (int64_t t = 0; t < n; ++t) s += a[t] * b[t];
+  return s;
+}
+
+// y += alpha * x
+template <typename T>
+void Axpy(T alpha, const T* x, T* y, int64_t n) {
+  for (int64_t t = 0; t < n; ++t) y[t] += alpha * x[t];
+}
+
+// Pointers to the data of one (batch, head) pair.
+template <typename T>
+struct HeadSlice {
+  const T *q, *k, *v, *ak, *av;
+};
+
+template <typename T>
+HeadSlice<T> Slice(const AttentionProblem& p, const AttentionInputs<T>& in,
+                   int64_t b, int64_t h) {
+  const int64_t bh = b * p.heads + h;
+  HeadSlice<T> s;
+  s.q = in.q.data() + bh * p.q_len * p.dk;
+  s.k = in.k.data() + bh * p.k_len * p.dk;
+  s.v = in.v.data() + bh * p.k_len * p.dv;
+  s.ak = p.key_term ? in.ak.data() + p.TableOffset(h, p.dk) : nullptr;
+  s.av = p.value_term ? in.av.data() + p.TableOffset(h, p.dv) : nullptr;
+  return s;
+}
+
+// Probabilities p_ij of row i over its visible keys j < end (SPEC section 2):
+// s_ij = (q_i . k_j + q_i . AK[r(i,j)]) / sqrt(dk), p = softmax(s).
+// Returns the log-sum-exp of the scaled scores.
+template <typename T>
+T RowProbabilities(const AttentionProblem& p, const HeadSlice<T>& s, int64_t i,
+                   int64_t end, std::vector<T>& prob) {
+  const T scale = T(1) / std::sqrt(static_cast<T>(p.dk));
+  const T* qi = s.q + i * p.dk;
+  T max_score = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < end; ++j) {
+    T score = Dot(qi, s.k + j * p.dk, p.dk);
+    if (s.ak) score += Dot(qi, s.ak + p.Bucket(i, j) * p.dk, p.dk);
+    prob[j] = score * scale;
+    max_score = std::max(max_score, prob[j]);
+  }
+  T sum = 0;
+  for (int64_t j = 0; j < end; ++j) {
+    prob[j] = std::exp(prob[j] - max_score);
+    sum += prob[j];
+  }
+  for (int64_t j = 0; j < end; ++j) prob[j] /= sum;
+  return max_score + std::log(sum);
+}
+
+}  // namespace
+
+template <typename T>
+void ReferenceForward(const AttentionProblem& p, const AttentionInputs<T>& in,
+                      T* out, T* lse) {
+  std::vector<T> prob(p.k_len);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.heads; ++h) {
+      const HeadSlice<T> s = Slice(p, in, b, h);
+      const int64_t bh = b * p.heads + h;
+      for (int64_t i = 0; i < p.q_len; ++i) {
+        T* oi = out + (bh * p.q_len + i) * p.dv;
+        std::fill(oi, oi + p.dv, T(0));
+        const int64_t end = p.KeyEnd(b, i);
+        if (end == 0) {  // sees no key: zero output, lse = -inf
+          if (lse) lse[bh * p.q_len + i] = -std::numeric_limits<T>::infinity();
+          continue;
+        }
+        const T row_lse = RowProbabilities(p, s, i, end, prob);
+        if (lse) lse[bh * p.q_len + i] = row_lse;
+        // o_i = sum_j p_ij v_j + sum_j p_ij AV[r(i,j)]
+        for (int64_t j = 0; j < end; ++j) {
+          Axpy(prob[j], s.v + j * p.dv, oi, p.dv);
+          if (s.av) Axpy(prob[j], s.av + p.Bucket(i, j) * p.dv, oi, p.dv);
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void ReferenceBackward(const AttentionProblem& p, const AttentionInputs<T>& in,
+                       const T* dout, const AttentionGrads<T>& grads) {
+  // Every provided gradient starts at zero and is accumulated pair by pair.
+  // Missing ones go to scratch so the loop below needs no branches on them.
+  auto target = [](TensorView<T> g, std::vector<T>& scratch, int64_t n) {
+    if (g.empty()) {
+      scratch.assign(n, T(0));
+      return scratch.data();
+    }
+    std::fill(g.data(), g.data() + g.numel(), T(0));
+    return g.data();
+  };
+  const int64_t table_heads = p.per_head_tables ? p.heads : 1;
+  std::vector<T> sq, sk, sv, sak, sav;
+  T* dq = target(grads.dq, sq, p.batch * p.heads * p.q_len * p.dk);
+  T* dk = target(grads.dk, sk, p.batch * p.heads * p.k_len * p.dk);
+  T* dv = target(grads.dv, sv, p.batch * p.heads * p.k_len * p.dv);
+  T* dak = target(grads.dak, sak, table_heads * p.TableRows() * p.dk);
+  T* dav = target(grads.dav, sav, table_heads * p.TableRows() * p.dv);
+
+  const T scale = T(1) / std::sqrt(static_cast<T>(p.dk));
+  std::vector<T> prob(p.k_len), dprob(p.k_len);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.heads; ++h) {
+      const HeadSlice<T> s = Slice(p, in, b, h);
+      const int64_t bh = b * p.heads + h;
+      T* dq_bh = dq + bh * p.q_len * p.dk;
+      T* dk_bh = dk + bh * p.k_len * p.dk;
+      T* dv_bh = dv + bh * p.k_len * p.dv;
+      T* dak_h = dak + p.TableOffset(h, p.dk);
+      T* dav_h = dav + p.TableOffset(h, p.dv);
+      for (int64_t i = 0; i < p.q_len; ++i) {
+        const int64_t end = p.KeyEnd(b, i);
+        if (end == 0) continue;  // no key seen: zero gradient
+        RowProbabilities(p, s, i, end, prob);
+        const T* qi = s.q + i * p.dk;
+        const T* doi = dout + (bh * p.q_len + i) * p.dv;
+        // dP_ij = dO_i . v_j + dO_i . AV[r(i,j)];  D_i = sum_j p_ij dP_ij
+        T d_row = 0;
+        for (int64_t j = 0; j < end; ++j) {
+          dprob[j] = Dot(doi, s.v + j * p.dv, p.dv);
+          if (s.av) dprob[j] += Dot(doi, s.av + p.Bucket(i, j) * p.dv, p.dv);
+          d_row += prob[j] * dprob[j];
+        }
+        for (int64_t j = 0; j < end; ++j) {
+          const int64_t r = p.Bucket(i, j);
+          // dV_j += p_ij dO_i;  dAV[r] += p_ij dO_i
+          Axpy(prob[j], doi, dv_bh + j * p.dv, p.dv);
+          if (s.av) Axpy(prob[j], doi, dav_h + r * p.dv, p.dv);
+          // dS_ij = p_ij (dP_ij - D_i); the score carries 1/sqrt(dk).
+          const T ds = prob[j] * (dprob[j] - d_row) * scale;
+          // dQ_i += dS_ij (k_j + AK[r]);  dK_j += dS_ij q_i;  dAK[r] += dS_ij q_i
+          Axpy(ds, s.k + j * p.dk, dq_bh + i * p.dk, p.dk);
+          Axpy(ds, qi, dk_bh + j * p.dk, p.dk);
+          if (s.ak) {
+            Axpy(ds, s.ak + r * p.dk, dq_bh + i * p.dk, p.dk);
+            Axpy(ds, qi, dak_h + r * p.dk, p.dk);
+          }
+        }
+      }
+    }
+  }
+}
+
+template void ReferenceForward<float>(const AttentionProblem&,
+                                      const AttentionInputs<float>&, float*,
+                                      float*);
+template void ReferenceForward<double>(const AttentionProblem&,
+                                       const AttentionInputs<double>&, double*,
+                                       double*);
+template void ReferenceBackward<float>(const AttentionProblem&,
+                                       const AttentionInputs<float>&,
+                                       const float*,
+                                       const AttentionGrads<float>&);
+template void ReferenceBackward<double>(const AttentionProblem&,
+                                        const AttentionInputs<double>&,
+                                        const double*,
+                                        const AttentionGrads<double>&);
+
+}  // namespace relpos
