@@ -6,6 +6,7 @@
 
 #include "core/attention_problem.h"
 #include "core/check.h"
+#include "kernels/fused_attention.h"
 #include "reference/attention_reference.h"
 
 namespace relpos {
@@ -19,11 +20,8 @@ bool UseFused(AttentionPath path) {
                      "kAuto or kReference for double)");
     return false;
   } else {
-    if (path == AttentionPath::kReference) return false;
-    // TODO(fused): route kAuto and kFused to FusedForward once it lands.
-    RELPOS_CHECK_ARG(path != AttentionPath::kFused,
-                     "path: the fused kernel is not built yet");
-    return false;
+    // kAuto and kFused: the tiled kernel of SPEC.md section 4.
+    return path != AttentionPath::kReference;
   }
 }
 
@@ -34,9 +32,14 @@ void AttentionForward(const AttentionInputs<T>& in, TensorView<T> out,
                       TensorView<T> lse, const AttentionOptions& options) {
   RELPOS_CHECK_ARG(!out.empty(), "out must not be empty");
   const AttentionProblem p = MakeAttentionProblem<T>(in, out, lse, options);
-  if (UseFused<T>(options.path)) {
-    // Filled in by the fused kernel.
+  if constexpr (std::is_same_v<T, float>) {
+    if (UseFused<T>(options.path)) {
+      FusedForward(p, in, out.data(), lse.empty() ? nullptr : lse.data(),
+                   options.num_threads);
+      return;
+    }
   }
+  UseFused<T>(options.path);  // rejects kFused for double
   ReferenceForward(p, in, out.data(), lse.empty() ? nullptr : lse.data());
 }
 
@@ -61,7 +64,14 @@ void AttentionBackward(const AttentionInputs<T>& in, ConstView<T> out,
     RELPOS_CHECK_ARG(!in.av.empty(), "dav given but av is empty");
     CheckSameShape<T>("dav", grads.dav, in.av);
   }
-  UseFused<T>(options.path);
+  if constexpr (std::is_same_v<T, float>) {
+    if (UseFused<T>(options.path)) {
+      FusedBackward(p, in, out.data(), lse.data(), dout.data(), grads,
+                    options.num_threads);
+      return;
+    }
+  }
+  UseFused<T>(options.path);  // rejects kFused for double
   ReferenceBackward(p, in, dout.data(), grads);
 }
 

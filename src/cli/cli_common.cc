@@ -42,6 +42,11 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
   app.require_subcommand(1);
   app.fallthrough(false);
   AddParamsVerb(app, out);
+  AddBenchVerb(app, out);
+  AddTrainVerb(app, out);
+  AddEvalVerb(app, out);
+  AddDemoVerb(app, out);
+  AddSweepVerb(app, out);
 
   std::vector<std::string> rest(args.rbegin(), args.rend() - 1);  // CLI11 wants reversed
   try {

@@ -21,6 +21,11 @@ inline constexpr int kExitUsage = 2;
 // Each verb adds itself as a subcommand of `app`; its callback does the work
 // and writes to `out`.
 void AddParamsVerb(CLI::App& app, std::ostream& out);
+void AddBenchVerb(CLI::App& app, std::ostream& out);
+void AddTrainVerb(CLI::App& app, std::ostream& out);
+void AddEvalVerb(CLI::App& app, std::ostream& out);
+void AddDemoVerb(CLI::App& app, std::ostream& out);
+void AddSweepVerb(CLI::App& app, std::ostream& out);
 
 // Builds the whole command line, parses `args` (args[0] is the program name),
 // runs the chosen verb. Never throws: returns the exit code and prints the

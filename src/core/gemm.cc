@@ -1,10 +1,36 @@
 #include "core/gemm.h"
 
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+
+#include <optional>
 
 #include "core/check.h"
 
 namespace relpos {
+namespace {
+
+// Products below this many multiply-adds run on the calling thread: waking the
+// OpenMP team costs more than the product itself (and on a busy machine, where
+// a spinning team waits for a descheduled member, far more).
+constexpr int64_t kSerialMacs = int64_t{1} << 17;
+
+// Sets this thread's OpenMP team size for the scope (oneDNN reads
+// omp_get_max_threads() on every call).
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(int threads) : saved_(omp_get_max_threads()) {
+    omp_set_num_threads(threads);
+  }
+  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
+  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace
 
 void Sgemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
            float alpha, const float* a, int64_t lda, const float* b,
@@ -19,6 +45,8 @@ void Sgemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
     }
     return;
   }
+  std::optional<ScopedOmpThreads> serial;
+  if (m * n * k < kSerialMacs && omp_get_max_threads() > 1) serial.emplace(1);
   const dnnl_status_t status =
       dnnl_sgemm(trans_a == Trans::kYes ? 'T' : 'N',
                  trans_b == Trans::kYes ? 'T' : 'N', m, n, k, alpha, a, lda, b,

@@ -27,6 +27,10 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
 // problem (forward + backward working set), for benchmarks and docs.
 int64_t FusedExtraBytes(const AttentionProblem& p, int num_threads);
 
+// Name of the Highway target the kernel dispatches to on this CPU ("AVX2",
+// "EMU128", ...), for benchmark headers and test logs.
+const char* FusedTargetName();
+
 }  // namespace relpos
 
 #endif  // RELPOS_SRC_KERNELS_FUSED_ATTENTION_H_

@@ -1,5 +1,5 @@
 // Smoke test of the reference path through the public API; the gradient
-// checks and property tests live in tests/attention_grad_test.cc etc.
+// checks and property tests live next to it (attention_grad_test.cc etc.).
 #include <cmath>
 #include <vector>
 
@@ -17,7 +17,8 @@ TEST(ReferenceForward, HandComputed) {
   std::vector<double> q = {1}, k = {1, 2}, v = {10, 20};
   std::vector<double> ak = {0.5, 0.0, -7}, av = {1, 2, 3};
   std::vector<double> out(1), lse(1);
-  AttentionOptions o{.max_distance = 1};
+  AttentionOptions o;
+  o.max_distance = 1;
   AttentionForward<double>({.q = {q.data(), {1, 1, 1, 1}},
                             .k = {k.data(), {1, 1, 2, 1}},
                             .v = {v.data(), {1, 1, 2, 1}},

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Writes the fuzzers' seed corpora (fuzz/corpus/<target>/).
+
+Independent of the C++ code: the safetensors files are assembled here from
+the format description (8-byte little-endian header length, JSON header,
+data). Valid files and near-valid ones (one rule broken each) give libFuzzer
+good starting points. Rerun after changing it: python3 fuzz/make_corpus.py
+"""
+import json
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def safetensors(header, data, pad=True):
+    text = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def f32(*values):
+    return struct.pack("<%df" % len(values), *values)
+
+
+def entry(shape, begin, end, dtype="F32"):
+    return {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
+
+
+def write(target, name, content):
+    path = os.path.join(HERE, "corpus", target, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    mode = "wb" if isinstance(content, bytes) else "w"
+    with open(path, mode) as f:
+        f.write(content)
+
+
+def main():
+    st = "safetensors"
+    write(st, "valid_two_tensors", safetensors(
+        {"w": entry([2, 2], 0, 16), "b": entry([2], 16, 24),
+         "__metadata__": {"format": "pt", "step": "10"}},
+        f32(1, 2, 3, 4, 0.5, -0.5)))
+    write(st, "valid_empty", safetensors({}, b""))
+    write(st, "valid_scalar_and_empty", safetensors(
+        {"s": entry([], 0, 4), "e": entry([0, 3], 4, 4)}, f32(7)))
+    write(st, "valid_unpadded", safetensors(
+        {"x": entry([1], 0, 4)}, f32(1), pad=False))
+    write(st, "bad_overlap", safetensors(
+        {"a": entry([2], 0, 8), "b": entry([2], 4, 12)}, f32(1, 2, 3)))
+    write(st, "bad_dtype", safetensors({"a": entry([2], 0, 4, "F16")}, f32(1)))
+    write(st, "bad_shape_mismatch", safetensors({"a": entry([3], 0, 8)}, f32(1, 2)))
+    write(st, "bad_truncated", safetensors({"a": entry([4], 0, 16)}, f32(1, 2))[:-3])
+    write(st, "bad_header_length", struct.pack("<Q", 1 << 40) + b"{}")
+
+    cfg = "config"
+    full = {"arch": "encoder", "vocab_size": 10, "d_model": 32, "heads": 4,
+            "layers": 2, "d_ff": 64, "max_len": 128, "position": "relative",
+            "max_distance": 8, "key_term": True, "value_term": True,
+            "per_head_tables": False, "rel_init_scale": 1.0, "dropout": 0.1,
+            "seed": 3}
+    write(cfg, "full.json", json.dumps(full, indent=2))
+    write(cfg, "minimal.json", '{"vocab_size": 5}')
+    write(cfg, "decoder_learned.json", json.dumps(
+        {"arch": "decoder", "vocab_size": 256, "position": "learned",
+         "max_len": 64}))
+    write(cfg, "per_head_no_values.json", json.dumps(
+        {"vocab_size": 6, "per_head_tables": True, "value_term": False,
+         "max_distance": 0}))
+    write(cfg, "bad_type.json", '{"vocab_size": "ten"}')
+    write(cfg, "bad_unknown_field.json", '{"vocab_size": 4, "colour": "red"}')
+    write(cfg, "bad_negative.json", '{"vocab_size": 4, "heads": -2}')
+    write(cfg, "bad_position.json", '{"vocab_size": 4, "position": "rotary"}')
+    write(cfg, "bad_not_object.json", "[1, 2, 3]")
+
+
+if __name__ == "__main__":
+    main()

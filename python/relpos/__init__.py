@@ -1,0 +1,295 @@
+"""Self-attention with relative position representations (Shaw et al., 2018).
+
+numpy interface to the relpos C++ library. The mathematics and conventions are
+those of the C++ API (SPEC.md sections 1-3)::
+
+    r(i, j) = clip(j - (i + off), -k, k)          off = Nk - Nq by default
+    s_ij    = (q_i . k_j + q_i . ak[r + k]) / sqrt(dk)     (masked -> -inf)
+    p_ij    = softmax_j(s_ij)
+    o_i     = sum_j p_ij v_j + sum_j p_ij av[r + k]
+
+Functions:
+    attention           forward pass (optionally also the log-sum-exp)
+    attention_backward  gradients of q, k, v and both tables
+    init_relative_table seeded Xavier initialisation of a table (SPEC 5)
+
+float32 arrays run on relpos's fast path (the fused kernel where it is
+built), float64 arrays on the reference path (used for gradient checks).
+The GIL is released while relpos computes. The PyTorch interface is the
+submodule ``relpos.torch`` (imported on first use; needs PyTorch).
+"""
+
+from __future__ import annotations
+
+import importlib
+import operator
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from . import _relpos_ext as _ext
+
+__version__ = _ext.__version__
+
+__all__ = [
+    "AttentionGrads",
+    "attention",
+    "attention_backward",
+    "init_relative_table",
+    "__version__",
+]
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+class AttentionGrads(NamedTuple):
+    """Gradients returned by :func:`attention_backward`.
+
+    Each has the shape of its input; ``dak`` / ``dav`` are None exactly when
+    the table ``ak`` / ``av`` was None (that term switched off).
+    """
+
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    dak: Optional[np.ndarray]
+    dav: Optional[np.ndarray]
+
+
+def __getattr__(name):
+    # `relpos.torch` without an explicit `import relpos.torch`; importing
+    # PyTorch is slow, so only on first use.
+    if name == "torch":
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --- argument checking: every message names the argument -------------------
+
+
+def _dtype_of(fn, name, x):
+    if x is None:
+        raise TypeError(f"relpos.{fn}: {name} must be an array, not None")
+    a = np.asarray(x)
+    if a.dtype not in (np.float32, np.float64):
+        raise TypeError(
+            f"relpos.{fn}: {name} must have dtype float32 or float64 "
+            f"(got {a.dtype})")
+    return a
+
+
+def _array(fn, name, x, dtype, ranks):
+    """x as a C-contiguous array of `dtype` (a copy only when needed)."""
+    a = _dtype_of(fn, name, x)
+    if a.dtype != dtype:
+        raise TypeError(
+            f"relpos.{fn}: {name} has dtype {a.dtype} but q has {dtype}; "
+            f"all arrays of one call must share a dtype")
+    if a.ndim not in ranks:
+        want = " or ".join(str(r) for r in ranks)
+        raise ValueError(
+            f"relpos.{fn}: {name} must have rank {want} (got shape {a.shape})")
+    return np.ascontiguousarray(a)
+
+
+def _int(fn, name, x, allow_none=False):
+    if x is None and allow_none:
+        return None
+    if isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"relpos.{fn}: {name} must be an integer (got bool)")
+    try:
+        value = operator.index(x)
+    except TypeError:
+        raise TypeError(
+            f"relpos.{fn}: {name} must be an integer (got "
+            f"{type(x).__name__})") from None
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"relpos.{fn}: {name} out of range (got {value})")
+    return value
+
+
+def _bool(fn, name, x):
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(
+            f"relpos.{fn}: {name} must be a bool (got {type(x).__name__})")
+    return bool(x)
+
+
+def _key_lengths(fn, x):
+    if x is None:
+        return []
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu":
+        raise TypeError(
+            f"relpos.{fn}: key_lengths must hold integers (got dtype "
+            f"{a.dtype})")
+    if a.ndim != 1:
+        raise ValueError(
+            f"relpos.{fn}: key_lengths must be one-dimensional, one entry "
+            f"per batch item (got shape {a.shape})")
+    # Range against Nk is checked by the C++ core; this keeps int64 intact.
+    return [_int(fn, f"key_lengths[{i}]", int(v)) for i, v in enumerate(a)]
+
+
+class _Call:
+    """The validated arguments of one attention call."""
+
+    def __init__(self, fn, q, k, v, ak, av, max_distance, causal,
+                 key_lengths, query_offset):
+        dtype = _dtype_of(fn, "q", q).dtype
+        self.dtype = dtype
+        self.q = _array(fn, "q", q, dtype, (4,))
+        self.k = _array(fn, "k", k, dtype, (4,))
+        self.v = _array(fn, "v", v, dtype, (4,))
+        self.ak = None if ak is None else _array(fn, "ak", ak, dtype, (2, 3))
+        self.av = None if av is None else _array(fn, "av", av, dtype, (2, 3))
+        # Shared [2k+1, d] or per-head [H, 2k+1, d]: read from the rank.
+        ranks = {t.ndim for t in (self.ak, self.av) if t is not None}
+        if len(ranks) == 2:
+            raise ValueError(
+                f"relpos.{fn}: ak has shape {self.ak.shape} and av has shape "
+                f"{self.av.shape}; both must be shared [2k+1, d] or both "
+                f"per-head [H, 2k+1, d]")
+        self.per_head_tables = ranks == {3}
+        self.max_distance = _int(fn, "max_distance", max_distance)
+        self.causal = _bool(fn, "causal", causal)
+        self.key_lengths = _key_lengths(fn, key_lengths)
+        self.query_offset = _int(fn, "query_offset", query_offset,
+                                 allow_none=True)
+        self.suffix = "f32" if dtype == np.float32 else "f64"
+
+    def options(self):
+        return dict(max_distance=self.max_distance,
+                    per_head_tables=self.per_head_tables,
+                    causal=self.causal,
+                    key_lengths=self.key_lengths,
+                    query_offset=self.query_offset)
+
+    def forward(self):
+        b, h, nq, _ = self.q.shape
+        out = np.empty((b, h, nq, self.v.shape[3]), self.dtype)
+        lse = np.empty((b, h, nq), self.dtype)
+        getattr(_ext, "forward_" + self.suffix)(
+            self.q, self.k, self.v, self.ak, self.av, out, lse,
+            **self.options())
+        return out, lse
+
+
+# --- public API ------------------------------------------------------------
+
+
+def attention(q, k, v, ak=None, av=None, *, max_distance, causal=False,
+              key_lengths=None, query_offset=None, return_lse=False):
+    """Relative-position self-attention, forward pass.
+
+    Args:
+        q: queries [B, H, Nq, dk], float32 or float64.
+        k: keys [B, H, Nk, dk], same dtype.
+        v: values [B, H, Nk, dv], same dtype.
+        ak: key-side table [2k+1, dk] shared by all heads, or [H, 2k+1, dk]
+            per head; None switches the key term off.
+        av: value-side table [2k+1, dv] or [H, 2k+1, dv]; None switches the
+            value term off. If both tables are given, both are shared or
+            both per-head.
+        max_distance: the clipping distance k >= 0 (tables have 2k+1 rows,
+            row r+k for distance r = key index - query position).
+        causal: key j is visible to query i iff j <= i + query_offset.
+        key_lengths: None, or B integers in [0, Nk]: keys j >= key_lengths[b]
+            are padding and invisible.
+        query_offset: absolute position of query row 0; default Nk - Nq
+            (queries are the last Nq positions, as with a key/value cache).
+        return_lse: also return the log-sum-exp [B, H, Nq] of each row's
+            scaled scores (-inf for a row that sees no key), which
+            :func:`attention_backward` can reuse instead of recomputing.
+
+    Returns:
+        out [B, H, Nq, dv], or (out, lse) if return_lse. A row that sees no
+        key at all is zero.
+
+    Raises:
+        TypeError: an argument of the wrong type or dtype.
+        ValueError: inconsistent shapes or out-of-range options.
+    """
+    call = _Call("attention", q, k, v, ak, av, max_distance, causal,
+                 key_lengths, query_offset)
+    out, lse = call.forward()
+    return (out, lse) if _bool("attention", "return_lse", return_lse) else out
+
+
+def attention_backward(dout, q, k, v, ak=None, av=None, *, max_distance,
+                       causal=False, key_lengths=None, query_offset=None,
+                       out=None, lse=None):
+    """Gradients of :func:`attention` with respect to every input.
+
+    Takes the gradient of the loss with respect to the output, dout
+    [B, H, Nq, dv], then exactly the arguments given to :func:`attention`.
+    ``out`` and ``lse`` may be passed (from ``attention(...,
+    return_lse=True)``) to skip the forward pass this function otherwise
+    runs first; pass both or neither.
+
+    Returns:
+        AttentionGrads(dq, dk, dv, dak, dav), each shaped like its input;
+        dak / dav are None when ak / av is None. Shared tables receive the
+        sum over batch and heads. Rows that see no key get zero gradient.
+    """
+    fn = "attention_backward"
+    call = _Call(fn, q, k, v, ak, av, max_distance, causal, key_lengths,
+                 query_offset)
+    dout = _array(fn, "dout", dout, call.dtype, (4,))
+    if (out is None) != (lse is None):
+        raise ValueError(
+            f"relpos.{fn}: out and lse must be given together (got "
+            f"out={'None' if out is None else 'an array'}, "
+            f"lse={'None' if lse is None else 'an array'})")
+    if out is None:
+        out, lse = call.forward()
+    else:
+        out = _array(fn, "out", out, call.dtype, (4,))
+        lse = _array(fn, "lse", lse, call.dtype, (3,))
+    grads = AttentionGrads(
+        dq=np.empty_like(call.q),
+        dk=np.empty_like(call.k),
+        dv=np.empty_like(call.v),
+        dak=None if call.ak is None else np.empty_like(call.ak),
+        dav=None if call.av is None else np.empty_like(call.av))
+    getattr(_ext, "backward_" + call.suffix)(
+        call.q, call.k, call.v, call.ak, call.av, out, lse, dout,
+        grads.dq, grads.dk, grads.dv, grads.dak, grads.dav,
+        **call.options())
+    return grads
+
+
+def init_relative_table(shape, *, init="xavier_normal", scale=1.0, seed=0):
+    """A new float32 relative position table, initialised as in SPEC.md 5.
+
+    Args:
+        shape: (2k+1, d) for a shared table or (H, 2k+1, d) per head.
+        init: "xavier_normal" (std = scale * sqrt(2 / ((2k+1) + d))),
+            "xavier_uniform" (bound = scale * sqrt(6 / ((2k+1) + d))) or
+            "zeros".
+        scale: multiplier on the Xavier std / bound, finite and >= 0.
+        seed: relpos's own generator gives the same table for a seed on
+            every platform (the C++ library and CLI use it too).
+    """
+    fn = "init_relative_table"
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"relpos.{fn}: shape must be a tuple of integers "
+                        f"(got {type(shape).__name__})")
+    dims = tuple(_int(fn, "shape", s) for s in shape)
+    if len(dims) not in (2, 3) or any(s <= 0 for s in dims):
+        raise ValueError(f"relpos.{fn}: shape must be (2k+1, d) or "
+                         f"(H, 2k+1, d) with positive extents (got {dims})")
+    if not isinstance(init, str):
+        raise TypeError(f"relpos.{fn}: init must be a str (got "
+                        f"{type(init).__name__})")
+    try:
+        scale = float(scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"relpos.{fn}: scale must be a number (got "
+                        f"{type(scale).__name__})") from None
+    seed = _int(fn, "seed", seed)
+    if seed < 0:
+        raise ValueError(f"relpos.{fn}: seed must be >= 0 (got {seed})")
+    table = np.empty(dims, np.float32)
+    _ext.init_relative_table(table, init, scale, seed)
+    return table

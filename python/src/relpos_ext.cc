@@ -1,0 +1,204 @@
+// relpos._relpos_ext: the thin nanobind layer between Python and the public
+// C++ API (include/relpos/). Users never call it directly: python/relpos/
+// __init__.py validates and converts every argument (dtype, contiguity,
+// optional tables, per-head inference, names in error messages), allocates
+// the outputs with numpy and passes them in here to be filled. This file only
+//   - turns C-contiguous CPU arrays into relpos::TensorView,
+//   - releases the GIL while relpos computes,
+//   - maps relpos's exceptions to Python ones (InvalidArgument -> ValueError).
+//
+// Functions are bound once per scalar type with a suffix (forward_f32,
+// forward_f64, ...) rather than as overloads, so a dtype slip in the Python
+// layer fails loudly instead of silently picking the other overload.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "relpos/relpos.h"
+
+namespace nb = nanobind;
+
+namespace relpos {
+namespace {
+
+// Read-only input and writable output arrays: C-contiguous, on the CPU.
+template <typename T>
+using InArray = nb::ndarray<const T, nb::c_contig, nb::device::cpu>;
+template <typename T>
+using OutArray = nb::ndarray<T, nb::c_contig, nb::device::cpu>;
+
+// TensorView only has an initializer-list constructor (its rank is fixed at
+// the call site in C++), so spell out the ranks relpos uses: 1 to 4.
+template <typename T, typename Array>
+TensorView<T> ToView(const Array& a, const char* name) {
+  T* data = const_cast<T*>(a.data());  // T is const for inputs already
+  int64_t s[4] = {0, 0, 0, 0};
+  const size_t rank = a.ndim();
+  for (size_t i = 0; i < rank && i < 4; ++i) s[i] = int64_t(a.shape(i));
+  switch (rank) {
+    case 1: return TensorView<T>(data, {s[0]});
+    case 2: return TensorView<T>(data, {s[0], s[1]});
+    case 3: return TensorView<T>(data, {s[0], s[1], s[2]});
+    case 4: return TensorView<T>(data, {s[0], s[1], s[2], s[3]});
+    default:
+      throw InvalidArgument(std::string("relpos: ") + name +
+                            " must have rank 1 to 4 (got rank " +
+                            std::to_string(rank) + ")");
+  }
+}
+
+template <typename T>
+ConstView<T> ToOptionalView(const std::optional<InArray<T>>& a,
+                            const char* name) {
+  return a ? ToView<const T>(*a, name) : ConstView<T>();
+}
+
+// The options struct, from the keyword arguments the Python layer resolved.
+// float32 takes kAuto (the fused kernel once it is built, the reference
+// until then); float64 always takes the reference, which is what the
+// float64 gradient checks are meant to exercise.
+template <typename T>
+AttentionOptions MakeOptions(int64_t max_distance, bool per_head_tables,
+                             bool key_term, bool value_term, bool causal,
+                             std::vector<int64_t> key_lengths,
+                             std::optional<int64_t> query_offset) {
+  AttentionOptions o;
+  o.max_distance = max_distance;
+  o.per_head_tables = per_head_tables;
+  o.key_term = key_term;
+  o.value_term = value_term;
+  o.causal = causal;
+  o.key_lengths = std::move(key_lengths);
+  o.query_offset = query_offset;
+  o.path = std::is_same_v<T, float> ? AttentionPath::kAuto
+                                    : AttentionPath::kReference;
+  return o;
+}
+
+// out [B, H, Nq, dv] and lse [B, H, Nq] are written in place.
+template <typename T>
+void Forward(InArray<T> q, InArray<T> k, InArray<T> v,
+             std::optional<InArray<T>> ak, std::optional<InArray<T>> av,
+             OutArray<T> out, OutArray<T> lse, int64_t max_distance,
+             bool per_head_tables, bool causal,
+             std::vector<int64_t> key_lengths,
+             std::optional<int64_t> query_offset) {
+  const AttentionOptions o = MakeOptions<T>(
+      max_distance, per_head_tables, ak.has_value(), av.has_value(), causal,
+      std::move(key_lengths), query_offset);
+  const AttentionInputs<T> in{.q = ToView<const T>(q, "q"),
+                              .k = ToView<const T>(k, "k"),
+                              .v = ToView<const T>(v, "v"),
+                              .ak = ToOptionalView<T>(ak, "ak"),
+                              .av = ToOptionalView<T>(av, "av")};
+  const TensorView<T> out_view = ToView<T>(out, "out");
+  const TensorView<T> lse_view = ToView<T>(lse, "lse");
+  // The arrays stay alive (the caller holds them) and nothing below touches
+  // Python objects, so other Python threads may run meanwhile.
+  nb::gil_scoped_release release;
+  AttentionForward<T>(in, out_view, lse_view, o);
+}
+
+// Gradients are written in place; dak / dav are None exactly when their
+// table is.
+template <typename T>
+void Backward(InArray<T> q, InArray<T> k, InArray<T> v,
+              std::optional<InArray<T>> ak, std::optional<InArray<T>> av,
+              InArray<T> out, InArray<T> lse, InArray<T> dout, OutArray<T> dq,
+              OutArray<T> dk, OutArray<T> dv, std::optional<OutArray<T>> dak,
+              std::optional<OutArray<T>> dav, int64_t max_distance,
+              bool per_head_tables, bool causal,
+              std::vector<int64_t> key_lengths,
+              std::optional<int64_t> query_offset) {
+  const AttentionOptions o = MakeOptions<T>(
+      max_distance, per_head_tables, ak.has_value(), av.has_value(), causal,
+      std::move(key_lengths), query_offset);
+  const AttentionInputs<T> in{.q = ToView<const T>(q, "q"),
+                              .k = ToView<const T>(k, "k"),
+                              .v = ToView<const T>(v, "v"),
+                              .ak = ToOptionalView<T>(ak, "ak"),
+                              .av = ToOptionalView<T>(av, "av")};
+  const AttentionGrads<T> grads{
+      .dq = ToView<T>(dq, "dq"),
+      .dk = ToView<T>(dk, "dk"),
+      .dv = ToView<T>(dv, "dv"),
+      .dak = dak ? ToView<T>(*dak, "dak") : TensorView<T>(),
+      .dav = dav ? ToView<T>(*dav, "dav") : TensorView<T>()};
+  const ConstView<T> out_view = ToView<const T>(out, "out");
+  const ConstView<T> lse_view = ToView<const T>(lse, "lse");
+  const ConstView<T> dout_view = ToView<const T>(dout, "dout");
+  nb::gil_scoped_release release;
+  AttentionBackward<T>(in, out_view, lse_view, dout_view, grads, o);
+}
+
+template <typename T>
+void BindAttention(nb::module_& m, const std::string& suffix) {
+  using namespace nb::literals;
+  m.def(("forward_" + suffix).c_str(), &Forward<T>, "q"_a, "k"_a, "v"_a,
+        "ak"_a.none(), "av"_a.none(), "out"_a, "lse"_a, "max_distance"_a,
+        "per_head_tables"_a, "causal"_a, "key_lengths"_a,
+        "query_offset"_a.none(),
+        "Internal: fills out and lse. Use relpos.attention instead.");
+  m.def(("backward_" + suffix).c_str(), &Backward<T>, "q"_a, "k"_a, "v"_a,
+        "ak"_a.none(), "av"_a.none(), "out"_a, "lse"_a, "dout"_a, "dq"_a,
+        "dk"_a, "dv"_a, "dak"_a.none(), "dav"_a.none(), "max_distance"_a,
+        "per_head_tables"_a, "causal"_a, "key_lengths"_a,
+        "query_offset"_a.none(),
+        "Internal: fills the gradients. Use relpos.attention_backward.");
+}
+
+// SPEC.md section 5 initialisation with relpos's own generator: the same
+// numbers for a given seed on every platform.
+void InitTable(OutArray<float> table, const std::string& kind, double scale,
+               uint64_t seed) {
+  TableInitOptions o;
+  if (kind == "xavier_normal") {
+    o.kind = TableInit::kXavierNormal;
+  } else if (kind == "xavier_uniform") {
+    o.kind = TableInit::kXavierUniform;
+  } else if (kind == "zeros") {
+    o.kind = TableInit::kZeros;
+  } else {
+    throw InvalidArgument("relpos: init must be 'xavier_normal', "
+                          "'xavier_uniform' or 'zeros' (got '" + kind + "')");
+  }
+  o.scale = scale;
+  o.seed = seed;
+  const TensorView<float> view = ToView<float>(table, "table");
+  nb::gil_scoped_release release;
+  InitRelativeTable(view, o);
+}
+
+}  // namespace
+}  // namespace relpos
+
+NB_MODULE(_relpos_ext, m) {
+  m.doc() = "relpos C++ core (internal; use the relpos package)";
+  m.attr("__version__") = RELPOS_VERSION_STRING;
+
+  // InvalidArgument is the caller's fault: ValueError, as numpy and PyTorch
+  // do for bad shapes. Every other relpos::Error is a RuntimeError.
+  nb::register_exception_translator(
+      [](const std::exception_ptr& p, void*) {
+        try {
+          std::rethrow_exception(p);
+        } catch (const relpos::InvalidArgument& e) {
+          PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const relpos::Error& e) {
+          PyErr_SetString(PyExc_RuntimeError, e.what());
+        }
+      });
+
+  relpos::BindAttention<float>(m, "f32");
+  relpos::BindAttention<double>(m, "f64");
+  m.def("init_relative_table", &relpos::InitTable, nb::arg("table"),
+        nb::arg("kind"), nb::arg("scale"), nb::arg("seed"),
+        "Internal: fills a float32 table. Use relpos.init_relative_table.");
+}

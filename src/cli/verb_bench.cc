@@ -1,0 +1,329 @@
+// `relpos bench`: times the fused kernel (vanilla and relative) and the
+// reference on self-attention problems and reports medians, GFLOP/s, extra
+// memory and the machine's own SGEMM rate measured in the same run
+// (SPEC.md section 7; docs/benchmarks.md explains the methodology).
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/attention_workload.h"
+#include "cli/cli_common.h"
+#include "core/check.h"
+
+namespace relpos::cli {
+namespace {
+
+using bench::Variant;
+
+// Bounds that keep a typo from allocating gigabytes: each of q, k, v, out,
+// dout, dq, dk, dv holds batch * heads * n * dim floats, at most 2^25 (128 MiB)
+// each, about 1 GiB in all.
+constexpr int64_t kMaxN = 65536;
+constexpr int64_t kMaxK = 65536;
+constexpr int64_t kMaxHeadsOrDim = 4096;
+constexpr int64_t kMaxElements = int64_t{1} << 25;
+constexpr int kMaxThreads = 1024;
+constexpr int kMaxRepeats = 1000;
+
+struct BenchFlags {
+  std::vector<int64_t> n = {256, 512, 1024, 2048, 4096, 8192};
+  std::vector<int64_t> k = {16, 64};
+  std::vector<std::string> variants = {"vanilla", "relative", "reference"};
+  int64_t batch = 1;
+  int64_t heads = 8;
+  int64_t dim = 64;
+  int threads = 0;
+  int repeats = 3;
+  int reference_repeats = 1;
+  int64_t reference_max_n = 2048;
+  int64_t sgemm_size = 1024;
+  bool json = false;
+};
+
+struct Row {
+  Variant variant = Variant::kVanilla;
+  bench::WorkloadShape shape;
+  int repeats = 0;
+  double fwd_s = 0, bwd_s = 0;
+  int64_t extra_bytes = 0;
+  std::string extra_bytes_source;
+  // Relative rows: fwd+bwd time over the vanilla row's at the same n, minus
+  // one, and the FLOP bound (2k+1)/Nk of SPEC.md section 4.
+  std::optional<double> overhead_pct, flop_bound_pct;
+  // Reference rows: reference fwd+bwd time over relative fused's (same n, k).
+  std::optional<double> fused_speedup;
+
+  double FwdGflops() const { return bench::ForwardFlops(shape) / fwd_s * 1e-9; }
+  double BwdGflops() const {
+    return bench::BackwardFlops(shape) / bwd_s * 1e-9;
+  }
+  double TotalSeconds() const { return fwd_s + bwd_s; }
+};
+
+bool Selected(const BenchFlags& f, const char* variant) {
+  for (const std::string& v : f.variants) {
+    if (v == variant) return true;
+  }
+  return false;
+}
+
+void Validate(const BenchFlags& f) {
+  RELPOS_CHECK_ARG(!f.n.empty(), "--n must list at least one size");
+  RELPOS_CHECK_ARG(!f.k.empty(), "--k must list at least one distance");
+  for (int64_t n : f.n) {
+    // Each factor is at most 2^16, so the product cannot overflow.
+    const int64_t elements = f.batch * f.heads * n * f.dim;
+    RELPOS_CHECK_ARG(elements <= kMaxElements,
+                     "--batch x --heads x --n x --dim must be <= "
+                         << kMaxElements << " per tensor (got " << f.batch
+                         << " x " << f.heads << " x " << n << " x " << f.dim
+                         << " = " << elements << ")");
+  }
+}
+
+// 1536 -> "1.50 KiB"
+std::string HumanBytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  double value = static_cast<double>(bytes);
+  int u = 0;
+  while (value >= 1024.0 && u < 3) {
+    value /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", value,
+                units[u]);
+  return buf;
+}
+
+Row Measure(Variant variant, const bench::WorkloadShape& shape, int threads,
+            int repeats) {
+  bench::AttentionWorkload w(variant, shape, threads);
+  Row row;
+  row.variant = variant;
+  row.shape = shape;
+  row.repeats = repeats;
+  // The forward's warm-up also leaves out and lse for the backward.
+  row.fwd_s = bench::MedianSeconds([&w] { w.Forward(); }, repeats);
+  row.bwd_s = bench::MedianSeconds([&w] { w.Backward(); }, repeats);
+  row.extra_bytes = w.ExtraBytes();
+  row.extra_bytes_source = w.ExtraBytesSource();
+  return row;
+}
+
+std::string Percent(double pct) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.1f%%", pct);
+  return buf;
+}
+
+void PrintHeader(const BenchFlags& f, int threads, double sgemm_gflops,
+                 std::ostream& out) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "relpos bench: B=%lld H=%lld d=%lld, %d thread(s), medians of "
+                "%d (reference: %d, single-threaded)\n",
+                static_cast<long long>(f.batch),
+                static_cast<long long>(f.heads),
+                static_cast<long long>(f.dim), threads, f.repeats,
+                f.reference_repeats);
+  out << line;
+  std::snprintf(line, sizeof line,
+                "same-run SGEMM %lld^3: %.1f GFLOP/s\n"
+                "FLOPs: vanilla count for every variant (fwd 4 B H n^2 d, bwd "
+                "2.5x fwd), so GFLOP/s ratios are speed ratios\n\n",
+                static_cast<long long>(f.sgemm_size), sgemm_gflops);
+  out << line;
+  std::snprintf(line, sizeof line,
+                "%-9s %6s %6s %10s %10s %9s %9s %7s %12s  %s\n", "variant",
+                "n", "k", "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s",
+                "%SGEMM", "extra mem", "note");
+  out << line << std::flush;
+}
+
+void PrintRow(const Row& r, double sgemm_gflops, std::ostream& out) {
+  const double total_gflops =
+      (bench::ForwardFlops(r.shape) + bench::BackwardFlops(r.shape)) /
+      r.TotalSeconds() * 1e-9;
+  std::string note;
+  if (r.overhead_pct) {
+    note = "overhead vs vanilla " + Percent(*r.overhead_pct) +
+           " (FLOP bound " + Percent(*r.flop_bound_pct) + ")";
+  }
+  if (r.fused_speedup) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "relative fused is %.1fx faster",
+                  *r.fused_speedup);
+    note = buf;
+  }
+  if (r.variant == Variant::kReference) {
+    note += note.empty() ? "" : "; ";
+    note += "extra mem computed";
+  }
+  char line[512];
+  std::snprintf(
+      line, sizeof line, "%-9s %6lld %6s %10.3f %10.3f %9.2f %9.2f %6.1f%% %12s  %s\n",
+      bench::VariantName(r.variant), static_cast<long long>(r.shape.n),
+      r.variant == Variant::kVanilla
+          ? "-"
+          : std::to_string(r.shape.max_distance).c_str(),
+      r.fwd_s * 1e3, r.bwd_s * 1e3, r.FwdGflops(), r.BwdGflops(),
+      100.0 * total_gflops / sgemm_gflops, HumanBytes(r.extra_bytes).c_str(),
+      note.c_str());
+  out << line << std::flush;
+}
+
+nlohmann::json RowJson(const Row& r) {
+  const bench::WorkloadShape& s = r.shape;
+  nlohmann::json j = {
+      {"variant", bench::VariantName(r.variant)},
+      {"n", s.n},
+      // Vanilla has no tables; its k is reported as 0.
+      {"k", r.variant == Variant::kVanilla ? 0 : s.max_distance},
+      {"batch", s.batch},
+      {"heads", s.heads},
+      {"dim", s.dim},
+      {"repeats", r.repeats},
+      {"fwd_ms", r.fwd_s * 1e3},
+      {"bwd_ms", r.bwd_s * 1e3},
+      {"fwd_gflops", r.FwdGflops()},
+      {"bwd_gflops", r.BwdGflops()},
+      {"extra_bytes", r.extra_bytes},
+      {"extra_bytes_source", r.extra_bytes_source},
+      // One float32 n x n matrix: the per-layer bias a materialising
+      // implementation keeps (SPEC.md section 6), for comparison.
+      {"nxn_bytes", s.n * s.n * static_cast<int64_t>(sizeof(float))},
+  };
+  if (r.overhead_pct) {
+    j["overhead_pct"] = *r.overhead_pct;
+    j["flop_bound_pct"] = *r.flop_bound_pct;
+  }
+  if (r.fused_speedup) j["fused_speedup"] = *r.fused_speedup;
+  return j;
+}
+
+void RunBench(const BenchFlags& f, std::ostream& out) {
+  Validate(f);
+  bench::ScopedOmpThreads omp(f.threads);
+  const int threads = omp.threads();
+  // SGEMM first, then the attention rows, all under the same thread count.
+  const double sgemm_gflops =
+      bench::SgemmGflops(f.sgemm_size, std::max(f.repeats, 3));
+  if (!f.json) PrintHeader(f, threads, sgemm_gflops, out);
+
+  std::vector<Row> rows;
+  for (int64_t n : f.n) {
+    bench::WorkloadShape shape{.batch = f.batch, .heads = f.heads, .n = n,
+                               .dim = f.dim, .max_distance = 0};
+    std::optional<Row> vanilla;
+    if (Selected(f, "vanilla")) {
+      vanilla = Measure(Variant::kVanilla, shape, threads, f.repeats);
+      rows.push_back(*vanilla);
+      if (!f.json) PrintRow(rows.back(), sgemm_gflops, out);
+    }
+    std::vector<Row> relative;
+    if (Selected(f, "relative")) {
+      for (int64_t k : f.k) {
+        shape.max_distance = k;
+        Row r = Measure(Variant::kRelative, shape, threads, f.repeats);
+        if (vanilla) {
+          r.overhead_pct =
+              100.0 * (r.TotalSeconds() / vanilla->TotalSeconds() - 1.0);
+          r.flop_bound_pct = 100.0 * static_cast<double>(2 * k + 1) /
+                             static_cast<double>(n);
+        }
+        relative.push_back(r);
+        rows.push_back(r);
+        if (!f.json) PrintRow(rows.back(), sgemm_gflops, out);
+      }
+    }
+    if (Selected(f, "reference") && n <= f.reference_max_n) {
+      for (size_t t = 0; t < f.k.size(); ++t) {
+        shape.max_distance = f.k[t];
+        Row r = Measure(Variant::kReference, shape, threads,
+                        f.reference_repeats);
+        if (!relative.empty()) {
+          r.fused_speedup = r.TotalSeconds() / relative[t].TotalSeconds();
+        }
+        rows.push_back(r);
+        if (!f.json) PrintRow(rows.back(), sgemm_gflops, out);
+      }
+    }
+  }
+
+  if (f.json) {
+    nlohmann::json j = {
+        {"sgemm_gflops", sgemm_gflops},
+        {"sgemm_size", f.sgemm_size},
+        {"threads", threads},
+        {"repeats", f.repeats},
+        {"reference_repeats", f.reference_repeats},
+        {"flop_convention",
+         "vanilla for every variant: fwd 4*B*H*n*n*d, bwd 2.5x fwd"},
+        {"rows", nlohmann::json::array()},
+    };
+    for (const Row& r : rows) j["rows"].push_back(RowJson(r));
+    out << j.dump() << "\n";
+  }
+}
+
+}  // namespace
+
+void AddBenchVerb(CLI::App& app, std::ostream& out) {
+  auto f = std::make_shared<BenchFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "bench",
+      "Time fused (vanilla, relative) and reference attention; report "
+      "medians, GFLOP/s, extra memory and same-run SGEMM GFLOP/s");
+  sub->add_option("--n", f->n, "Sequence lengths, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, kMaxN))
+      ->capture_default_str();
+  sub->add_option("--k", f->k, "Clipping distances k, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{0}, kMaxK))
+      ->capture_default_str();
+  sub->add_option("--variants", f->variants,
+                  "Which of vanilla,relative,reference to run")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"vanilla", "relative", "reference"}))
+      ->capture_default_str();
+  sub->add_option("--batch", f->batch, "Batch size B")
+      ->check(CLI::Range(int64_t{1}, kMaxHeadsOrDim))
+      ->capture_default_str();
+  sub->add_option("--heads", f->heads, "Heads H")
+      ->check(CLI::Range(int64_t{1}, kMaxHeadsOrDim))
+      ->capture_default_str();
+  sub->add_option("--dim", f->dim, "Head width d (dk = dv)")
+      ->check(CLI::Range(int64_t{1}, kMaxHeadsOrDim))
+      ->capture_default_str();
+  sub->add_option("--threads", f->threads,
+                  "Threads for the fused kernel and SGEMM (0: OpenMP default)")
+      ->check(CLI::Range(0, kMaxThreads))
+      ->capture_default_str();
+  sub->add_option("--repeats", f->repeats,
+                  "Timed runs per measurement (the median is reported)")
+      ->check(CLI::Range(1, kMaxRepeats))
+      ->capture_default_str();
+  sub->add_option("--reference-repeats", f->reference_repeats,
+                  "Timed runs per reference measurement (it is slow)")
+      ->check(CLI::Range(1, kMaxRepeats))
+      ->capture_default_str();
+  sub->add_option("--reference-max-n", f->reference_max_n,
+                  "Largest n the reference runs at (0: never)")
+      ->check(CLI::Range(int64_t{0}, kMaxN))
+      ->capture_default_str();
+  sub->add_option("--sgemm-size", f->sgemm_size,
+                  "M = N = K of the same-run SGEMM reference")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
+      ->capture_default_str();
+  sub->add_flag("--json", f->json, "Print one JSON object");
+  sub->callback([f, &out] { RunBench(*f, out); });
+}
+
+}  // namespace relpos::cli

@@ -1,0 +1,213 @@
+// `relpos bench` on tiny sizes: the JSON carries every field with values that
+// agree with the FLOP convention, and bad usage exits 2 with one line. No
+// timing is asserted beyond "positive and finite": this is not a speed test.
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_common.h"
+
+namespace relpos::cli {
+namespace {
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result RunRelpos(std::vector<std::string> args) {
+  args.insert(args.begin(), "relpos");
+  std::ostringstream out, err;
+  const int code = RunCli(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::string Joined(const std::vector<std::string>& args) {
+  std::string s;
+  for (const auto& a : args) s += a + " ";
+  return s;
+}
+
+bool PositiveFinite(const nlohmann::json& v) {
+  return v.is_number() && std::isfinite(v.get<double>()) &&
+         v.get<double>() > 0.0;
+}
+
+// GFLOP/s times milliseconds must give back the convention's FLOP count
+// (SPEC.md section 7): 4 B H n^2 d forward, 2.5x that backward. The JSON
+// doubles round-trip, so only the divide/multiply rounding (a few ulps) is
+// left: 1e-9 relative is ample and still catches any convention slip.
+void ExpectFlopConvention(const nlohmann::json& row) {
+  const double b = row["batch"], h = row["heads"], n = row["n"],
+               d = row["dim"];
+  const double fwd = 4.0 * b * h * n * n * d;
+  const double fwd_from_rate =
+      row["fwd_gflops"].get<double>() * 1e9 * row["fwd_ms"].get<double>() * 1e-3;
+  const double bwd_from_rate =
+      row["bwd_gflops"].get<double>() * 1e9 * row["bwd_ms"].get<double>() * 1e-3;
+  EXPECT_NEAR(fwd_from_rate, fwd, 1e-9 * fwd) << row.dump();
+  EXPECT_NEAR(bwd_from_rate, 2.5 * fwd, 1e-9 * 2.5 * fwd) << row.dump();
+}
+
+TEST(BenchVerb, JsonTinySizesAllVariants) {
+  const std::vector<std::string> args = {
+      "bench", "--n",       "16,33", "--k",       "0,3",  "--heads",
+      "2",     "--dim",     "8",     "--repeats", "1",    "--sgemm-size",
+      "64",    "--threads", "2",     "--json"};
+  Result r = RunRelpos(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(PositiveFinite(j["sgemm_gflops"])) << j.dump();
+  EXPECT_EQ(j["threads"], 2);
+  ASSERT_TRUE(j["rows"].is_array());
+  // Per n: one vanilla row, one relative and one reference row per k.
+  ASSERT_EQ(j["rows"].size(), 2u * (1 + 2 + 2)) << j.dump();
+
+  std::map<std::string, int> per_variant;
+  for (const nlohmann::json& row : j["rows"]) {
+    const std::string variant = row["variant"];
+    ++per_variant[variant];
+    const int64_t n = row["n"], k = row["k"];
+    EXPECT_TRUE(n == 16 || n == 33) << row.dump();
+    EXPECT_EQ(row["heads"], 2);
+    EXPECT_EQ(row["dim"], 8);
+    EXPECT_EQ(row["batch"], 1);
+    EXPECT_EQ(row["repeats"], 1);
+    for (const char* field : {"fwd_ms", "bwd_ms", "fwd_gflops", "bwd_gflops"}) {
+      EXPECT_TRUE(PositiveFinite(row[field])) << field << " " << row.dump();
+    }
+    ExpectFlopConvention(row);
+    ASSERT_TRUE(row["extra_bytes"].is_number_integer()) << row.dump();
+    EXPECT_GE(row["extra_bytes"].get<int64_t>(), 0) << row.dump();
+    EXPECT_EQ(row["nxn_bytes"], n * n * 4);
+    if (variant == "vanilla") {
+      EXPECT_EQ(k, 0);
+      EXPECT_FALSE(row.contains("overhead_pct"));
+    } else {
+      EXPECT_TRUE(k == 0 || k == 3) << row.dump();
+    }
+    if (variant == "relative") {
+      // Overhead is measured (any sign on a noisy machine); the bound is exact.
+      ASSERT_TRUE(row.contains("overhead_pct")) << row.dump();
+      EXPECT_TRUE(std::isfinite(row["overhead_pct"].get<double>()));
+      EXPECT_DOUBLE_EQ(row["flop_bound_pct"].get<double>(),
+                       100.0 * (2 * k + 1) / static_cast<double>(n));
+      EXPECT_EQ(row["extra_bytes_source"], "FusedExtraBytes");
+      // The relative kernel keeps at least one (2k+1)-wide W row.
+      EXPECT_GT(row["extra_bytes"].get<int64_t>(), 0) << row.dump();
+    }
+    if (variant == "reference") {
+      // The reference's prob and dprob rows: 2 Nk floats.
+      EXPECT_EQ(row["extra_bytes"], 2 * n * 4);
+      ASSERT_TRUE(row.contains("fused_speedup")) << row.dump();
+      EXPECT_TRUE(PositiveFinite(row["fused_speedup"])) << row.dump();
+    }
+  }
+  EXPECT_EQ(per_variant["vanilla"], 2);
+  EXPECT_EQ(per_variant["relative"], 4);
+  EXPECT_EQ(per_variant["reference"], 4);
+}
+
+// SPEC.md section 6: no n x n buffer, extra memory linear in n. Doubling n
+// may at most double the fused kernel's extra bytes, and at n = 512 they stay
+// below one n x n float matrix (1 MiB).
+TEST(BenchVerb, FusedExtraMemoryIsLinearInN) {
+  Result r = RunRelpos({"bench", "--n", "256,512", "--k", "4", "--heads", "1",
+                        "--dim", "8", "--repeats", "1", "--sgemm-size", "16",
+                        "--variants", "vanilla,relative", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 4u) << j.dump();
+  std::map<std::pair<std::string, int64_t>, int64_t> extra;
+  for (const nlohmann::json& row : j["rows"]) {
+    extra[{row["variant"], row["n"]}] = row["extra_bytes"];
+  }
+  for (const std::string variant : {"vanilla", "relative"}) {
+    const int64_t at256 = extra[std::make_pair(variant, int64_t{256})];
+    const int64_t at512 = extra[std::make_pair(variant, int64_t{512})];
+    EXPECT_LE(at512, 2 * at256) << variant;
+    EXPECT_LT(at512, 512 * 512 * 4) << variant;
+  }
+}
+
+TEST(BenchVerb, VariantFilterAndReferenceCap) {
+  Result r = RunRelpos({"bench", "--n", "16,33", "--k", "0,3", "--heads", "1",
+                        "--dim", "4", "--repeats", "2", "--sgemm-size", "16",
+                        "--variants", "reference", "--reference-max-n", "16",
+                        "--reference-repeats", "1", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 2u) << j.dump();  // n = 16 only, k = 0 and 3
+  for (const nlohmann::json& row : j["rows"]) {
+    EXPECT_EQ(row["variant"], "reference");
+    EXPECT_EQ(row["n"], 16);
+    EXPECT_EQ(row["repeats"], 1);  // --reference-repeats, not --repeats
+    EXPECT_FALSE(row.contains("fused_speedup"));  // no relative row to compare
+    ExpectFlopConvention(row);
+  }
+}
+
+TEST(BenchVerb, TextTable) {
+  Result r = RunRelpos({"bench", "--n", "16", "--k", "2", "--heads", "1",
+                        "--dim", "4", "--repeats", "1", "--sgemm-size", "16"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* want :
+       {"SGEMM 16^3", "GFLOP/s", "fwd ms", "bwd ms", "extra mem", "vanilla ",
+        "relative ", "reference ", "overhead vs vanilla", "FLOP bound",
+        "faster"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+}
+
+// Every bad invocation: exit code 2, exactly one line on stderr, nothing on
+// stdout (flags are checked before anything is measured or printed).
+TEST(BenchVerb, BadUsage) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"bench", "--n", "0"},
+      {"bench", "--n", "-5"},
+      {"bench", "--n", "abc"},
+      {"bench", "--n", "16,x"},
+      {"bench", "--n", "70000"},
+      {"bench", "--k", "-1"},
+      {"bench", "--heads", "0"},
+      {"bench", "--dim", "0"},
+      {"bench", "--batch", "0"},
+      {"bench", "--threads", "-1"},
+      {"bench", "--repeats", "0"},
+      {"bench", "--reference-repeats", "0"},
+      {"bench", "--reference-max-n", "-1"},
+      {"bench", "--sgemm-size", "0"},
+      {"bench", "--sgemm-size", "100000"},
+      {"bench", "--variants", "fast"},
+      // 1 x 4096 x 4096 x 64 = 2^30 floats per tensor: over the 2^25 bound.
+      {"bench", "--n", "4096", "--heads", "4096", "--dim", "64"},
+      {"bench", "--bogus"},
+      {"bench", "--repeats"},
+  };
+  for (const auto& args : cases) {
+    Result r = RunRelpos(args);
+    EXPECT_EQ(r.code, 2) << Joined(args);
+    EXPECT_TRUE(r.out.empty()) << Joined(args) << r.out;
+    ASSERT_FALSE(r.err.empty()) << Joined(args);
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << Joined(args) << r.err;
+  }
+}
+
+TEST(BenchVerb, Help) {
+  Result r = RunRelpos({"bench", "--help"});
+  EXPECT_EQ(r.code, 0);
+  for (const char* want : {"--n", "--k", "--heads", "--dim", "--threads",
+                           "--repeats", "--json"}) {
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace relpos::cli

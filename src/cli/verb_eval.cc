@@ -1,0 +1,129 @@
+// `relpos eval DIR --lengths SPEC [--json]`: accuracy of a checkpoint per
+// sequence length (docs/training.md).
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_common.h"
+#include "cli/experiment_flags.h"
+#include "core/check.h"
+#include "train/checkpoint.h"
+#include "train/progress.h"
+#include "train/trainer.h"
+
+namespace relpos::cli {
+namespace {
+
+struct EvalFlags {
+  std::string dir, lengths;
+  bool json = false;
+  int64_t sequences = 128, batch_size = 64;
+  uint64_t seed = train::kDefaultEvalSeed;
+  int threads = 0;
+  std::string progress = "auto";
+};
+
+void RunEval(const EvalFlags& f, std::ostream& out) {
+  // Validate the cheap things first: a bad --lengths needs no checkpoint.
+  std::vector<int64_t> lengths = train::ParseLengths(f.lengths, "--lengths");
+  train::TrainConfig tc;
+  train::TrainState state;
+  model::Transformer model = train::LoadModel(f.dir, &tc, &state);
+  const std::unique_ptr<train::DataSource> data = train::MakeDataSource(tc.data);
+  train::CheckEvalLengths(model.config(), *data, lengths);
+  train::SetThreads(f.threads > 0 ? f.threads : tc.threads);
+
+  train::EvalConfig ec;
+  ec.lengths = lengths;
+  ec.sequences_per_length = f.sequences;
+  ec.batch_size = f.batch_size;
+  ec.seed = f.seed;
+  const int64_t batches_per_length = (f.sequences + f.batch_size - 1) / f.batch_size;
+  train::ProgressMode mode = train::ProgressMode::kAuto;
+  if (f.progress == "bar") mode = train::ProgressMode::kTerminal;
+  if (f.progress == "lines") mode = train::ProgressMode::kLines;
+  if (f.progress == "none") mode = train::ProgressMode::kQuiet;
+  train::Progress progress(std::cerr, "eval",
+                           batches_per_length * static_cast<int64_t>(lengths.size()),
+                           mode);
+  const std::vector<train::LengthResult> results =
+      train::EvaluateByLength(model, *data, ec, &progress);
+  progress.Finish();
+
+  const model::ModelConfig& mc = model.config();
+  if (f.json) {
+    nlohmann::ordered_json acc = nlohmann::ordered_json::object(), seq = nlohmann::ordered_json::object(),
+                   loss = nlohmann::ordered_json::object();
+    for (const auto& r : results) {
+      const std::string key = std::to_string(r.length);
+      acc[key] = r.token_accuracy;
+      seq[key] = r.sequence_accuracy;
+      loss[key] = r.loss;
+    }
+    nlohmann::ordered_json j = {
+        {"checkpoint", f.dir},
+        {"task", tc.data.task},
+        {"position", model::ToString(mc.position)},
+        {"max_distance", mc.max_distance},
+        {"arch", model::ToString(mc.arch)},
+        {"step", state.step},
+        {"train_lengths", {tc.train_min_length, tc.train_max_length}},
+        {"sequences_per_length", f.sequences},
+        {"metric", data->metric_description()},
+        {"accuracy_by_length", acc},
+        {"sequence_accuracy_by_length", seq},
+        {"loss_by_length", loss},
+    };
+    out << j.dump() << "\n";
+    return;
+  }
+  out << "checkpoint " << f.dir << ": task " << tc.data.task << ", position "
+      << PositionLabel(mc) << ", step " << state.step << ", trained on lengths "
+      << train::FormatLengthRange(tc.train_min_length, tc.train_max_length) << "\n"
+      << "metric: " << data->metric_description() << ", " << f.sequences
+      << " sequences per length\n";
+  out << "length  tokens  accuracy  seq_accuracy    loss\n";
+  for (const auto& r : results) {
+    char line[128];
+    std::snprintf(line, sizeof line, "%6lld  %6lld  %8.4f  %12.4f  %6.4f%s\n",
+                  static_cast<long long>(r.length),
+                  static_cast<long long>(r.sequence_length), r.token_accuracy,
+                  r.sequence_accuracy, r.loss,
+                  r.length > tc.train_max_length ? "  (longer than trained)" : "");
+    out << line;
+  }
+}
+
+}  // namespace
+
+void AddEvalVerb(CLI::App& app, std::ostream& out) {
+  auto flags = std::make_shared<EvalFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "eval", "Accuracy of a checkpoint at each sequence length");
+  sub->add_option("dir", flags->dir, "Checkpoint folder (from relpos train)")
+      ->required();
+  sub->add_option("--lengths", flags->lengths,
+                  "Lengths: N, A-B, A-B:STEP or a comma list of these")
+      ->required();
+  sub->add_flag("--json", flags->json,
+                "Print one JSON object (accuracy_by_length, "
+                "sequence_accuracy_by_length, loss_by_length)");
+  sub->add_option("--sequences", flags->sequences, "Sequences per length")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub->add_option("--batch-size", flags->batch_size, "Sequences per batch")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  sub->add_option("--seed", flags->seed,
+                  "Seed of the evaluation examples (default: the fixed "
+                  "evaluation seed, the same for every model)");
+  sub->add_option("--threads", flags->threads,
+                  "OpenMP threads (default: the checkpoint's)")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--progress", flags->progress, "auto, bar, lines or none")
+      ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
+  sub->callback([flags, &out] { RunEval(*flags, out); });
+}
+
+}  // namespace relpos::cli

@@ -1,0 +1,373 @@
+// The fused kernel (float) against the reference run in double on the same
+// (float-representable) inputs, over every option and awkward sizes, on
+// every Highway target compiled into the library; plus determinism,
+// thread-count agreement, fully masked rows and the memory bound.
+//
+// Tolerances. With unit roundoff u = 2^-24, a float sum of L terms has error
+// about u sqrt(L) sum|terms| (rounding errors behave like a random walk; the
+// worst case is u L). Every tensor here is the end of a chain of such sums
+// (scores: dk terms; softmax and P V: Nk terms; W AV: 2k+1; gradients add Nq
+// and, for shared tables, B H Nq terms), and relative errors of the scores
+// become relative errors of p_ij of the same size (|d e^s| = e^s |ds|). So
+// the normwise relative error of each tensor is c u sqrt(L) with L the total
+// chain length and c a modest constant covering sum|terms| / |sum| (the
+// inputs are N(0, 1), scores N(0, 2), so |s| <~ 6 and cancellation is mild).
+// We use c = 4 for the forward and 16 for the gradients (dS = P (dP - D)
+// subtracts two O(1) numbers and dK, dQ sum signed terms). Measured: the largest
+// forward error over all cases is 0.11 of its bound (4 u sqrt(L)), the
+// largest gradient error 0.34 of its bound (16 u sqrt(L)); a wrong bucket,
+// mask or rescale gives errors of order 1e-2 .. 1, far above them.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/attention_problem.h"
+#include "hwy/targets.h"
+#include "kernels/fused_attention.h"
+#include "relpos/attention.h"
+#include "testing/attention_cases.h"
+
+namespace relpos {
+namespace {
+
+constexpr double kUnitRoundoff = 0x1.0p-24;
+
+struct Results {
+  std::vector<float> out, lse, dq, dk, dv, dak, dav;
+};
+
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv, dak, dav;
+};
+
+// Runs the fused path (forward + backward) on float data.
+Results RunFused(const AttentionCase& c, const AttentionData<float>& data,
+                 const std::vector<float>& dout, int threads) {
+  AttentionOptions o = c.options;
+  o.path = AttentionPath::kFused;
+  o.num_threads = threads;
+  AttentionOutputBuffers<float> fwd = MakeOutputs<float>(c);
+  AttentionForward<float>(data.Inputs(), fwd.Out(), fwd.Lse(), o);
+  AttentionGradBuffers<float> g = MakeGrads<float>(c, data);
+  AttentionBackward<float>(data.Inputs(), fwd.Out(), fwd.Lse(),
+                           OutShaped(c, dout), g.Grads(), o);
+  return {fwd.out, fwd.lse, g.dq, g.dk, g.dv, g.dak, g.dav};
+}
+
+Reference RunReference(const AttentionCase& c,
+                       const AttentionData<double>& data,
+                       const std::vector<double>& dout) {
+  AttentionOptions o = c.options;
+  o.path = AttentionPath::kReference;
+  AttentionOutputBuffers<double> fwd = MakeOutputs<double>(c);
+  AttentionForward<double>(data.Inputs(), fwd.Out(), fwd.Lse(), o);
+  AttentionGradBuffers<double> g = MakeGrads<double>(c, data);
+  AttentionBackward<double>(data.Inputs(), fwd.Out(), fwd.Lse(),
+                            OutShaped(c, dout), g.Grads(), o);
+  return {fwd.out, fwd.lse, g.dq, g.dk, g.dv, g.dak, g.dav};
+}
+
+double Norm(const std::vector<double>& x) {
+  double s = 0;
+  for (double v : x) s += v * v;
+  return std::sqrt(s);
+}
+
+// ||got - want|| / max(||want||, floor).
+double ScaledError(const std::vector<float>& got,
+                   const std::vector<double>& want, double floor) {
+  const double rel = RelFrobeniusError(got, want);
+  const double norm = Norm(want);
+  if (!std::isfinite(rel)) return rel;
+  const double abs_err = norm > 0 ? rel * norm : rel;
+  return abs_err == 0 ? 0 : abs_err / std::max(norm, floor);
+}
+
+// Longest float reduction chain feeding any output (see file comment).
+double ChainLength(const AttentionCase& c) {
+  return static_cast<double>(c.dk + c.dv + c.k_len + c.TableRows()) +
+         static_cast<double>(c.batch * c.heads * c.q_len);
+}
+
+void CompareToReference(const AttentionCase& c, int threads) {
+  SCOPED_TRACE(c.Describe() + " threads=" + std::to_string(threads));
+  // The double reference sees exactly the float inputs.
+  const AttentionData<float> data32 = MakeRandomData<float>(c, 7);
+  const AttentionData<double> data64 = CastData<double>(data32);
+  std::vector<double> dout64 = RandomVector<double>(c.OutNumel(), 11);
+  std::vector<float> dout32(dout64.begin(), dout64.end());
+  for (size_t e = 0; e < dout32.size(); ++e) dout64[e] = dout32[e];
+
+  const Reference want = RunReference(c, data64, dout64);
+  const Results got = RunFused(c, data32, dout32, threads);
+
+  const double root = std::sqrt(ChainLength(c));
+  const double fwd_tol = 4 * kUnitRoundoff * root;
+  const double grad_tol = 16 * kUnitRoundoff * root;
+  EXPECT_LE(RelFrobeniusError(got.out, want.out), fwd_tol) << "out";
+  // lse = m + log l: absolute error ~ u sqrt(L) times the score scale.
+  EXPECT_LE(MaxAbsError(got.lse, want.lse),
+            fwd_tol * std::max(1.0, MaxAbs(want.lse)))
+      << "lse";
+  EXPECT_LE(RelFrobeniusError(got.dq, want.dq), grad_tol) << "dq";
+  EXPECT_LE(RelFrobeniusError(got.dk, want.dk), grad_tol) << "dk";
+  EXPECT_LE(RelFrobeniusError(got.dv, want.dv), grad_tol) << "dv";
+  // E[i, r] sums dS_ij over a bucket; a bucket holding a whole row sums to
+  // exactly zero (rows of dS sum to zero: k = 0, all-far tiles, n = 1), so
+  // dAK can vanish while its float rounding does not. Measure its error
+  // against the scale of the terms it sums: P- and dS-weighted sums of rows,
+  // which is what dK = dS^T Q / sqrt(dk) and dV = P^T dO hold.
+  EXPECT_LE(ScaledError(got.dak, want.dak, Norm(want.dk) + Norm(want.dv)),
+            grad_tol)
+      << "dak";
+  EXPECT_LE(RelFrobeniusError(got.dav, want.dav), grad_tol) << "dav";
+}
+
+// ---- covering design -------------------------------------------------------
+
+struct Spec {
+  const char* name;
+  int64_t batch, heads, q_len, k_len, dk, dv, k;
+  bool per_head, key_term, value_term, causal;
+  std::vector<int64_t> key_lengths;
+  std::optional<int64_t> offset;
+};
+
+AttentionCase ToCase(const Spec& s) {
+  AttentionCase c;
+  c.name = s.name;
+  c.batch = s.batch;
+  c.heads = s.heads;
+  c.q_len = s.q_len;
+  c.k_len = s.k_len;
+  c.dk = s.dk;
+  c.dv = s.dv;
+  c.options.max_distance = s.k;
+  c.options.per_head_tables = s.per_head;
+  c.options.key_term = s.key_term;
+  c.options.value_term = s.value_term;
+  c.options.causal = s.causal;
+  c.options.key_lengths = s.key_lengths;
+  c.options.query_offset = s.offset;
+  return c;
+}
+
+// Every value of every axis appears at least once: n in {1, 2, 7, 63, 64, 65,
+// 127, 129, 1000} (tile size 64: 63/64/65 and 127/129 straddle one and two
+// tiles, for queries and keys), k in {0, 1, 3, 16, 64, 200}, dk and dv in
+// {16, 64, 80}, shared / per-head, all four term combinations, causal,
+// padding (including a zero-length item), Nq != Nk with default, positive,
+// zero and negative offsets, offsets so large every tile is far, and several
+// (batch, head) pairs feeding one shared table gradient.
+std::vector<AttentionCase> CoveringCases() {
+  const std::vector<Spec> specs = {
+      // name, B, H, Nq, Nk, dk, dv, k, per_head, key, value, causal, lens, off
+      {"n1", 1, 1, 1, 1, 16, 16, 0, false, true, true, false, {}, {}},
+      {"n2_causal_perhead", 1, 2, 2, 2, 16, 64, 1, true, true, true, true, {}, {}},
+      {"n7_pad_value_only", 2, 2, 7, 7, 80, 16, 3, false, false, true, false, {7, 3}, {}},
+      {"n63_causal_key_only", 1, 1, 63, 63, 64, 64, 16, false, true, false, true, {}, {}},
+      {"n64_perhead_pad0", 2, 1, 64, 64, 64, 80, 64, true, true, true, false, {64, 0}, {}},
+      {"n65_k200_causal_pad", 2, 1, 65, 65, 16, 16, 200, false, true, true, true, {65, 30}, {}},
+      {"n127_vanilla_causal", 1, 2, 127, 127, 64, 64, 1, false, false, false, true, {}, {}},
+      {"n129_pad", 2, 1, 129, 129, 80, 80, 3, false, true, true, false, {129, 100}, {}},
+      {"q65_k129_causal", 1, 1, 65, 129, 64, 16, 16, false, true, true, true, {}, {}},
+      {"q129_k65_causal_negoff", 1, 1, 129, 65, 16, 80, 16, true, true, true, true, {}, {}},
+      {"q63_k127_off0_causal", 1, 1, 63, 127, 16, 16, 3, false, true, true, true, {}, 0},
+      {"q64_k65_offneg10_causal", 1, 2, 64, 65, 64, 64, 64, true, true, true, true, {}, -10},
+      {"q127_k64_off100", 1, 1, 127, 64, 80, 64, 16, false, true, true, false, {}, 100},
+      {"n1000_causal", 1, 1, 1000, 1000, 16, 16, 16, false, true, true, true, {}, {}},
+      {"q129_k1000_pad", 2, 1, 129, 1000, 64, 64, 64, false, true, true, false, {1000, 513}, {}},
+      {"n129_k0_causal", 1, 1, 129, 129, 16, 64, 0, false, true, true, true, {}, {}},
+      {"q129_k63_k200", 1, 1, 129, 63, 64, 16, 200, true, true, true, false, {}, {}},
+      {"q2_k7_value_only_perhead", 1, 2, 2, 7, 16, 16, 1, true, false, true, false, {}, {}},
+      {"far_right_all", 1, 1, 7, 7, 16, 16, 3, false, true, true, false, {}, int64_t{1} << 40},
+      {"far_left_all", 1, 1, 70, 70, 16, 16, 3, false, true, true, false, {}, -(int64_t{1} << 40)},
+      {"all_masked_causal", 1, 1, 7, 7, 16, 16, 3, false, true, true, true, {}, -(int64_t{1} << 40)},
+      {"shared_many_heads", 2, 3, 65, 65, 16, 16, 3, false, true, true, false, {65, 17}, {}},
+      {"perhead_causal", 2, 2, 64, 64, 64, 64, 16, true, true, true, true, {}, {}},
+      {"n128_k64_key_only_perhead", 1, 2, 128, 128, 80, 80, 64, true, true, false, false, {}, {}},
+      {"q1_decode", 2, 2, 1, 129, 64, 64, 16, false, true, true, true, {}, {}},
+      // Widths that are no multiple of any vector length (partial vectors).
+      {"odd_dims_causal", 1, 2, 70, 67, 17, 9, 5, false, true, true, true, {}, {}},
+  };
+  std::vector<AttentionCase> cases;
+  for (const Spec& s : specs) cases.push_back(ToCase(s));
+  return cases;
+}
+
+// ---- tests ----------------------------------------------------------------
+
+class FusedVsReference : public testing::TestWithParam<AttentionCase> {};
+
+TEST_P(FusedVsReference, TwoThreads) { CompareToReference(GetParam(), 2); }
+
+INSTANTIATE_TEST_SUITE_P(Covering, FusedVsReference,
+                         testing::ValuesIn(CoveringCases()),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Standard, FusedVsReference,
+                         testing::ValuesIn(StandardCases()),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(SizeSweep, FusedVsReference,
+                         testing::ValuesIn(SizeSweepCases()),
+                         [](const auto& info) { return info.param.name; });
+
+// Every compiled Highway target (AVX2, SSE4, EMU128, ... as this CPU allows)
+// on a handful of cases that hit far and band tiles, masks, partial vectors
+// (dk = 17, dv = 9) and every table-gradient path.
+TEST(FusedTargets, EveryCompiledTarget) {
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : CoveringCases()) {
+    if (c.name == "n129_pad" || c.name == "q64_k65_offneg10_causal" ||
+        c.name == "n7_pad_value_only" || c.name == "q129_k63_k200" ||
+        c.name == "n129_k0_causal" || c.name == "odd_dims_causal") {
+      cases.push_back(c);
+    }
+  }
+  ASSERT_EQ(cases.size(), 6u);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    EXPECT_STREQ(FusedTargetName(), hwy::TargetName(target));
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const AttentionCase& c : cases) CompareToReference(c, 1);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// Same thread count -> bitwise identical results, including the shared table
+// gradients summed over (batch, head) pairs in per-thread buffers and (with
+// one pair and two threads) dQ summed over key-tile chunks.
+TEST(FusedDeterminism, BitwiseRunToRun) {
+  for (const auto& [batch, heads] : {std::pair{1, 1}, std::pair{2, 3}}) {
+    AttentionCase c = ToCase({"det", batch, heads, 200, 200, 64, 64, 16, false,
+                              true, true, true, {}, {}});
+    SCOPED_TRACE(c.Describe());
+    const AttentionData<float> data = MakeRandomData<float>(c, 3);
+    const std::vector<float> dout = RandomVector<float>(c.OutNumel(), 4);
+    const Results a = RunFused(c, data, dout, 2);
+    for (int rep = 0; rep < 3; ++rep) {
+      const Results b = RunFused(c, data, dout, 2);
+      EXPECT_EQ(a.out, b.out);
+      EXPECT_EQ(a.lse, b.lse);
+      EXPECT_EQ(a.dq, b.dq);
+      EXPECT_EQ(a.dk, b.dk);
+      EXPECT_EQ(a.dv, b.dv);
+      EXPECT_EQ(a.dak, b.dak);
+      EXPECT_EQ(a.dav, b.dav);
+    }
+  }
+}
+
+// 1 vs 2 threads may sum dAK, dAV (and, for a single head split over key
+// tiles, dQ) in a different order: equal within rounding, 8 u sqrt(L)
+// relative. dK and dV rows are always formed by one thread in query-tile
+// order, so they match bitwise.
+TEST(FusedDeterminism, ThreadCountsAgree) {
+  AttentionCase c = ToCase({"threads", 1, 1, 300, 300, 64, 64, 16, false, true,
+                            true, false, {}, {}});
+  const AttentionData<float> data = MakeRandomData<float>(c, 5);
+  const std::vector<float> dout = RandomVector<float>(c.OutNumel(), 6);
+  const Results one = RunFused(c, data, dout, 1);
+  const Results two = RunFused(c, data, dout, 2);
+  // The forward does not depend on the thread count at all.
+  EXPECT_EQ(one.out, two.out);
+  EXPECT_EQ(one.lse, two.lse);
+  EXPECT_EQ(one.dk, two.dk);
+  EXPECT_EQ(one.dv, two.dv);
+  const double tol = 8 * kUnitRoundoff * std::sqrt(ChainLength(c));
+  EXPECT_LE(RelFrobeniusError(two.dq, one.dq), tol);
+  EXPECT_LE(RelFrobeniusError(two.dak, one.dak), tol);
+  EXPECT_LE(RelFrobeniusError(two.dav, one.dav), tol);
+}
+
+// Rows that see no key (causal with a negative offset; a zero-length batch
+// item) output exact zeros, lse = -inf, and get exactly zero gradient.
+TEST(FusedMasks, FullyMaskedRowsAreZeroNotNan) {
+  AttentionCase c = ToCase({"masked", 2, 1, 70, 70, 16, 16, 3, false, true,
+                            true, true, {70, 0}, -5});
+  const AttentionData<float> data = MakeRandomData<float>(c, 8);
+  const std::vector<float> dout = RandomVector<float>(c.OutNumel(), 9);
+  const Results r = RunFused(c, data, dout, 2);
+  EXPECT_TRUE(AllFinite(r.out));
+  EXPECT_TRUE(AllFinite(r.dq));
+  EXPECT_TRUE(AllFinite(r.dk));
+  EXPECT_TRUE(AllFinite(r.dv));
+  EXPECT_TRUE(AllFinite(r.dak));
+  EXPECT_TRUE(AllFinite(r.dav));
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t i = 0; i < c.q_len; ++i) {
+      const int64_t row = b * c.q_len + i;
+      const bool sees = c.KeyEnd(b, i) > 0;
+      EXPECT_EQ(std::isinf(r.lse[row]) && r.lse[row] < 0, !sees) << row;
+      if (sees) continue;
+      for (int64_t e = 0; e < c.dv; ++e) EXPECT_EQ(r.out[row * c.dv + e], 0.0f);
+      for (int64_t e = 0; e < c.dk; ++e) EXPECT_EQ(r.dq[row * c.dk + e], 0.0f);
+    }
+  }
+  // Keys of the zero-length item are seen by nobody.
+  for (int64_t e = c.k_len * c.dk; e < 2 * c.k_len * c.dk; ++e) {
+    ASSERT_EQ(r.dk[e], 0.0f);
+  }
+}
+
+// A table passed although its term is off: its gradient is zeros, and the
+// outputs equal the run without the table.
+TEST(FusedOptions, UnusedTableGetsZeroGradient) {
+  AttentionCase c = ToCase({"unused", 1, 2, 65, 65, 16, 16, 3, false, false,
+                            true, false, {}, {}});
+  AttentionData<float> data = MakeRandomData<float>(c, 10);
+  const std::vector<float> dout = RandomVector<float>(c.OutNumel(), 11);
+  const Results plain = RunFused(c, data, dout, 2);
+  std::vector<float> ak = RandomVector<float>(c.TableRows() * c.dk, 12);
+  std::vector<float> dak(ak.size(), std::nanf(""));
+  AttentionInputs<float> in = data.Inputs();
+  in.ak = ConstView<float>(ak.data(), {c.TableRows(), c.dk});
+  AttentionOptions o = c.options;
+  o.path = AttentionPath::kFused;
+  AttentionOutputBuffers<float> fwd = MakeOutputs<float>(c);
+  AttentionForward<float>(in, fwd.Out(), fwd.Lse(), o);
+  EXPECT_EQ(fwd.out, plain.out);
+  AttentionGradBuffers<float> g = MakeGrads<float>(c, data);
+  AttentionGrads<float> grads = g.Grads();
+  grads.dak = TensorView<float>(dak.data(), {c.TableRows(), c.dk});
+  AttentionBackward<float>(in, fwd.Out(), fwd.Lse(), OutShaped(c, dout), grads,
+                           o);
+  for (float x : dak) EXPECT_EQ(x, 0.0f);
+  EXPECT_EQ(g.dq, plain.dq);
+}
+
+// SPEC 4 / issue target: at n = 4096, d = 64, k = 16..64 the kernel's extra
+// memory stays under 2 MiB per (batch, head) (B = 1, H = 8, 2 threads).
+TEST(FusedMemory, ExtraBytesBounded) {
+  for (int64_t k : {16, 64}) {
+    AttentionProblem p;
+    p.batch = 1;
+    p.heads = 8;
+    p.q_len = p.k_len = 4096;
+    p.dk = p.dv = 64;
+    p.max_distance = k;
+    p.key_lengths.assign(1, 4096);
+    const int64_t bytes = FusedExtraBytes(p, 2);
+    EXPECT_GT(bytes, 0);
+    EXPECT_LE(bytes, p.heads * (int64_t{2} << 20)) << "k=" << k;
+    // Linear in n, never Nq x Nk: it does not grow when n doubles beyond
+    // the table width (only the per-tile buffers and the tables count).
+    p.q_len = p.k_len = 8192;
+    p.key_lengths.assign(1, 8192);
+    EXPECT_EQ(FusedExtraBytes(p, 2), bytes) << "k=" << k;
+    // One (batch, head) over two threads: the backward splits it by key
+    // tiles and keeps one partial dQ (Nq x dk) per extra thread.
+    p.heads = 1;
+    p.q_len = p.k_len = 4096;
+    p.key_lengths.assign(1, 4096);
+    EXPECT_LE(FusedExtraBytes(p, 2), int64_t{2} << 20) << "k=" << k;
+  }
+}
+
+}  // namespace
+}  // namespace relpos

@@ -1,0 +1,140 @@
+// Target-independent pieces of the fused kernel (SPEC.md section 4): tile
+// sizes, the geometry of one query tile, and the layout of the per-thread
+// scratch. Both the SIMD bodies (fused_attention-inl.h, compiled once per
+// Highway target) and the driver (fused_attention.cc) include it, so the
+// bytes FusedExtraBytes reports are exactly the bytes the driver allocates.
+#ifndef RELPOS_SRC_KERNELS_FUSED_TILES_H_
+#define RELPOS_SRC_KERNELS_FUSED_TILES_H_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/attention_problem.h"
+
+namespace relpos {
+namespace fused {
+
+// Query rows and keys per tile. 64 x 64 keeps the working set of one tile
+// pair (Q^T, K, V tiles, S^T: 16 KiB each at d = 64) inside L1 + L2, and 64 is
+// a multiple of every Highway vector length (1 .. 16 floats), so the row
+// operations over a query tile never need a tail.
+inline constexpr int64_t kQueryTile = 64;
+inline constexpr int64_t kKeyTile = 64;
+
+// Where one query tile [i0, i0 + rows) of batch item b looks: keys [0,
+// key_end) (key_end is nondecreasing in the row, so the last row's KeyEnd
+// bounds the tile), and the table rows [bucket_lo, bucket_lo + buckets)
+// any visible pair can reach. Only that slice of G = Q AK^T and of W is
+// computed and stored: for k >> n it is far narrower than 2k+1.
+struct QueryTile {
+  int64_t b = 0, h = 0, i0 = 0, rows = 0;
+  int64_t key_end = 0;
+  int64_t bucket_lo = 0, buckets = 0;
+};
+
+inline QueryTile MakeQueryTile(const AttentionProblem& p, int64_t b, int64_t h,
+                               int64_t tile) {
+  QueryTile t;
+  t.b = b;
+  t.h = h;
+  t.i0 = tile * kQueryTile;
+  t.rows = std::min(kQueryTile, p.q_len - t.i0);
+  t.key_end = p.KeyEnd(b, t.i0 + t.rows - 1);
+  if (t.key_end > 0) {
+    const int64_t kk = p.max_distance;
+    // Distances j - (i + off) over j in [0, key_end), i in the tile.
+    const int64_t d_min = -(t.i0 + t.rows - 1) - p.query_offset;
+    const int64_t d_max = (t.key_end - 1) - t.i0 - p.query_offset;
+    t.bucket_lo = std::clamp(d_min, -kk, kk) + kk;
+    t.buckets = std::clamp(d_max, -kk, kk) + kk - t.bucket_lo + 1;
+  }
+  return t;
+}
+
+inline int64_t NumQueryTiles(const AttentionProblem& p) {
+  return (p.q_len + kQueryTile - 1) / kQueryTile;
+}
+
+// Upper bound of QueryTile::buckets over all tiles: 2k+1, and never more than
+// the distances a tile can see (Nk + kQueryTile - 1).
+inline int64_t MaxTileBuckets(const AttentionProblem& p) {
+  return std::min(p.TableRows(), p.k_len + kQueryTile - 1);
+}
+
+// A bucketed accumulator (W or E) of one query tile: the skewed array of
+// (buckets + kQueryTile - 1) rows plus three plain rows (see BucketAcc in
+// fused_attention-inl.h).
+inline int64_t BucketAccFloats(const AttentionProblem& p) {
+  return (MaxTileBuckets(p) + kQueryTile - 1 + 3) * kQueryTile;
+}
+
+// Table rows any pair of the whole problem can reach: [lo, lo + count).
+// The per-thread dAK / dAV accumulators cover only this range.
+struct BucketRange {
+  int64_t lo = 0, count = 0;
+};
+inline BucketRange ReachableBuckets(const AttentionProblem& p) {
+  const int64_t kk = p.max_distance;
+  if (p.q_len == 0 || p.k_len == 0) return {};
+  const int64_t d_min = -(p.q_len - 1) - p.query_offset;
+  const int64_t d_max = (p.k_len - 1) - p.query_offset;
+  const int64_t lo = std::clamp(d_min, -kk, kk) + kk;
+  return {lo, std::clamp(d_max, -kk, kk) + kk - lo + 1};
+}
+
+// Per-thread scratch of the forward pass, in floats. Every transposed tile
+// has leading dimension kQueryTile (one column per query row of the tile).
+struct ForwardScratch {
+  int64_t qt, st, gt, wt, oacc, stats;  // sizes in floats
+  explicit ForwardScratch(const AttentionProblem& p) {
+    const int64_t nb = MaxTileBuckets(p);
+    qt = p.dk * kQueryTile;                     // (Q_I / sqrt(dk))^T
+    st = kKeyTile * kQueryTile;                 // S^T, then P^T
+    gt = p.key_term ? nb * kQueryTile : 0;      // G^T slice
+    wt = p.value_term ? BucketAccFloats(p) : 0;  // W, skewed + 3 end rows
+    oacc = kQueryTile * p.dv;                   // unnormalised output
+    // m, l, alpha, m_use, column sum, two delta rows, moved sums
+    stats = 8 * kQueryTile;
+  }
+  int64_t Floats() const { return qt + st + gt + wt + oacc + stats; }
+};
+
+// Per-thread scratch of the backward pass, in floats.
+struct BackwardScratch {
+  int64_t qt, dot, st, dpt, gt, ut, et, wt, dqacc, stats;
+  explicit BackwardScratch(const AttentionProblem& p) {
+    const int64_t nb = MaxTileBuckets(p);
+    qt = p.dk * kQueryTile;                   // (Q_I / sqrt(dk))^T
+    dot = p.dv * kQueryTile;                  // dO_I^T
+    st = kKeyTile * kQueryTile;               // S^T, then P^T
+    dpt = kKeyTile * kQueryTile;              // dP^T, then dS^T
+    gt = p.key_term ? nb * kQueryTile : 0;    // G^T slice
+    ut = p.value_term ? nb * kQueryTile : 0;  // U^T = (dO AV^T)^T slice
+    et = p.key_term ? BucketAccFloats(p) : 0;    // E, skewed + 3 end rows
+    wt = p.value_term ? BucketAccFloats(p) : 0;  // W, skewed + 3 end rows
+    dqacc = kQueryTile * p.dk;                // dQ_I before the 1/sqrt(dk)
+    // D, lse (finite), P and dS column sums, two delta rows, moved sums
+    stats = 7 * kQueryTile;
+  }
+  int64_t Floats() const {
+    return qt + dot + st + dpt + gt + ut + et + wt + dqacc + stats;
+  }
+};
+
+// Pointers of one (batch, head) pair; tables already offset to head h.
+struct HeadData {
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  const float *ak = nullptr, *av = nullptr;  // null when the term is off
+  // Forward outputs.
+  float *out = nullptr, *lse = nullptr;
+  // Backward inputs and accumulators (any may be null: not wanted).
+  const float *o = nullptr, *lse_in = nullptr, *dout = nullptr;
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;  // dk, dv accumulated
+  float *dak = nullptr, *dav = nullptr;  // accumulated, row 0 = bucket_base
+  int64_t bucket_base = 0;
+};
+
+}  // namespace fused
+}  // namespace relpos
+
+#endif  // RELPOS_SRC_KERNELS_FUSED_TILES_H_

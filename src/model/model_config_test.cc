@@ -1,0 +1,148 @@
+// ModelConfig JSON round trip and validation messages.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/transformer.h"
+#include "relpos/error.h"
+
+namespace relpos::model {
+namespace {
+
+ModelConfig NonDefault() {
+  ModelConfig c;
+  c.arch = Arch::kDecoder;
+  c.vocab_size = 259;
+  c.d_model = 96;
+  c.heads = 3;
+  c.layers = 5;
+  c.d_ff = 333;
+  c.max_len = 777;
+  c.position = PositionScheme::kLearned;
+  c.max_distance = 7;
+  c.key_term = false;
+  c.value_term = true;
+  c.per_head_tables = true;
+  c.rel_init_scale = 0.125;
+  c.dropout = 0.25;
+  c.seed = 18446744073709551615ULL;  // 2^64 - 1 survives the trip
+  return c;
+}
+
+void ExpectEqual(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.d_model, b.d_model);
+  EXPECT_EQ(a.heads, b.heads);
+  EXPECT_EQ(a.layers, b.layers);
+  EXPECT_EQ(a.d_ff, b.d_ff);
+  EXPECT_EQ(a.max_len, b.max_len);
+  EXPECT_EQ(a.position, b.position);
+  EXPECT_EQ(a.max_distance, b.max_distance);
+  EXPECT_EQ(a.key_term, b.key_term);
+  EXPECT_EQ(a.value_term, b.value_term);
+  EXPECT_EQ(a.per_head_tables, b.per_head_tables);
+  EXPECT_EQ(a.rel_init_scale, b.rel_init_scale);
+  EXPECT_EQ(a.dropout, b.dropout);
+  EXPECT_EQ(a.seed, b.seed);
+}
+
+TEST(ModelConfigTest, JsonRoundTripThroughText) {
+  const ModelConfig c = NonDefault();
+  const std::string text = ToJson(c).dump();
+  ExpectEqual(ModelConfigFromJson(nlohmann::json::parse(text)), c);
+  EXPECT_EQ(ToJson(c)["position"], "learned");
+  EXPECT_EQ(ToJson(c)["arch"], "decoder");
+}
+
+TEST(ModelConfigTest, MissingFieldsKeepDefaults) {
+  const ModelConfig c = ModelConfigFromJson({{"vocab_size", 10}});
+  ModelConfig want;
+  want.vocab_size = 10;
+  ExpectEqual(c, want);
+}
+
+TEST(ModelConfigTest, EnumNames) {
+  for (PositionScheme s :
+       {PositionScheme::kNone, PositionScheme::kSinusoidal,
+        PositionScheme::kLearned, PositionScheme::kRelative}) {
+    EXPECT_EQ(ParsePositionScheme(ToString(s)), s);
+  }
+  EXPECT_EQ(ParseArch("encoder"), Arch::kEncoder);
+  EXPECT_EQ(ParseArch("decoder"), Arch::kDecoder);
+  EXPECT_THROW(ParsePositionScheme("rotary"), InvalidArgument);
+  EXPECT_THROW(ParseArch("seq2seq"), InvalidArgument);
+}
+
+// Expects `json` to be rejected with exception type E whose message contains
+// every string in `needles`.
+template <typename E>
+void ExpectRejected(const nlohmann::json& json,
+                    std::initializer_list<std::string> needles) {
+  try {
+    ModelConfigFromJson(json);
+    ADD_FAILURE() << "accepted " << json.dump();
+  } catch (const E& e) {
+    for (const std::string& n : needles) {
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
+          << "message '" << e.what() << "' lacks '" << n << "'";
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type for " << json.dump() << ": "
+                  << e.what();
+  }
+}
+
+TEST(ModelConfigTest, BadValuesNameTheField) {
+  const nlohmann::json base = ToJson(NonDefault());
+  auto with = [&](const std::string& key, nlohmann::json v) {
+    nlohmann::json j = base;
+    j[key] = std::move(v);
+    return j;
+  };
+  ExpectRejected<InvalidArgument>(with("vocab_size", 0), {"vocab_size", "0"});
+  ExpectRejected<InvalidArgument>(with("d_model", -4), {"d_model", "-4"});
+  ExpectRejected<InvalidArgument>(with("heads", 5), {"heads", "5", "96"});
+  ExpectRejected<InvalidArgument>(with("heads", 0), {"heads"});
+  ExpectRejected<InvalidArgument>(with("layers", -1), {"layers"});
+  ExpectRejected<InvalidArgument>(with("d_ff", 0), {"d_ff"});
+  ExpectRejected<InvalidArgument>(with("max_len", 0), {"max_len"});
+  ExpectRejected<InvalidArgument>(with("max_distance", -3),
+                                  {"max_distance", "-3"});
+  ExpectRejected<InvalidArgument>(with("dropout", 1.0), {"dropout", "1"});
+  ExpectRejected<InvalidArgument>(with("dropout", -0.1), {"dropout"});
+  ExpectRejected<InvalidArgument>(with("rel_init_scale", -1.0),
+                                  {"rel_init_scale"});
+  ExpectRejected<InvalidArgument>(with("position", "rotary"),
+                                  {"position", "rotary", "relative"});
+  ExpectRejected<InvalidArgument>(with("arch", "seq2seq"), {"arch", "seq2seq"});
+  // Absurd sizes from an untrusted file: rejected before any allocation.
+  ExpectRejected<InvalidArgument>(with("vocab_size", int64_t{1} << 40),
+                                  {"vocab_size"});
+  nlohmann::json huge = base;
+  huge["d_model"] = 65536;
+  huge["heads"] = 1;
+  huge["layers"] = 1024;
+  ExpectRejected<InvalidArgument>(huge, {"parameters"});
+}
+
+TEST(ModelConfigTest, WrongTypesAndUnknownFieldsAreFormatErrors) {
+  const nlohmann::json base = ToJson(NonDefault());
+  auto with = [&](const std::string& key, nlohmann::json v) {
+    nlohmann::json j = base;
+    j[key] = std::move(v);
+    return j;
+  };
+  ExpectRejected<FormatError>(with("d_model", "64"), {"d_model", "integer"});
+  ExpectRejected<FormatError>(with("d_model", 64.5), {"d_model"});
+  ExpectRejected<FormatError>(with("key_term", 1), {"key_term"});
+  ExpectRejected<FormatError>(with("dropout", "0.1"), {"dropout"});
+  ExpectRejected<FormatError>(with("position", 3), {"position"});
+  ExpectRejected<FormatError>(with("seed", -1), {"seed"});
+  ExpectRejected<FormatError>(with("max_distanse", 3), {"max_distanse"});
+  ExpectRejected<FormatError>(nlohmann::json::array({1, 2}), {"object"});
+}
+
+}  // namespace
+}  // namespace relpos::model

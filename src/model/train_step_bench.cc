@@ -1,0 +1,128 @@
+// One training step (Transformer::ForwardBackward) of the reference
+// model, relative position representations vs none:
+//   d_model = 512, 8 heads, k = 16, sequence 512, batch 4, d_ff 2048,
+//   2 layers, byte vocabulary (256).
+// The target (SPEC.md section 6) is <= 3% overhead for the relative model.
+// Compare the medians of the two benchmarks as a ratio (the machine is often
+// shared): e.g.
+//   train_step_bench --benchmark_repetitions=5
+//                    --benchmark_report_aggregates_only=true
+// Environment: RELPOS_BENCH_LAYERS / RELPOS_BENCH_BATCH / RELPOS_BENCH_SEQ
+// override the defaults for quick runs.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/transformer.h"
+#include "relpos/attention.h"
+
+namespace relpos::model {
+namespace {
+
+int64_t EnvOr(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? fallback : std::atoll(v);
+}
+
+void BM_TrainStep(benchmark::State& state, PositionScheme position) {
+  ModelConfig c;
+  c.arch = Arch::kEncoder;
+  c.vocab_size = 256;
+  c.d_model = 512;
+  c.heads = 8;
+  c.layers = EnvOr("RELPOS_BENCH_LAYERS", 2);
+  c.d_ff = 2048;
+  c.position = position;
+  c.max_distance = 16;
+  c.max_len = 4096;
+  c.seed = 1;
+  Transformer model(c);
+  Batch b;
+  b.batch = EnvOr("RELPOS_BENCH_BATCH", 4);
+  b.length = EnvOr("RELPOS_BENCH_SEQ", 512);
+  Rng data(7);
+  for (int64_t i = 0; i < b.batch * b.length; ++i) {
+    b.tokens.push_back(static_cast<int32_t>(data.Below(256)));
+    b.targets.push_back(static_cast<int32_t>(data.Below(256)));
+  }
+  b.lengths.assign(b.batch, b.length);
+  Rng rng(3);
+  model.ForwardBackward(b, rng, nullptr);  // warm-up: allocations
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(model.ForwardBackward(b, rng, nullptr));
+  }
+  state.counters["threads"] = omp_get_max_threads();
+  state.counters["tokens/s"] = benchmark::Counter(
+      static_cast<double>(b.batch * b.length), benchmark::Counter::kIsRate);
+}
+
+// The attention part alone (forward + backward of one layer's attention at
+// the same shape, through the public API with AttentionPath::kAuto), to
+// attribute the training step's overhead: a step runs this once per layer.
+void BM_AttentionStep(benchmark::State& state, bool relative) {
+  const int64_t B = EnvOr("RELPOS_BENCH_BATCH", 4);
+  const int64_t N = EnvOr("RELPOS_BENCH_SEQ", 512);
+  const int64_t H = 8, dh = 64, k = 16, rows = 2 * k + 1;
+  Rng rng(5);
+  auto random = [&](int64_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = static_cast<float>(rng.Normal());
+    return v;
+  };
+  const std::vector<float> q = random(B * H * N * dh),
+                           kk = random(B * H * N * dh),
+                           v = random(B * H * N * dh),
+                           dout = random(B * H * N * dh),
+                           ak = random(rows * dh), av = random(rows * dh);
+  std::vector<float> out(B * H * N * dh), lse(B * H * N), dq(q.size()),
+      dk(q.size()), dv(q.size()), dak(ak.size()), dav(av.size());
+  AttentionOptions o;
+  o.max_distance = relative ? k : 0;
+  o.key_term = o.value_term = relative;
+  o.key_lengths.assign(B, N);
+  AttentionInputs<float> in;
+  in.q = ConstView<float>(q.data(), {B, H, N, dh});
+  in.k = ConstView<float>(kk.data(), {B, H, N, dh});
+  in.v = ConstView<float>(v.data(), {B, H, N, dh});
+  AttentionGrads<float> g;
+  g.dq = TensorView<float>(dq.data(), {B, H, N, dh});
+  g.dk = TensorView<float>(dk.data(), {B, H, N, dh});
+  g.dv = TensorView<float>(dv.data(), {B, H, N, dh});
+  if (relative) {
+    in.ak = ConstView<float>(ak.data(), {rows, dh});
+    in.av = ConstView<float>(av.data(), {rows, dh});
+    g.dak = TensorView<float>(dak.data(), {rows, dh});
+    g.dav = TensorView<float>(dav.data(), {rows, dh});
+  }
+  for (auto _ : state) {
+    AttentionForward<float>(in, TensorView<float>(out.data(), {B, H, N, dh}),
+                            TensorView<float>(lse.data(), {B, H, N}), o);
+    AttentionBackward<float>(in, ConstView<float>(out.data(), {B, H, N, dh}),
+                             ConstView<float>(lse.data(), {B, H, N}),
+                             ConstView<float>(dout.data(), {B, H, N, dh}), g,
+                             o);
+    benchmark::DoNotOptimize(dq.data());
+  }
+}
+
+BENCHMARK_CAPTURE(BM_AttentionStep, none, false)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_AttentionStep, relative, true)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_TrainStep, none, PositionScheme::kNone)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_TrainStep, relative, PositionScheme::kRelative)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace relpos::model
+
+BENCHMARK_MAIN();

@@ -1,0 +1,160 @@
+// A small transformer for relpos's sequence-task and byte-level LM
+// experiments: a bidirectional encoder or a causal decoder-only model with
+// token embedding, pre-LayerNorm blocks (multi-head attention with a chosen
+// position scheme, GELU feed-forward, residuals), a final LayerNorm and an
+// untied output head. Forward and backward are written by hand (src/nn/);
+// docs/model.md describes the architecture, initialisation and the names of
+// the parameters (which are the checkpoint tensor names).
+//
+// The model is a class template on the number type: `Transformer` (float) is
+// what training uses; BasicTransformer<double> runs the same code in double
+// so that tests can check whole-model gradients against finite differences.
+#ifndef RELPOS_SRC_MODEL_TRANSFORMER_H_
+#define RELPOS_SRC_MODEL_TRANSFORMER_H_
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+
+namespace relpos::model {
+
+// How token positions enter the model. Adding a scheme: extend this enum,
+// ToString/ParsePositionScheme, and the two switch statements in
+// transformer.cc (input side: AddInputPositions; attention side:
+// AttentionOptionsFor).
+enum class PositionScheme {
+  kNone,        // no position information at all (a bag of tokens)
+  kSinusoidal,  // fixed sin/cos table added to the token embeddings
+  kLearned,     // learned [max_len, d_model] table added to the embeddings
+  kRelative,    // Shaw et al. relative representations inside attention
+};
+std::string ToString(PositionScheme scheme);  // "none", "sinusoidal", ...
+// InvalidArgument listing the accepted names.
+PositionScheme ParsePositionScheme(const std::string& name);
+
+enum class Arch {
+  kEncoder,  // bidirectional self-attention
+  kDecoder,  // decoder-only, causal self-attention
+};
+std::string ToString(Arch arch);  // "encoder" / "decoder"
+Arch ParseArch(const std::string& name);
+
+struct ModelConfig {
+  Arch arch = Arch::kEncoder;
+  int64_t vocab_size = 0, d_model = 64, heads = 4, layers = 2, d_ff = 256;
+  int64_t max_len = 1024;  // rows of the learned absolute table (kLearned)
+  PositionScheme position = PositionScheme::kRelative;
+  int64_t max_distance = 16;  // k, for kRelative
+  bool key_term = true, value_term = true, per_head_tables = false;
+  double rel_init_scale = 1.0;  // multiplier on the Xavier std of the tables
+  double dropout = 0.0;         // in [0, 1); applied only in ForwardBackward
+  uint64_t seed = 0;            // initialisation
+};
+
+// JSON object with every field above; enums as their ToString names.
+nlohmann::json ToJson(const ModelConfig& config);
+// Missing fields keep their defaults. A field of the wrong JSON type, an
+// unknown field or a non-object throws FormatError naming the field; values
+// out of range throw InvalidArgument (from Validate) naming the field.
+ModelConfig ModelConfigFromJson(const nlohmann::json& json);
+// InvalidArgument naming the first bad field and its value. Also caps sizes so
+// that an untrusted config cannot request absurd allocations.
+void Validate(const ModelConfig& config);
+
+// A batch of token sequences, padded to `length`.
+struct Batch {
+  int64_t batch = 0, length = 0;
+  std::vector<int32_t> tokens;   // [batch, length]
+  std::vector<int32_t> targets;  // [batch, length], -1 = no loss there
+  // Valid length of each sequence, in [0, length]. Positions >= lengths[b]
+  // are padding: invisible as keys, their tokens are ignored (any value), and
+  // their targets must be -1.
+  std::vector<int64_t> lengths;
+};
+
+// One named tensor of the model. `grad` has value's size and is overwritten
+// by every ForwardBackward.
+template <typename T>
+struct BasicParameter {
+  std::string name;  // e.g. "blocks.0.attn.q.weight" (docs/model.md)
+  std::vector<int64_t> shape;
+  std::vector<T> value, grad;
+  int64_t numel() const { return static_cast<int64_t>(value.size()); }
+};
+using Parameter = BasicParameter<float>;
+
+// Counts accumulate over calls (the caller zeroes them); loss_sum is the sum
+// of per-token cross-entropies (natural log).
+struct Metrics {
+  double loss_sum = 0;
+  int64_t tokens = 0, correct_tokens = 0;
+  // A sequence with at least one target counts; it is correct when every
+  // target position is predicted right (argmax, ties to the lowest id).
+  int64_t sequences = 0, correct_sequences = 0;
+};
+
+// Holds its activations between the forward and backward pass, so one object
+// serves one call at a time (use one model per thread).
+template <typename T>
+class BasicTransformer {
+ public:
+  // Validates `config` and initialises every parameter deterministically from
+  // config.seed (each tensor from its own stream keyed by its name, so adding
+  // a tensor never changes the others).
+  explicit BasicTransformer(const ModelConfig& config);
+  ~BasicTransformer();
+  BasicTransformer(BasicTransformer&&) noexcept;
+  BasicTransformer& operator=(BasicTransformer&&) noexcept;
+
+  const ModelConfig& config() const { return config_; }
+
+  // Forward + mean cross-entropy over targets != -1 + backward (grads
+  // OVERWRITTEN; all zero, loss 0, when the batch has no target). Dropout
+  // draws one value from `rng` per dropout site when config.dropout > 0 (the
+  // masks themselves come from a counter-based hash, so they do not depend
+  // on the thread count). Returns the mean loss; adds to *metrics if given.
+  // Throws InvalidArgument for an inconsistent batch (sizes, token ids out of
+  // range, targets at padded positions, length > max_len for kLearned).
+  T ForwardBackward(const Batch& batch, Rng& rng, Metrics* metrics);
+
+  // Evaluation: no dropout, no grads. predictions (optional) = argmax per
+  // position [batch, length] (-1 at padded positions).
+  T Evaluate(const Batch& batch, Metrics* metrics,
+             std::vector<int32_t>* predictions);
+
+  // Stable order and names (the checkpoint tensor names). The model reads the
+  // values from here on every call, so an optimizer updates them in place;
+  // do not resize the vector or the tensors.
+  std::vector<BasicParameter<T>>& parameters() { return params_; }
+  const std::vector<BasicParameter<T>>& parameters() const { return params_; }
+  // Index of the parameter called `name`, or -1.
+  int64_t FindParameter(const std::string& name) const;
+  int64_t NumParameters() const;
+
+ private:
+  struct State;  // activations and scratch, defined in transformer.cc
+
+  T Run(const Batch& batch, bool train, Rng* rng, Metrics* metrics,
+        std::vector<int32_t>* predictions);
+
+  ModelConfig config_;
+  std::vector<BasicParameter<T>> params_;
+  std::unique_ptr<State> state_;
+};
+
+// The float model used for training; double is for gradient checks.
+class Transformer : public BasicTransformer<float> {
+ public:
+  using BasicTransformer<float>::BasicTransformer;
+};
+
+extern template class BasicTransformer<float>;
+extern template class BasicTransformer<double>;
+
+}  // namespace relpos::model
+
+#endif  // RELPOS_SRC_MODEL_TRANSFORMER_H_

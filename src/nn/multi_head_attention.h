@@ -1,0 +1,80 @@
+// Multi-head self-attention with optional relative position representations
+// (Shaw et al., 2018, section 3):
+//   q = x Wq^T + bq,  k = x Wk^T + bk,  v = x Wv^T + bv     [B*N, d_model]
+//   split into heads                                        [B, H, N, dh]
+//   a = Attention(q, k, v; AK, AV)   relpos::AttentionForward (SPEC.md 2)
+//   y = merge(a) Wo^T + bo                                   [B*N, d_model]
+// The layer neither knows nor cares which attention implementation runs
+// (AttentionPath::kAuto unless the caller's options say otherwise).
+#ifndef RELPOS_SRC_NN_MULTI_HEAD_ATTENTION_H_
+#define RELPOS_SRC_NN_MULTI_HEAD_ATTENTION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "relpos/attention.h"
+
+namespace relpos::nn {
+
+struct MhaShape {
+  int64_t batch = 0, length = 0, d_model = 0, heads = 0;
+  int64_t head_dim() const { return d_model / heads; }
+  int64_t rows() const { return batch * length; }
+};
+
+// Read-only weights. Projections are [d_model, d_model] ([out, in]) with
+// [d_model] biases. rel_k / rel_v: [2k+1, dh] shared by the heads or
+// [H, 2k+1, dh] per head, as options.per_head_tables says; nullptr when the
+// matching term is off.
+template <typename T>
+struct MhaWeights {
+  const T *wq = nullptr, *bq = nullptr, *wk = nullptr, *bk = nullptr;
+  const T *wv = nullptr, *bv = nullptr, *wo = nullptr, *bo = nullptr;
+  const T *rel_k = nullptr, *rel_v = nullptr;
+};
+
+// Gradients, same shapes as MhaWeights; all overwritten. rel_k / rel_v may be
+// nullptr exactly when the weights' are.
+template <typename T>
+struct MhaGrads {
+  T *wq = nullptr, *bq = nullptr, *wk = nullptr, *bk = nullptr;
+  T *wv = nullptr, *bv = nullptr, *wo = nullptr, *bo = nullptr;
+  T *rel_k = nullptr, *rel_v = nullptr;
+};
+
+// What the forward pass keeps for the backward pass (resized as needed).
+template <typename T>
+struct MhaCache {
+  std::vector<T> q, k, v;  // [B, H, N, dh]
+  std::vector<T> attn;     // [B, H, N, dh], the attention output
+  std::vector<T> lse;      // [B, H, N]
+  std::vector<T> merged;   // [B*N, d_model], attn with heads merged back
+};
+
+// Working memory of the backward pass, reused between calls.
+template <typename T>
+struct MhaScratch {
+  std::vector<T> flat;               // [B*N, d_model]
+  std::vector<T> dattn, dq, dk, dv;  // [B, H, N, dh]
+};
+
+// x [B*N, d_model] -> y [B*N, d_model]. `attention` carries max_distance,
+// per_head_tables, key_term, value_term, causal and key_lengths.
+template <typename T>
+void MultiHeadAttentionForward(const T* x, const MhaWeights<T>& w, T* y,
+                               MhaCache<T>* cache, const MhaShape& shape,
+                               const AttentionOptions& attention);
+
+// Differentiates the forward pass above, given dy [B*N, d_model]; dx
+// [B*N, d_model] is overwritten. `cache` must come from the forward pass with
+// the same x, weights and options.
+template <typename T>
+void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
+                                const MhaCache<T>& cache, const T* dy, T* dx,
+                                const MhaGrads<T>& grads,
+                                MhaScratch<T>* scratch, const MhaShape& shape,
+                                const AttentionOptions& attention);
+
+}  // namespace relpos::nn
+
+#endif  // RELPOS_SRC_NN_MULTI_HEAD_ATTENTION_H_

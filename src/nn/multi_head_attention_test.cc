@@ -1,0 +1,221 @@
+// Gradient checks of the multi-head attention layer in double (the public
+// attention API runs its reference path for double), over every position
+// variant the model uses, causal and padded; plus float-vs-double agreement.
+#include "nn/multi_head_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "nn/grad_check_test_util.h"
+
+namespace relpos::nn {
+namespace {
+
+using testing::CheckGradient;
+using testing::Dot;
+using testing::RandomVector;
+
+struct MhaCase {
+  std::string name;
+  int64_t max_distance;
+  bool key_term, value_term, per_head, causal;
+  std::vector<int64_t> lengths;  // batch = lengths.size()
+};
+
+void PrintTo(const MhaCase& c, std::ostream* os) { *os << c.name; }
+
+// Awkward sizes: N = 5 (odd), k = 2 < N so both far buckets are used, one
+// fully padded sequence (length 0: rows see no key and must output zeros).
+std::vector<MhaCase> Cases() {
+  return {
+      {"plain", 0, false, false, false, false, {5, 3}},
+      {"plain_causal", 0, false, false, false, true, {5, 3}},
+      {"relative_shared", 2, true, true, false, false, {5, 3}},
+      {"relative_per_head_causal", 2, true, true, true, true, {4, 5}},
+      {"keys_only_padded_empty", 2, true, false, false, false, {5, 0}},
+      {"values_only_causal", 1, false, true, true, true, {2, 5}},
+      {"k_zero", 0, true, true, false, false, {5, 5}},
+  };
+}
+
+class MhaGradTest : public ::testing::TestWithParam<MhaCase> {};
+
+TEST_P(MhaGradTest, GradientsMatchFiniteDifferences) {
+  const MhaCase& tc = GetParam();
+  const MhaShape s{static_cast<int64_t>(tc.lengths.size()), 5, 8, 2};
+  const int64_t d = s.d_model, dh = s.head_dim();
+  const int64_t table =
+      (tc.per_head ? s.heads : 1) * (2 * tc.max_distance + 1) * dh;
+  AttentionOptions o;
+  o.max_distance = tc.max_distance;
+  o.key_term = tc.key_term;
+  o.value_term = tc.value_term;
+  o.per_head_tables = tc.per_head;
+  o.causal = tc.causal;
+  o.key_lengths = tc.lengths;
+
+  Rng rng(42);
+  std::vector<double> x = RandomVector(s.rows() * d, rng);
+  const double ws = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<double> wq = RandomVector(d * d, rng, ws),
+                      bq = RandomVector(d, rng, 0.1);
+  std::vector<double> wk = RandomVector(d * d, rng, ws),
+                      bk = RandomVector(d, rng, 0.1);
+  std::vector<double> wv = RandomVector(d * d, rng, ws),
+                      bv = RandomVector(d, rng, 0.1);
+  std::vector<double> wo = RandomVector(d * d, rng, ws),
+                      bo = RandomVector(d, rng, 0.1);
+  std::vector<double> rk = RandomVector(table, rng, 0.5);
+  std::vector<double> rv = RandomVector(table, rng, 0.5);
+  const std::vector<double> r = RandomVector(s.rows() * d, rng);
+  auto weights = [&] {
+    return MhaWeights<double>{wq.data(),
+                              bq.data(),
+                              wk.data(),
+                              bk.data(),
+                              wv.data(),
+                              bv.data(),
+                              wo.data(),
+                              bo.data(),
+                              tc.key_term ? rk.data() : nullptr,
+                              tc.value_term ? rv.data() : nullptr};
+  };
+  MhaCache<double> cache;
+  std::vector<double> y(s.rows() * d);
+  auto loss = [&] {
+    MultiHeadAttentionForward<double>(x.data(), weights(), y.data(), &cache, s,
+                                      o);
+    return Dot(r, y);
+  };
+  loss();
+  for (double v : y) ASSERT_TRUE(std::isfinite(v));
+  // A sequence with no valid key: attention output is zero, so every row of
+  // y is exactly the output bias.
+  for (size_t b = 0; b < tc.lengths.size(); ++b) {
+    if (tc.lengths[b] != 0) continue;
+    for (int64_t n = 0; n < s.length; ++n) {
+      for (int64_t c = 0; c < d; ++c) {
+        EXPECT_EQ(y[(b * s.length + n) * d + c], bo[c]);
+      }
+    }
+  }
+
+  std::vector<double> dx(x.size()), dwq(wq.size()), dbq(d), dwk(wk.size()),
+      dbk(d), dwv(wv.size()), dbv(d), dwo(wo.size()), dbo(d), drk(table),
+      drv(table);
+  MhaGrads<double> g{dwq.data(),
+                     dbq.data(),
+                     dwk.data(),
+                     dbk.data(),
+                     dwv.data(),
+                     dbv.data(),
+                     dwo.data(),
+                     dbo.data(),
+                     tc.key_term ? drk.data() : nullptr,
+                     tc.value_term ? drv.data() : nullptr};
+  MhaScratch<double> scratch;
+  MultiHeadAttentionBackward<double>(x.data(), weights(), cache, r.data(),
+                                     dx.data(), g, &scratch, s, o);
+  CheckGradient("dx", &x, dx, loss, 80);
+  CheckGradient("dwq", &wq, dwq, loss);
+  CheckGradient("dbq", &bq, dbq, loss);
+  CheckGradient("dwk", &wk, dwk, loss);
+  CheckGradient("dbk", &bk, dbk, loss);
+  CheckGradient("dwv", &wv, dwv, loss);
+  CheckGradient("dbv", &bv, dbv, loss);
+  CheckGradient("dwo", &wo, dwo, loss);
+  CheckGradient("dbo", &bo, dbo, loss);
+  if (tc.key_term) CheckGradient("drel_k", &rk, drk, loss, 200);
+  if (tc.value_term) CheckGradient("drel_v", &rv, drv, loss, 200);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, MhaGradTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(MhaTest, FloatMatchesDouble) {
+  // Same layer in float (Sgemm + whatever attention path kAuto picks) and in
+  // double. Float rounding through two GEMMs (K = 32) and a softmax keeps
+  // relative errors near sqrt(K) eps_float ~ 1e-6; 1e-4 relative to the
+  // output's largest entry leaves room for the attention path's own rounding.
+  const MhaShape s{2, 37, 32, 4};
+  const int64_t d = s.d_model, dh = s.head_dim(), k = 4;
+  const int64_t table = (2 * k + 1) * dh;
+  AttentionOptions o;
+  o.max_distance = k;
+  o.causal = true;
+  o.key_lengths = {37, 20};
+  Rng rng(9);
+  const double ws = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<std::vector<double>> wd;
+  for (int i = 0; i < 4; ++i) {
+    wd.push_back(RandomVector(d * d, rng, ws));
+    wd.push_back(RandomVector(d, rng, 0.1));
+  }
+  wd.push_back(RandomVector(table, rng, 0.5));
+  wd.push_back(RandomVector(table, rng, 0.5));
+  const std::vector<double> xd = RandomVector(s.rows() * d, rng);
+  std::vector<std::vector<float>> wf;
+  for (const auto& w : wd) wf.emplace_back(w.begin(), w.end());
+  const std::vector<float> xf(xd.begin(), xd.end());
+  MhaWeights<double> wdd{wd[0].data(), wd[1].data(), wd[2].data(), wd[3].data(),
+                         wd[4].data(), wd[5].data(), wd[6].data(), wd[7].data(),
+                         wd[8].data(), wd[9].data()};
+  MhaWeights<float> wff{wf[0].data(), wf[1].data(), wf[2].data(), wf[3].data(),
+                        wf[4].data(), wf[5].data(), wf[6].data(), wf[7].data(),
+                        wf[8].data(), wf[9].data()};
+  std::vector<double> yd(s.rows() * d);
+  std::vector<float> yf(s.rows() * d);
+  MhaCache<double> cd;
+  MhaCache<float> cf;
+  MultiHeadAttentionForward<double>(xd.data(), wdd, yd.data(), &cd, s, o);
+  MultiHeadAttentionForward<float>(xf.data(), wff, yf.data(), &cf, s, o);
+  double scale = 0;
+  for (double v : yd) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < yd.size(); ++i) {
+    ASSERT_NEAR(yf[i], yd[i], 1e-4 * scale) << i;
+  }
+  // Backward with dy = y: compare dx and the table gradients.
+  std::vector<double> dxd(xd.size()), gd[10];
+  std::vector<float> dxf(xd.size()), gf[10];
+  for (int i = 0; i < 10; ++i) {
+    gd[i].resize(wd[i].size());
+    gf[i].resize(wd[i].size());
+  }
+  MhaGrads<double> gdd{gd[0].data(), gd[1].data(), gd[2].data(), gd[3].data(),
+                       gd[4].data(), gd[5].data(), gd[6].data(), gd[7].data(),
+                       gd[8].data(), gd[9].data()};
+  MhaGrads<float> gff{gf[0].data(), gf[1].data(), gf[2].data(), gf[3].data(),
+                      gf[4].data(), gf[5].data(), gf[6].data(), gf[7].data(),
+                      gf[8].data(), gf[9].data()};
+  MhaScratch<double> sd;
+  MhaScratch<float> sf;
+  MultiHeadAttentionBackward<double>(xd.data(), wdd, cd, yd.data(), dxd.data(),
+                                     gdd, &sd, s, o);
+  MultiHeadAttentionBackward<float>(xf.data(), wff, cf, yf.data(), dxf.data(),
+                                    gff, &sf, s, o);
+  auto check = [](const char* what, const auto& f,
+                  const std::vector<double>& dd, double scale = 0) {
+    for (double v : dd) scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < dd.size(); ++i) {
+      ASSERT_NEAR(f[i], dd[i], 1e-4 * scale) << what << "[" << i << "]";
+    }
+  };
+  check("dx", dxf, dxd);
+  double dwk_scale = 0;
+  for (double v : gd[2]) dwk_scale = std::max(dwk_scale, std::abs(v));
+  for (int i = 0; i < 10; ++i) {
+    // The key bias adds q_i . bk to every score of row i, which softmax
+    // ignores: its exact gradient is 0 and float leaves only rounding, so
+    // measure it on the scale of the key weights' gradient instead.
+    check(("param" + std::to_string(i)).c_str(), gf[i], gd[i],
+          i == 3 ? dwk_scale : 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace relpos::nn

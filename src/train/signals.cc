@@ -1,0 +1,53 @@
+#include "train/signals.h"
+
+#include <signal.h>
+
+namespace relpos::train {
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void OnStopSignal(int sig) {
+  g_stop_signal = sig;
+  // Second signal: default action. SA_RESETHAND already did that for this
+  // signal; do it for the other one too (async-signal-safe: signal()).
+  std::signal(sig == SIGINT ? SIGTERM : SIGINT, SIG_DFL);
+}
+
+}  // namespace
+
+ScopedStopSignals::ScopedStopSignals() {
+  g_stop_signal = 0;
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;  // one-shot: a second Ctrl-C kills at once
+  sigaction(SIGINT, &sa, &old_int_);
+  sigaction(SIGTERM, &sa, &old_term_);
+}
+
+ScopedStopSignals::~ScopedStopSignals() {
+  if (!restored_) {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+}
+
+const volatile std::sig_atomic_t* ScopedStopSignals::flag() const {
+  return &g_stop_signal;
+}
+
+int ScopedStopSignals::signal_number() const { return g_stop_signal; }
+
+void ScopedStopSignals::Reraise() {
+  const int sig = g_stop_signal;
+  if (sig == 0) return;
+  sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGTERM, &old_term_, nullptr);
+  restored_ = true;
+  // If the caller's previous disposition was to ignore it, raise() is a
+  // no-op and the caller simply returns.
+  std::raise(sig);
+}
+
+}  // namespace relpos::train
