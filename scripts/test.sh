@@ -1,11 +1,50 @@
 #!/usr/bin/env bash
-# Builds relpos and runs every test: the C++ unit tests (CTest) in release.
+# Builds relpos and runs every test:
+#   1. release build, all C++ unit tests (CTest);
+#   2. the Python package (pip install into .venv) and its pytest suite;
+#   3. AddressSanitizer + UBSan build, the C++ unit tests again;
+#   4. the libFuzzer targets under ASan, 60 s each.
 # Usage: bash scripts/test.sh      (after scripts/install-deps.sh)
+# RELPOS_TEST_STAGES="release python sanitize fuzz" selects stages;
+# RELPOS_FUZZ_SECONDS sets the fuzzing time per target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+stages=${RELPOS_TEST_STAGES:-release python sanitize fuzz}
+start=$SECONDS
 
-echo "== release build and unit tests"
-cmake --preset release >/dev/null
-cmake --build build/release -j "$jobs"
-ctest --preset release -j "$jobs"
+stage() { echo; echo "=== [$((SECONDS - start))s] $*"; }
+
+for s in $stages; do
+  case $s in
+    release)
+      stage "release build and C++ unit tests"
+      cmake --preset release >/dev/null
+      cmake --build build/release -j "$jobs"
+      ctest --preset release -j "$jobs"
+      ;;
+    python)
+      stage "Python package and pytest"
+      bash scripts/test-python.sh
+      ;;
+    sanitize)
+      stage "ASan + UBSan build and C++ unit tests"
+      cmake --preset sanitize >/dev/null
+      cmake --build build/sanitize -j "$jobs"
+      # halt_on_error: any report fails the test; OpenMP's runtime keeps
+      # thread stacks alive at exit, which LeakSanitizer would flag.
+      ASAN_OPTIONS=halt_on_error=1:detect_leaks=0 \
+      UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        ctest --preset sanitize -j "$jobs" -LE install
+      ;;
+    fuzz)
+      stage "fuzzing (libFuzzer, ASan + UBSan)"
+      bash scripts/fuzz.sh "${RELPOS_FUZZ_SECONDS:-60}"
+      ;;
+    *)
+      echo "test.sh: unknown stage '$s'" >&2
+      exit 2
+      ;;
+  esac
+done
+stage "all test stages passed: $stages"

@@ -1,9 +1,8 @@
 #include "cli/experiment_flags.h"
 
 #include <algorithm>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/check.h"
 #include "io/file_io.h"
@@ -25,8 +24,9 @@ void ApplyTerms(const std::string& terms, ModelConfig* c) {
   } else if (terms == "neither") {
     c->key_term = c->value_term = false;
   } else {
-    RELPOS_THROW(InvalidArgument, "--terms must be both, key, value or neither (got '"
-                                      << terms << "')");
+    RELPOS_THROW(
+        InvalidArgument,
+        "--terms must be both, key, value or neither (got '" << terms << "')");
   }
 }
 
@@ -66,7 +66,8 @@ void ExperimentFlags::Add(CLI::App* sub, FlagGroups groups) {
   Bind(sub, "--train-lengths", &train_lengths_,
        "Range A-B of training lengths (task size parameter)",
        [this](ModelConfig&, TrainConfig& t) {
-         const auto [lo, hi] = train::ParseLengthRange(train_lengths_, "--train-lengths");
+         const auto [lo, hi] =
+             train::ParseLengthRange(train_lengths_, "--train-lengths");
          t.train_min_length = lo;
          t.train_max_length = hi;
        });
@@ -77,26 +78,32 @@ void ExperimentFlags::Add(CLI::App* sub, FlagGroups groups) {
          });
     Bind(sub, "--max-distance,-k", &max_distance_,
          "Clipping distance k of relative positions",
-         [this](ModelConfig& m, TrainConfig&) { m.max_distance = max_distance_; })
+         [this](ModelConfig& m, TrainConfig&) {
+           m.max_distance = max_distance_;
+         })
         ->check(i64(0, int64_t{1} << 16));
     Bind(sub, "--terms", &terms_,
          "Relative terms: both|key|value|neither (Shaw et al.'s ablation)",
          [this](ModelConfig& m, TrainConfig&) { ApplyTerms(terms_, &m); });
-    sub->add_flag("--per-head-tables", per_head_,
-                  "One relative table pair per head (default: shared per layer)");
+    sub->add_flag(
+        "--per-head-tables", per_head_,
+        "One relative table pair per head (default: shared per layer)");
     appliers_.push_back({sub->get_option("--per-head-tables"),
                          [this](ModelConfig& m, TrainConfig&) {
                            m.per_head_tables = per_head_;
                          }});
     Bind(sub, "--rel-init-scale", &rel_init_scale_,
          "Multiplier on the Xavier std of the relative tables",
-         [this](ModelConfig& m, TrainConfig&) { m.rel_init_scale = rel_init_scale_; });
+         [this](ModelConfig& m, TrainConfig&) {
+           m.rel_init_scale = rel_init_scale_;
+         });
   }
-  arch_option_ = Bind(sub, "--arch", &arch_,
-                      "encoder|decoder (default: encoder for tasks, decoder for lm)",
-                      [this](ModelConfig& m, TrainConfig&) {
-                        m.arch = model::ParseArch(arch_);
-                      });
+  arch_option_ =
+      Bind(sub, "--arch", &arch_,
+           "encoder|decoder (default: encoder for tasks, decoder for lm)",
+           [this](ModelConfig& m, TrainConfig&) {
+             m.arch = model::ParseArch(arch_);
+           });
   Bind(sub, "--d-model", &d_model_, "Model width",
        [this](ModelConfig& m, TrainConfig&) { m.d_model = d_model_; })
       ->check(i64(1, 1 << 16));
@@ -109,7 +116,8 @@ void ExperimentFlags::Add(CLI::App* sub, FlagGroups groups) {
   Bind(sub, "--d-ff", &d_ff_, "Feed-forward width",
        [this](ModelConfig& m, TrainConfig&) { m.d_ff = d_ff_; })
       ->check(i64(1, 1 << 18));
-  Bind(sub, "--max-len", &max_len_, "Rows of the learned absolute position table",
+  Bind(sub, "--max-len", &max_len_,
+       "Rows of the learned absolute position table",
        [this](ModelConfig& m, TrainConfig&) { m.max_len = max_len_; })
       ->check(i64(1, 1 << 20));
   Bind(sub, "--dropout", &dropout_, "Dropout probability in [0, 1)",
@@ -138,7 +146,9 @@ void ExperimentFlags::Add(CLI::App* sub, FlagGroups groups) {
   Bind(sub, "--eps", &eps_, "AdamW epsilon",
        [this](ModelConfig&, TrainConfig& t) { t.adamw.eps = eps_; });
   Bind(sub, "--weight-decay", &weight_decay_, "AdamW decoupled weight decay",
-       [this](ModelConfig&, TrainConfig& t) { t.adamw.weight_decay = weight_decay_; });
+       [this](ModelConfig&, TrainConfig& t) {
+         t.adamw.weight_decay = weight_decay_;
+       });
   Bind(sub, "--clip-norm", &clip_norm_, "Global gradient-norm clip (0: off)",
        [this](ModelConfig&, TrainConfig& t) { t.clip_norm = clip_norm_; })
       ->check(CLI::Range(0.0, 1e30));
@@ -150,15 +160,24 @@ void ExperimentFlags::Add(CLI::App* sub, FlagGroups groups) {
       ->check(CLI::Range(1, 1024));
   Bind(sub, "--checkpoint-every", &checkpoint_every_,
        "Updates between checkpoints (0: only at the end)",
-       [this](ModelConfig&, TrainConfig& t) { t.checkpoint_every = checkpoint_every_; })
+       [this](ModelConfig&, TrainConfig& t) {
+         t.checkpoint_every = checkpoint_every_;
+       })
       ->check(i64(0, 1'000'000'000));
-  Bind(sub, "--corpus", &corpus_, "Task lm: a text file (default: generated text)",
+  Bind(sub, "--corpus", &corpus_,
+       "Task lm: a text file (default: generated text)",
        [this](ModelConfig&, TrainConfig& t) { t.data.corpus_path = corpus_; });
-  Bind(sub, "--corpus-bytes", &corpus_bytes_, "Task lm: size of the generated text",
-       [this](ModelConfig&, TrainConfig& t) { t.data.corpus_bytes = corpus_bytes_; })
+  Bind(sub, "--corpus-bytes", &corpus_bytes_,
+       "Task lm: size of the generated text",
+       [this](ModelConfig&, TrainConfig& t) {
+         t.data.corpus_bytes = corpus_bytes_;
+       })
       ->check(i64(100, int64_t{1} << 30));
-  Bind(sub, "--corpus-seed", &corpus_seed_, "Task lm: seed of the generated text",
-       [this](ModelConfig&, TrainConfig& t) { t.data.corpus_seed = corpus_seed_; });
+  Bind(sub, "--corpus-seed", &corpus_seed_,
+       "Task lm: seed of the generated text",
+       [this](ModelConfig&, TrainConfig& t) {
+         t.data.corpus_seed = corpus_seed_;
+       });
   if (groups.config_file) {
     config_option_ = sub->add_option(
         "--config", config_file_,
@@ -197,8 +216,8 @@ std::vector<std::string> ExperimentFlags::GivenNames() const {
 }
 
 void ExperimentFlags::Build(const ModelConfig& model_defaults,
-                            const TrainConfig& train_defaults, ModelConfig* model,
-                            TrainConfig* train) const {
+                            const TrainConfig& train_defaults,
+                            ModelConfig* model, TrainConfig* train) const {
   ModelConfig m = model_defaults;
   TrainConfig t = train_defaults;
   bool arch_set = arch_option_ && arch_option_->count() > 0;
@@ -207,23 +226,27 @@ void ExperimentFlags::Build(const ModelConfig& model_defaults,
   if (config_option_ && config_option_->count() > 0) {
     // Untrusted file: size-capped read, strict parse; unknown sections and
     // fields are errors (a typo must not be silently ignored).
-    const std::string text = io::ReadFileBounded(config_file_, int64_t{1} << 20);
+    const std::string text =
+        io::ReadFileBounded(config_file_, int64_t{1} << 20);
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-      RELPOS_THROW(FormatError, "--config " << config_file_ << ": not valid JSON ("
-                                            << e.what() << ")");
+      RELPOS_THROW(FormatError, "--config " << config_file_
+                                            << ": not valid JSON (" << e.what()
+                                            << ")");
     }
     if (!j.is_object()) {
-      RELPOS_THROW(FormatError, "--config " << config_file_ << ": must hold a JSON object");
+      RELPOS_THROW(FormatError,
+                   "--config " << config_file_ << ": must hold a JSON object");
     }
-    static const std::set<std::string> known = {"model", "train", "format",
+    static const std::set<std::string> known = {"model",   "train", "format",
                                                 "version", "state", "files"};
     for (const auto& [key, value] : j.items()) {
       if (!known.count(key)) {
-        RELPOS_THROW(FormatError, "--config " << config_file_ << ": unknown section '"
-                                              << key << "' (expected model, train)");
+        RELPOS_THROW(FormatError, "--config " << config_file_
+                                              << ": unknown section '" << key
+                                              << "' (expected model, train)");
       }
     }
     try {
@@ -259,7 +282,8 @@ void ExperimentFlags::Build(const ModelConfig& model_defaults,
   for (const Applier& a : appliers_) {
     if (a.option->count() > 0) a.apply(m, t);
   }
-  for (const std::string& name : GivenNames()) warmup_set |= name == "--warmup-steps";
+  for (const std::string& name : GivenNames())
+    warmup_set |= name == "--warmup-steps";
   warmup_set |= config_warmup_set;
   // Unless set, the warm-up is the default's (100 updates) but at most a
   // tenth of the run, so that `--steps 50` works without more flags.

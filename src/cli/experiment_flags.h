@@ -4,14 +4,13 @@
 #ifndef RELPOS_SRC_CLI_EXPERIMENT_FLAGS_H_
 #define RELPOS_SRC_CLI_EXPERIMENT_FLAGS_H_
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "model/transformer.h"
 #include "train/progress.h"
@@ -36,8 +35,8 @@ class ExperimentFlags {
   // Validates both (InvalidArgument/FormatError naming the flag or field)
   // and the pair against the data (vocab, lengths, max_len).
   void Build(const model::ModelConfig& model_defaults,
-             const train::TrainConfig& train_defaults, model::ModelConfig* model,
-             train::TrainConfig* train) const;
+             const train::TrainConfig& train_defaults,
+             model::ModelConfig* model, train::TrainConfig* train) const;
 
   // True if any model/optimiser flag or --config was given (for --resume,
   // which takes its configuration from the checkpoint).
@@ -55,9 +54,10 @@ class ExperimentFlags {
     std::function<void(model::ModelConfig&, train::TrainConfig&)> apply;
   };
   template <typename T>
-  CLI::Option* Bind(CLI::App* sub, const std::string& name, T* storage,
-                    const std::string& help,
-                    std::function<void(model::ModelConfig&, train::TrainConfig&)> apply);
+  CLI::Option* Bind(
+      CLI::App* sub, const std::string& name, T* storage,
+      const std::string& help,
+      std::function<void(model::ModelConfig&, train::TrainConfig&)> apply);
 
   // Raw storage (a stable address for CLI11; the object lives in a
   // shared_ptr owned by the verb's callback).

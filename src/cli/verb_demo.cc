@@ -1,21 +1,20 @@
 // `relpos demo`: the README's first command. Trains an absolute-position
-// (sinusoidal, by default) and a relative-position model on the same short sequences, evaluates both on
-// lengths up to 4x the longest training length, prints a table of accuracy
-// per length and writes results.json, accuracy.svg and both checkpoints into
-// the output folder (docs/training.md, "The demo").
+// (sinusoidal, by default) and a relative-position model on the same short
+// sequences, evaluates both on lengths up to 4x the longest training length,
+// prints a table of accuracy per length and writes results.json, accuracy.svg
+// and both checkpoints into the output folder (docs/training.md, "The demo").
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
 #include <vector>
-
-#include <unistd.h>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
@@ -40,7 +39,7 @@ namespace fs = std::filesystem;
 constexpr const char* kDemoTask = "local_difference";
 constexpr int64_t kDemoTrainMin = 8, kDemoTrainMax = 16;
 constexpr const char* kDemoEvalLengths = "4-64:4";
-constexpr int64_t kDemoSteps = 800;
+constexpr int64_t kDemoSteps = 1500;
 constexpr int64_t kDemoSequences = 256;
 
 struct DemoFlags {
@@ -54,8 +53,8 @@ struct DemoFlags {
 };
 
 struct DemoModel {
-  std::string name;     // "absolute (learned)"
-  std::string folder;   // checkpoint folder inside --out
+  std::string name;    // "absolute (learned)"
+  std::string folder;  // checkpoint folder inside --out
   model::ModelConfig config;
 };
 
@@ -96,10 +95,14 @@ void CheckDemoOut(const std::string& out) {
 
 std::string DemoName(model::PositionScheme p) {
   switch (p) {
-    case model::PositionScheme::kNone: return "no positions";
-    case model::PositionScheme::kSinusoidal: return "absolute (sinusoidal)";
-    case model::PositionScheme::kLearned: return "absolute (learned)";
-    case model::PositionScheme::kRelative: return "relative (k=16)";
+    case model::PositionScheme::kNone:
+      return "no positions";
+    case model::PositionScheme::kSinusoidal:
+      return "absolute (sinusoidal)";
+    case model::PositionScheme::kLearned:
+      return "absolute (learned)";
+    case model::PositionScheme::kRelative:
+      return "relative (k=16)";
   }
   return "?";
 }
@@ -146,7 +149,8 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
     }
     models.push_back({DemoName(scheme), name, DemoModelConfig(scheme)});
   }
-  const std::unique_ptr<train::DataSource> data = train::MakeDataSource(tc.data);
+  const std::unique_ptr<train::DataSource> data =
+      train::MakeDataSource(tc.data);
   for (const DemoModel& m : models) {
     model::ModelConfig c = m.config;
     c.vocab_size = data->vocab_size();
@@ -167,7 +171,8 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
   out << "relpos demo: does a model trained on short sequences keep working on "
          "longer ones?\n"
       << "task " << kDemoTask << ": " << data->metric_description()
-      << "; the answer at each output position depends only on the tokens 1 and "
+      << "; the answer at each output position depends only on the tokens 1 "
+         "and "
          "3 places back.\n"
       << "training on lengths " << kDemoTrainMin << "-" << kDemoTrainMax << " ("
       << data->SequenceLength(kDemoTrainMin) << "-"
@@ -216,8 +221,9 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
     const double eval_s = std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - eval_start)
                               .count();
-    nlohmann::ordered_json acc = nlohmann::ordered_json::object(), seq = nlohmann::ordered_json::object(),
-                   loss = nlohmann::ordered_json::object();
+    nlohmann::ordered_json acc = nlohmann::ordered_json::object(),
+                           seq = nlohmann::ordered_json::object(),
+                           loss = nlohmann::ordered_json::object();
     for (const auto& x : res) {
       acc[std::to_string(x.length)] = x.token_accuracy;
       seq[std::to_string(x.length)] = x.sequence_accuracy;
@@ -246,12 +252,16 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
   std::string header = "length  tokens";
   for (const DemoModel& m : models) {
     std::string name = m.name;
-    header += "  " + std::string(std::max<int>(0, 21 - static_cast<int>(name.size())), ' ') + name;
+    header +=
+        "  " +
+        std::string(std::max<int>(0, 21 - static_cast<int>(name.size())), ' ') +
+        name;
   }
   out << header << "\n";
   for (size_t i = 0; i < lengths.size(); ++i) {
     char head[32];
-    std::snprintf(head, sizeof head, "%6lld  %6lld", static_cast<long long>(lengths[i]),
+    std::snprintf(head, sizeof head, "%6lld  %6lld",
+                  static_cast<long long>(lengths[i]),
                   static_cast<long long>(data->SequenceLength(lengths[i])));
     std::string row = head;
     for (size_t k = 0; k < models.size(); ++k) {
@@ -312,8 +322,9 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
     series.push_back(std::move(s));
   }
   train::PlotOptions po;
-  po.title = std::string("relpos demo: ") + kDemoTask + ", trained on lengths " +
-             std::to_string(kDemoTrainMin) + "-" + std::to_string(kDemoTrainMax);
+  po.title = std::string("relpos demo: ") + kDemoTask +
+             ", trained on lengths " + std::to_string(kDemoTrainMin) + "-" +
+             std::to_string(kDemoTrainMax);
   po.x_label = "length (input symbols)";
   po.y_label = "per-token accuracy";
   po.train_max_x = static_cast<double>(kDemoTrainMax);
@@ -322,9 +333,10 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
 
   out << "\nwrote " << json_path.string() << ", " << svg_path.string()
       << " and the checkpoints";
-  for (const DemoModel& m : models) out << " " << (fs::path(f.out) / m.folder).string();
-  out << "\ntotal time " << train::FormatDuration(wall_s) << " ("
-      << tc.threads << (tc.threads == 1 ? " thread" : " threads") << ")\n";
+  for (const DemoModel& m : models)
+    out << " " << (fs::path(f.out) / m.folder).string();
+  out << "\ntotal time " << train::FormatDuration(wall_s) << " (" << tc.threads
+      << (tc.threads == 1 ? " thread" : " threads") << ")\n";
 }
 
 }  // namespace

@@ -3,9 +3,8 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
@@ -32,7 +31,8 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
   train::TrainConfig tc;
   train::TrainState state;
   model::Transformer model = train::LoadModel(f.dir, &tc, &state);
-  const std::unique_ptr<train::DataSource> data = train::MakeDataSource(tc.data);
+  const std::unique_ptr<train::DataSource> data =
+      train::MakeDataSource(tc.data);
   train::CheckEvalLengths(model.config(), *data, lengths);
   train::SetThreads(f.threads > 0 ? f.threads : tc.threads);
 
@@ -41,22 +41,24 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
   ec.sequences_per_length = f.sequences;
   ec.batch_size = f.batch_size;
   ec.seed = f.seed;
-  const int64_t batches_per_length = (f.sequences + f.batch_size - 1) / f.batch_size;
+  const int64_t batches_per_length =
+      (f.sequences + f.batch_size - 1) / f.batch_size;
   train::ProgressMode mode = train::ProgressMode::kAuto;
   if (f.progress == "bar") mode = train::ProgressMode::kTerminal;
   if (f.progress == "lines") mode = train::ProgressMode::kLines;
   if (f.progress == "none") mode = train::ProgressMode::kQuiet;
-  train::Progress progress(std::cerr, "eval",
-                           batches_per_length * static_cast<int64_t>(lengths.size()),
-                           mode);
+  train::Progress progress(
+      std::cerr, "eval",
+      batches_per_length * static_cast<int64_t>(lengths.size()), mode);
   const std::vector<train::LengthResult> results =
       train::EvaluateByLength(model, *data, ec, &progress);
   progress.Finish();
 
   const model::ModelConfig& mc = model.config();
   if (f.json) {
-    nlohmann::ordered_json acc = nlohmann::ordered_json::object(), seq = nlohmann::ordered_json::object(),
-                   loss = nlohmann::ordered_json::object();
+    nlohmann::ordered_json acc = nlohmann::ordered_json::object(),
+                           seq = nlohmann::ordered_json::object(),
+                           loss = nlohmann::ordered_json::object();
     for (const auto& r : results) {
       const std::string key = std::to_string(r.length);
       acc[key] = r.token_accuracy;
@@ -82,17 +84,19 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
   }
   out << "checkpoint " << f.dir << ": task " << tc.data.task << ", position "
       << PositionLabel(mc) << ", step " << state.step << ", trained on lengths "
-      << train::FormatLengthRange(tc.train_min_length, tc.train_max_length) << "\n"
+      << train::FormatLengthRange(tc.train_min_length, tc.train_max_length)
+      << "\n"
       << "metric: " << data->metric_description() << ", " << f.sequences
       << " sequences per length\n";
   out << "length  tokens  accuracy  seq_accuracy    loss\n";
   for (const auto& r : results) {
     char line[128];
-    std::snprintf(line, sizeof line, "%6lld  %6lld  %8.4f  %12.4f  %6.4f%s\n",
-                  static_cast<long long>(r.length),
-                  static_cast<long long>(r.sequence_length), r.token_accuracy,
-                  r.sequence_accuracy, r.loss,
-                  r.length > tc.train_max_length ? "  (longer than trained)" : "");
+    std::snprintf(
+        line, sizeof line, "%6lld  %6lld  %8.4f  %12.4f  %6.4f%s\n",
+        static_cast<long long>(r.length),
+        static_cast<long long>(r.sequence_length), r.token_accuracy,
+        r.sequence_accuracy, r.loss,
+        r.length > tc.train_max_length ? "  (longer than trained)" : "");
     out << line;
   }
 }

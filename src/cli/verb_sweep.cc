@@ -2,18 +2,17 @@
 // relative-position model per clipping distance k (both terms), then one per
 // term setting (key only, value only, neither) at a fixed k, and prints a
 // table of accuracy inside and beyond the training lengths.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
 #include <vector>
-
-#include <unistd.h>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
@@ -50,12 +49,14 @@ std::vector<int64_t> ParseKs(const std::string& spec) {
   while (start <= spec.size()) {
     const size_t end = std::min(spec.find(',', start), spec.size());
     const std::string item = spec.substr(start, end - start);
-    RELPOS_CHECK_ARG(!item.empty() && item.size() <= 6 &&
-                         item.find_first_not_of("0123456789") == std::string::npos,
-                     "--ks must be a comma list of integers in [0, 65536] (got '"
-                         << spec << "')");
+    RELPOS_CHECK_ARG(
+        !item.empty() && item.size() <= 6 &&
+            item.find_first_not_of("0123456789") == std::string::npos,
+        "--ks must be a comma list of integers in [0, 65536] (got '" << spec
+                                                                     << "')");
     const int64_t k = std::stoll(item);
-    RELPOS_CHECK_ARG(k <= 65536, "--ks: k must be in [0, 65536] (got " << k << ")");
+    RELPOS_CHECK_ARG(k <= 65536,
+                     "--ks: k must be in [0, 65536] (got " << k << ")");
     ks.push_back(k);
     start = end + 1;
   }
@@ -84,7 +85,8 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
   base_train.lr = 2e-3;
   base_model.position = model::PositionScheme::kRelative;
   f.exp.Build(base_model, base_train, &base_model, &base_train);
-  const std::unique_ptr<train::DataSource> data = train::MakeDataSource(base_train.data);
+  const std::unique_ptr<train::DataSource> data =
+      train::MakeDataSource(base_train.data);
 
   // Runs: every k with both terms (Shaw et al. Table 3), then the other term
   // settings at k = terms_k (Table 4).
@@ -106,20 +108,25 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
 
   // Evaluation lengths: a few inside the training range, and by default
   // beyond it up to 3x the longest.
-  const int64_t lo = base_train.train_min_length, hi = base_train.train_max_length;
+  const int64_t lo = base_train.train_min_length,
+                hi = base_train.train_max_length;
   const std::string in_spec =
-      train::FormatLengthRange(lo, hi) + ":" + std::to_string(std::max<int64_t>(1, (hi - lo) / 3));
+      train::FormatLengthRange(lo, hi) + ":" +
+      std::to_string(std::max<int64_t>(1, (hi - lo) / 3));
   const std::string beyond_spec =
       f.eval_lengths.empty()
           ? std::to_string(hi + 1) + "-" + std::to_string(3 * hi) + ":" +
                 std::to_string(std::max<int64_t>(1, hi / 2))
           : f.eval_lengths;
-  const std::vector<int64_t> in_lengths = train::ParseLengths(in_spec, "train lengths");
-  const std::vector<int64_t> beyond = train::ParseLengths(beyond_spec, "--eval-lengths");
+  const std::vector<int64_t> in_lengths =
+      train::ParseLengths(in_spec, "train lengths");
+  const std::vector<int64_t> beyond =
+      train::ParseLengths(beyond_spec, "--eval-lengths");
   std::vector<int64_t> all_lengths = in_lengths;
   all_lengths.insert(all_lengths.end(), beyond.begin(), beyond.end());
   std::sort(all_lengths.begin(), all_lengths.end());
-  all_lengths.erase(std::unique(all_lengths.begin(), all_lengths.end()), all_lengths.end());
+  all_lengths.erase(std::unique(all_lengths.begin(), all_lengths.end()),
+                    all_lengths.end());
   train::CheckEvalLengths(base_model, *data, all_lengths);
 
   if (!f.out.empty()) {
@@ -128,14 +135,17 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
     if (!fs::exists(p, ec)) {
       fs::path parent = p.parent_path();
       if (parent.empty()) parent = ".";
-      RELPOS_CHECK_ARG(fs::is_directory(parent, ec) &&
-                           access(parent.c_str(), W_OK | X_OK) == 0,
-                       "--out '" << f.out << "': parent folder is missing or not writable");
+      RELPOS_CHECK_ARG(
+          fs::is_directory(parent, ec) &&
+              access(parent.c_str(), W_OK | X_OK) == 0,
+          "--out '" << f.out << "': parent folder is missing or not writable");
       fs::create_directory(p, ec);
-      if (ec) RELPOS_THROW(IoError, "--out '" << f.out << "': " << ec.message());
+      if (ec)
+        RELPOS_THROW(IoError, "--out '" << f.out << "': " << ec.message());
     } else {
-      RELPOS_CHECK_ARG(fs::is_directory(p, ec) && access(f.out.c_str(), W_OK | X_OK) == 0,
-                       "--out '" << f.out << "' is not a writable folder");
+      RELPOS_CHECK_ARG(
+          fs::is_directory(p, ec) && access(f.out.c_str(), W_OK | X_OK) == 0,
+          "--out '" << f.out << "' is not a writable folder");
     }
   }
 
@@ -146,7 +156,8 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
   train::ScopedStopSignals signals;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::string table =
-      "    k  terms     params  train_loss  acc@train  acc@longer  seq@longer\n";
+      "    k  terms     params  train_loss  acc@train  acc@longer  "
+      "seq@longer\n";
   for (size_t i = 0; i < runs.size(); ++i) {
     model::ModelConfig m = base_model;
     m.max_distance = runs[i].k;
@@ -155,12 +166,14 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
     train::RunOptions opts;
     opts.progress_out = &std::cerr;
     opts.progress_mode = f.exp.progress_mode();
-    opts.label = "[" + std::to_string(i + 1) + "/" + std::to_string(runs.size()) +
+    opts.label = "[" + std::to_string(i + 1) + "/" +
+                 std::to_string(runs.size()) +
                  "] k=" + std::to_string(runs[i].k) + " " + runs[i].terms;
     opts.stop_flag = signals.flag();
     const train::RunResult r = trainer.Run(opts);
     if (r.interrupted) {
-      std::cerr << "sweep: stopped by signal " << signals.signal_number() << "\n";
+      std::cerr << "sweep: stopped by signal " << signals.signal_number()
+                << "\n";
       signals.Reraise();
       return;
     }
@@ -184,7 +197,8 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
     out_acc /= std::max(n_out, 1);
     out_seq /= std::max(n_out, 1);
     char line[160];
-    std::snprintf(line, sizeof line, "%5lld  %-7s  %8lld  %10.4f  %9.4f  %10.4f  %10.4f\n",
+    std::snprintf(line, sizeof line,
+                  "%5lld  %-7s  %8lld  %10.4f  %9.4f  %10.4f  %10.4f\n",
                   static_cast<long long>(runs[i].k), runs[i].terms.c_str(),
                   static_cast<long long>(trainer.model().NumParameters()),
                   r.final_loss, in_acc, out_acc, out_seq);
@@ -202,14 +216,15 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
                     {"train_seconds", r.seconds}});
   }
   nlohmann::ordered_json j = {{"task", base_train.data.task},
-                      {"train_lengths", {lo, hi}},
-                      {"eval_lengths", all_lengths},
-                      {"sequences_per_length", f.sequences},
-                      {"train_config", train::ToJson(base_train)},
-                      {"model_config", model::ToJson(base_model)},
-                      {"runs", rows}};
+                              {"train_lengths", {lo, hi}},
+                              {"eval_lengths", all_lengths},
+                              {"sequences_per_length", f.sequences},
+                              {"train_config", train::ToJson(base_train)},
+                              {"model_config", model::ToJson(base_model)},
+                              {"runs", rows}};
   if (!f.out.empty()) {
-    io::AtomicWriteFile((fs::path(f.out) / "sweep.json").string(), j.dump(2) + "\n");
+    io::AtomicWriteFile((fs::path(f.out) / "sweep.json").string(),
+                        j.dump(2) + "\n");
   }
   if (f.json) {
     out << j.dump() << "\n";
@@ -237,10 +252,12 @@ void AddSweepVerb(CLI::App& app, std::ostream& out) {
       ->check(CLI::Range(int64_t{0}, int64_t{65536}));
   sub->add_option("--eval-lengths", flags->eval_lengths,
                   "Longer lengths to test (default: max+1 .. 3*max)");
-  sub->add_option("--sequences", flags->sequences, "Evaluation sequences per length")
+  sub->add_option("--sequences", flags->sequences,
+                  "Evaluation sequences per length")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--out", flags->out, "Folder for sweep.json (optional)");
-  sub->add_flag("--json", flags->json, "Print one JSON object instead of the table");
+  sub->add_flag("--json", flags->json,
+                "Print one JSON object instead of the table");
   sub->callback([flags, &out] { RunSweep(*flags, out); });
 }
 

@@ -1,13 +1,13 @@
 // `relpos train`: trains a model on a task and writes checkpoints
 // (docs/training.md); `relpos train --resume DIR` continues a saved run.
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <system_error>
-
-#include <unistd.h>
 
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
@@ -37,9 +37,10 @@ void CheckOutDir(const std::string& out) {
     RELPOS_CHECK_ARG(fs::is_directory(p, ec),
                      "--out '" << out << "' exists and is not a folder");
     RELPOS_CHECK_ARG(!train::HasCheckpoint(out),
-                     "--out '" << out
-                               << "' already holds a checkpoint (continue it with "
-                                  "--resume, or choose another folder)");
+                     "--out '"
+                         << out
+                         << "' already holds a checkpoint (continue it with "
+                            "--resume, or choose another folder)");
     RELPOS_CHECK_ARG(access(out.c_str(), W_OK | X_OK) == 0,
                      "--out '" << out << "' is not writable");
     return;
@@ -89,7 +90,8 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
                        "drop "
                            << name << " (only --steps may change)");
     }
-    trainer = std::make_unique<train::Trainer>(train::Trainer::Resume(f.resume));
+    trainer =
+        std::make_unique<train::Trainer>(train::Trainer::Resume(f.resume));
     if (steps_given) trainer->set_total_steps(f.exp.steps_flag());
     dir = f.resume;
   } else {
@@ -102,7 +104,8 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
     std::error_code ec;
     if (!fs::exists(dir, ec)) {
       if (!fs::create_directory(dir, ec)) {
-        RELPOS_THROW(IoError, "--out '" << dir << "': cannot create the folder ("
+        RELPOS_THROW(IoError, "--out '" << dir
+                                        << "': cannot create the folder ("
                                         << ec.message() << ")");
       }
       guard = std::make_unique<CreatedDirGuard>(dir);
@@ -112,10 +115,12 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
 
   const train::TrainConfig& tc = trainer->config();
   const model::ModelConfig& mc = trainer->model_config();
-  std::cerr << "train: task " << tc.data.task << ", " << model::ToString(mc.arch)
-            << ", position " << PositionLabel(mc) << ", "
-            << trainer->model().NumParameters() << " parameters, lengths "
-            << train::FormatLengthRange(tc.train_min_length, tc.train_max_length)
+  std::cerr << "train: task " << tc.data.task << ", "
+            << model::ToString(mc.arch) << ", position " << PositionLabel(mc)
+            << ", " << trainer->model().NumParameters()
+            << " parameters, lengths "
+            << train::FormatLengthRange(tc.train_min_length,
+                                        tc.train_max_length)
             << ", steps " << trainer->state().step << " -> " << tc.steps
             << ", threads " << tc.threads << "\n";
 

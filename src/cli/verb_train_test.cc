@@ -1,5 +1,6 @@
 // The train / eval / demo / sweep verbs, driven in-process through RunCli
 // (plus one test of the real binary for SIGTERM).
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -8,14 +9,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "cli/cli_common.h"
 #include "train/checkpoint.h"
@@ -64,7 +63,9 @@ class VerbTrainTest : public ::testing::Test {
     fs::create_directories(root_);
   }
   void TearDown() override { fs::remove_all(root_); }
-  std::string P(const std::string& name) const { return (root_ / name).string(); }
+  std::string P(const std::string& name) const {
+    return (root_ / name).string();
+  }
   void Write(const std::string& name, const std::string& text) const {
     std::ofstream(root_ / name) << text;
   }
@@ -73,12 +74,14 @@ class VerbTrainTest : public ::testing::Test {
 
 // Flags of a model that trains in well under a second.
 std::vector<std::string> Tiny() {
-  return {"--task", "reverse", "--train-lengths", "1-4", "--d-model", "16",
-          "--heads", "2", "--layers", "1", "--d-ff", "32", "--batch-size", "4",
-          "--progress", "none"};
+  return {"--task",       "reverse", "--train-lengths", "1-4",
+          "--d-model",    "16",      "--heads",         "2",
+          "--layers",     "1",       "--d-ff",          "32",
+          "--batch-size", "4",       "--progress",      "none"};
 }
 
-std::vector<std::string> Cat(std::vector<std::string> a, const std::vector<std::string>& b) {
+std::vector<std::string> Cat(std::vector<std::string> a,
+                             const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
@@ -93,8 +96,8 @@ TEST_F(VerbTrainTest, TrainEvalAndResume) {
   EXPECT_EQ(train::ReadCheckpoint(dir, true).state.step, 6);
 
   // eval --json: per-length maps keyed by the length as a string.
-  r = RunRelpos({"eval", dir, "--lengths", "2,4-8:4", "--json", "--sequences", "8",
-                 "--progress", "none"});
+  r = RunRelpos({"eval", dir, "--lengths", "2,4-8:4", "--json", "--sequences",
+                 "8", "--progress", "none"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   for (const char* key : {"accuracy_by_length", "sequence_accuracy_by_length",
@@ -113,25 +116,28 @@ TEST_F(VerbTrainTest, TrainEvalAndResume) {
   EXPECT_EQ(j["step"], 6);
 
   // Plain table.
-  r = RunRelpos({"eval", dir, "--lengths", "3", "--sequences", "4", "--progress", "none"});
+  r = RunRelpos({"eval", dir, "--lengths", "3", "--sequences", "4",
+                 "--progress", "none"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("length  tokens  accuracy"), std::string::npos) << r.out;
 
   // Resume to a longer run.
-  r = RunRelpos({"train", "--resume", dir, "--steps", "9", "--progress", "none"});
+  r = RunRelpos(
+      {"train", "--resume", dir, "--steps", "9", "--progress", "none"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(train::ReadCheckpoint(dir, true).state.step, 9);
 }
 
 TEST_F(VerbTrainTest, ConfigFileThenFlags) {
-  Write("cfg.json", R"({"model": {"d_model": 16, "heads": 2, "layers": 1, "d_ff": 32,
+  Write("cfg.json",
+        R"({"model": {"d_model": 16, "heads": 2, "layers": 1, "d_ff": 32,
                                   "position": "learned", "max_len": 64},
                         "train": {"task": "reverse", "train_min_length": 1,
                                   "train_max_length": 3, "steps": 2, "batch_size": 2}})");
   const std::string dir = P("cfgrun");
   // --steps on the command line wins over the file's 2.
-  Result r = RunRelpos({"train", "--config", P("cfg.json"), "--steps", "3", "--out",
-                        dir, "--progress", "none"});
+  Result r = RunRelpos({"train", "--config", P("cfg.json"), "--steps", "3",
+                        "--out", dir, "--progress", "none"});
   ASSERT_EQ(r.code, 0) << r.err;
   const train::Checkpoint ck = train::ReadCheckpoint(dir, false);
   EXPECT_EQ(ck.state.step, 3);
@@ -145,13 +151,14 @@ TEST_F(VerbTrainTest, ConfigFileThenFlags) {
 TEST_F(VerbTrainTest, BadUsageExitsTwoWithOneLineAndWritesNothing) {
   // A finished run to resume/evaluate, and damaged copies of it.
   const std::string good = P("good");
-  ASSERT_EQ(RunRelpos(Cat({"train", "--out", good, "--steps", "2"}, Tiny())).code, 0);
+  ASSERT_EQ(
+      RunRelpos(Cat({"train", "--out", good, "--steps", "2"}, Tiny())).code, 0);
   const std::string corrupt = P("corrupt");
   fs::copy(good, corrupt);
   Write("corrupt/config.json", "{\"format\": ");
   const std::string learned = P("learned");
-  ASSERT_EQ(RunRelpos(Cat({"train", "--out", learned, "--steps", "1", "--position",
-                           "learned", "--max-len", "16"},
+  ASSERT_EQ(RunRelpos(Cat({"train", "--out", learned, "--steps", "1",
+                           "--position", "learned", "--max-len", "16"},
                           Tiny()))
                 .code,
             0);
@@ -185,16 +192,16 @@ TEST_F(VerbTrainTest, BadUsageExitsTwoWithOneLineAndWritesNothing) {
       {"train", "--out", out, "--config", P("unknown.json")},
       {"train", "--out", out, "--config", P("badsection.json")},
       {"train", "--out", out, "--task", "reverse", "--corpus", P("afile")},
-      {"train", "--task", "reverse"},                           // no --out
-      {"train", "--out", P("afile/sub")},                       // under a file
-      {"train", "--out", P("missing/deeper/run")},              // no parent
-      {"train", "--out", P("afile")},                           // a file
-      {"train", "--out", good},                                 // holds a checkpoint
+      {"train", "--task", "reverse"},               // no --out
+      {"train", "--out", P("afile/sub")},           // under a file
+      {"train", "--out", P("missing/deeper/run")},  // no parent
+      {"train", "--out", P("afile")},               // a file
+      {"train", "--out", good},                     // holds a checkpoint
       {"train", "--resume", P("nothing")},
       {"train", "--resume", corrupt},
       {"train", "--resume", good, "--d-model", "32"},
       {"train", "--resume", good, "--out", out},
-      {"train", "--resume", good, "--steps", "1"},              // below its step
+      {"train", "--resume", good, "--steps", "1"},  // below its step
       {"train", "--out", out, "--bogus"},
       // eval
       {"eval", P("nothing"), "--lengths", "4"},
@@ -202,7 +209,7 @@ TEST_F(VerbTrainTest, BadUsageExitsTwoWithOneLineAndWritesNothing) {
       {"eval", good, "--lengths", "8-4"},
       {"eval", good, "--lengths", "0"},
       {"eval", good},
-      {"eval", learned, "--lengths", "9"},                      // 18 > max_len 16
+      {"eval", learned, "--lengths", "9"},  // 18 > max_len 16
       {"eval", good, "--lengths", "4", "--sequences", "0"},
       // demo
       {"demo", "--out", P("afile/sub")},
@@ -240,12 +247,12 @@ TEST_F(VerbTrainTest, HelpOnEveryVerb) {
   }
 }
 
-// A short demo (3 steps per model, 8 evaluation sequences) writes results.json with the promised
-// fields and an SVG plot.
+// A short demo (3 steps per model, 8 evaluation sequences) writes results.json
+// with the promised fields and an SVG plot.
 TEST_F(VerbTrainTest, DemoWritesResultsAndPlot) {
   const std::string out = P("demo");
-  const Result r = RunRelpos({"demo", "--out", out, "--steps", "3", "--sequences", "8",
-                              "--progress", "none"});
+  const Result r = RunRelpos({"demo", "--out", out, "--steps", "3",
+                              "--sequences", "8", "--progress", "none"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("longest training length"), std::string::npos) << r.out;
   std::ifstream in(fs::path(out) / "results.json");
@@ -264,11 +271,33 @@ TEST_F(VerbTrainTest, DemoWritesResultsAndPlot) {
 }
 
 TEST_F(VerbTrainTest, SweepPrintsOneRowPerRun) {
-  const Result r = RunRelpos({"sweep", "--task", "reverse", "--train-lengths", "1-3",
-                              "--d-model", "16", "--heads", "2", "--layers", "1",
-                              "--d-ff", "16", "--steps", "2", "--batch-size", "2",
-                              "--ks", "0,2", "--terms-list", "both,key,neither",
-                              "--terms-k", "2", "--sequences", "4", "--progress", "none",
+  const Result r = RunRelpos({"sweep",
+                              "--task",
+                              "reverse",
+                              "--train-lengths",
+                              "1-3",
+                              "--d-model",
+                              "16",
+                              "--heads",
+                              "2",
+                              "--layers",
+                              "1",
+                              "--d-ff",
+                              "16",
+                              "--steps",
+                              "2",
+                              "--batch-size",
+                              "2",
+                              "--ks",
+                              "0,2",
+                              "--terms-list",
+                              "both,key,neither",
+                              "--terms-k",
+                              "2",
+                              "--sequences",
+                              "4",
+                              "--progress",
+                              "none",
                               "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -285,17 +314,21 @@ TEST_F(VerbTrainTest, SigtermSavesACheckpoint) {
   const std::string bin = std::string(RELPOS_BINARY_DIR) + "/bin/relpos";
   ASSERT_TRUE(fs::exists(bin)) << bin;
   const std::string dir = P("sig");
-  std::vector<std::string> args = Cat({bin, "train", "--out", dir, "--steps", "1000000",
-                                       "--checkpoint-every", "1"},
+  std::vector<std::string> args = Cat({bin, "train", "--out", dir, "--steps",
+                                       "1000000", "--checkpoint-every", "1"},
                                       Tiny());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid;
-  ASSERT_EQ(posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), environ), 0);
+  ASSERT_EQ(
+      posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), environ),
+      0);
   // Wait for the first checkpoint, then interrupt.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!train::HasCheckpoint(dir) && std::chrono::steady_clock::now() < deadline) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!train::HasCheckpoint(dir) &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_TRUE(train::HasCheckpoint(dir));

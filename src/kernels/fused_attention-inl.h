@@ -35,8 +35,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
 #include "kernels/fused_tiles.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -141,32 +141,32 @@ HWY_INLINE void RowBlocks(DF d, size_t tail, int64_t m, int64_t kin,
                           float alpha, bool accumulate) {
   int64_t r0 = 0;
   for (; r0 + kMaxRows <= m; r0 += kMaxRows) {
-    MicroTile<kMaxRows, NV, kTail>(d, tail, kin, a + r0 * a_row, a_row,
-                                   a_inner, b, ldb, c + r0 * ldc, ldc, alpha,
+    MicroTile<kMaxRows, NV, kTail>(d, tail, kin, a + r0 * a_row, a_row, a_inner,
+                                   b, ldb, c + r0 * ldc, ldc, alpha,
                                    accumulate);
   }
   const float* ar = a + r0 * a_row;
   float* cr = c + r0 * ldc;
   switch (m - r0) {
     case 5:
-      MicroTile<5, NV, kTail>(d, tail, kin, ar, a_row, a_inner, b, ldb, cr,
-                              ldc, alpha, accumulate);
+      MicroTile<5, NV, kTail>(d, tail, kin, ar, a_row, a_inner, b, ldb, cr, ldc,
+                              alpha, accumulate);
       break;
     case 4:
-      MicroTile<4, NV, kTail>(d, tail, kin, ar, a_row, a_inner, b, ldb, cr,
-                              ldc, alpha, accumulate);
+      MicroTile<4, NV, kTail>(d, tail, kin, ar, a_row, a_inner, b, ldb, cr, ldc,
+                              alpha, accumulate);
       break;
     case 3:
-      MicroTile<3, NV, kTail>(d, tail, kin, ar, a_row, a_inner, b, ldb, cr,
-                              ldc, alpha, accumulate);
+      MicroTile<3, NV, kTail>(d, tail, kin, ar, a_row, a_inner, b, ldb, cr, ldc,
+                              alpha, accumulate);
       break;
     case 2:
-      MicroTile<2, NV, kTail>(d, tail, kin, ar, a_row, a_inner, b, ldb, cr,
-                              ldc, alpha, accumulate);
+      MicroTile<2, NV, kTail>(d, tail, kin, ar, a_row, a_inner, b, ldb, cr, ldc,
+                              alpha, accumulate);
       break;
     case 1:
-      MicroTile<1, NV, kTail>(d, tail, kin, ar, a_row, a_inner, b, ldb, cr,
-                              ldc, alpha, accumulate);
+      MicroTile<1, NV, kTail>(d, tail, kin, ar, a_row, a_inner, b, ldb, cr, ldc,
+                              alpha, accumulate);
       break;
     default:
       break;
@@ -240,14 +240,15 @@ HWY_INLINE void FillRange(float* dst, float value, int64_t n) {
 
 enum class TileKind { kFarLeft, kFarRight, kBand };
 
-HWY_INLINE TileKind Classify(const AttentionProblem& p, const fused::QueryTile& t,
-                             int64_t j0, int64_t kn) {
+HWY_INLINE TileKind Classify(const AttentionProblem& p,
+                             const fused::QueryTile& t, int64_t j0,
+                             int64_t kn) {
   const int64_t kk = p.max_distance;
   // Largest and smallest distance j - (i + off) over the tile pair.
   const int64_t d_max = (j0 + kn - 1) - t.i0 - p.query_offset;
   const int64_t d_min = j0 - (t.i0 + t.rows - 1) - p.query_offset;
-  if (d_max <= -kk) return TileKind::kFarLeft;   // all in bucket 0
-  if (d_min >= kk) return TileKind::kFarRight;   // all in bucket 2k
+  if (d_max <= -kk) return TileKind::kFarLeft;  // all in bucket 0
+  if (d_min >= kk) return TileKind::kFarRight;  // all in bucket 2k
   return TileKind::kBand;
 }
 
@@ -281,8 +282,8 @@ HWY_INLINE BandRuns MakeBandRuns(const AttentionProblem& p,
 // the end bucket on the tile's side of the diagonal (for causal attention
 // always bucket 0: pairs in bucket 2k are masked), when reachable.
 struct TileBase {
-  int64_t bucket = 0;   // base bucket, in [bucket_lo, bucket_lo + buckets)
-  bool band = false;    // some pair lies outside the base bucket
+  int64_t bucket = 0;     // base bucket, in [bucket_lo, bucket_lo + buckets)
+  bool band = false;      // some pair lies outside the base bucket
   bool do_left = false;   // bucket-0 run is not the base: handle pair-wise
   bool do_right = false;  // bucket-2k run is not the base (and not masked)
 };
@@ -305,8 +306,8 @@ HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
   const bool left_ok = t.bucket_lo == 0;
   const bool right_ok = t.bucket_lo + t.buckets - 1 == 2 * kk;
   // Sign of the tile's mean distance (times 2, to stay in integers).
-  const int64_t center2 = (2 * j0 + kn - 1) - (2 * t.i0 + t.rows - 1) -
-                          2 * p.query_offset;
+  const int64_t center2 =
+      (2 * j0 + kn - 1) - (2 * t.i0 + t.rows - 1) - 2 * p.query_offset;
   const bool prefer_left = p.causal || center2 <= 0;
   if (left_ok && (prefer_left || !right_ok)) {
     b.bucket = 0;
@@ -341,7 +342,8 @@ HWY_INLINE void AddBandDelta(const AttentionProblem& p,
   const float* base_row = table + (base.bucket - t.bucket_lo) * kLd;
   float* d_right = delta;
   float* d_left = delta + kLd;
-  if (base.do_right) SubRow(table + (2 * kk - t.bucket_lo) * kLd, base_row, d_right);
+  if (base.do_right)
+    SubRow(table + (2 * kk - t.bucket_lo) * kLd, base_row, d_right);
   if (base.do_left) SubRow(table + (0 - t.bucket_lo) * kLd, base_row, d_left);
   for (int64_t jj = 0; jj < kn; ++jj) {
     float* x = xt + jj * kLd;
@@ -402,7 +404,8 @@ HWY_INLINE void FoldEnds(const AttentionProblem& p, const fused::QueryTile& t,
   const bool right_ok = t.bucket_lo + t.buckets - 1 == 2 * kk;
   if (left_ok) fold(0, acc.ends);
   if (right_ok && kk > 0) fold(2 * kk, acc.ends + kLd);
-  if (t.bucket_lo != 0 && t.bucket_lo != 2 * kk) fold(t.bucket_lo, acc.ends + 2 * kLd);
+  if (t.bucket_lo != 0 && t.bucket_lo != 2 * kk)
+    fold(t.bucket_lo, acc.ends + 2 * kLd);
 }
 
 // Adds one tile pair's bucketed sums: pairs outside the base bucket pair by
@@ -444,9 +447,10 @@ HWY_INLINE void AccumulateTile(const AttentionProblem& p,
     }
   }
   for (int64_t i = 0; i < kLd; i += lanes) {
-    hn::StoreU(hn::Add(hn::LoadU(d, base_row + i),
-                       hn::Sub(hn::LoadU(d, colsum + i), hn::LoadU(d, moved + i))),
-               d, base_row + i);
+    hn::StoreU(
+        hn::Add(hn::LoadU(d, base_row + i),
+                hn::Sub(hn::LoadU(d, colsum + i), hn::LoadU(d, moved + i))),
+        d, base_row + i);
   }
 }
 
@@ -527,7 +531,8 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   PackTransposed(hd.q + t.i0 * dk, rows, dk, scale, qt);
   if (p.key_term) {
-    // G^T slice = AK[lo : lo+nb] (Q_I / sqrt(dk))^T   (SPEC 2: G = Q AK^T / sqrt(dk))
+    // G^T slice = AK[lo : lo+nb] (Q_I / sqrt(dk))^T   (SPEC 2: G = Q AK^T /
+    // sqrt(dk))
     MatMul(t.buckets, kLd, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
            kLd, 1.0f, false);
   }
@@ -569,14 +574,16 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
                                       tile_max, m_old);
       // A column that has seen only masked keys keeps m = -inf; use 0 as its
       // reference so exp(-inf - 0) = 0 instead of NaN.
-      const VF ref = hn::IfThenElse(hn::Eq(m_new, v_neg_inf), hn::Zero(d), m_new);
+      const VF ref =
+          hn::IfThenElse(hn::Eq(m_new, v_neg_inf), hn::Zero(d), m_new);
       const VF a = hwy::HWY_NAMESPACE::Exp(d, hn::Sub(m_old, ref));
       // p = exp(S + g - ref) = exp(S - (ref - g)).
       const VF shift = hn::Sub(ref, g);
       VF sum = hn::Zero(d);
       for (int64_t jj = 0; jj < kn; ++jj) {
         float* s = st + jj * kLd + c0;
-        const VF e = hwy::HWY_NAMESPACE::Exp(d, hn::Sub(hn::LoadU(d, s), shift));
+        const VF e =
+            hwy::HWY_NAMESPACE::Exp(d, hn::Sub(hn::LoadU(d, s), shift));
         hn::StoreU(e, d, s);
         sum = hn::Add(sum, e);
       }
@@ -586,7 +593,8 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
       hn::StoreU(sum, d, colsum + c0);
       if (!hn::AllTrue(d, hn::Eq(a, hn::Set(d, 1.0f)))) rescale = true;
     }
-    if (rescale) {
+    // The accumulators are still zero on the first key tile: nothing to scale.
+    if (rescale && j0 > 0) {
       // W and the output accumulator share the reference m (SPEC 4).
       for (int64_t i = 0; i < rows; ++i) {
         const float a = alpha[i];
@@ -632,7 +640,8 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
 //   dS^T = P^T * (dP^T - D),  D_i = dO_i . o_i
 //   dV_J += P^T dO_I;  dK_J += dS^T Q_I / sqrt(dk);  dQ_I += dS K_J
 //   W += bucketed P, E += bucketed dS; at the end
-//   dQ_I += E AK, dQ_I /= sqrt(dk);  dAK += E^T Q_I / sqrt(dk);  dAV += W^T dO_I
+//   dQ_I += E AK, dQ_I /= sqrt(dk);  dAK += E^T Q_I / sqrt(dk);  dAV += W^T
+//   dO_I
 //
 // Only key tiles first, first + step, ... are visited (step > 1 splits one
 // (batch, head) over threads by key tiles; dQ_I, dAK and dAV are linear in
@@ -713,8 +722,8 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     MatMul(kn, kLd, dv, hd.v + j0 * dv, dv, 1, dot, kLd, dpt, kLd, 1.0f, false);
     // As in the forward, the base bucket is folded into per-column constants:
     // p = exp(S + g - lse) = exp(S - (lse - g)) and
-    // dS = p (dP + u - D) = p (dP - (D - u)) with g = G[i, base], u = U[i, base];
-    // band tiles add the differences for pairs outside the base.
+    // dS = p (dP + u - D) = p (dP - (D - u)) with g = G[i, base], u = U[i,
+    // base]; band tiles add the differences for pairs outside the base.
     const float* g_base = nullptr;
     const float* u_base = nullptr;
     if (p.key_term) {
@@ -735,7 +744,8 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       for (int64_t jj = 0; jj < kn; ++jj) {
         float* s = st + jj * kLd + c0;
         float* gp = dpt + jj * kLd + c0;
-        const VF pr = hwy::HWY_NAMESPACE::Exp(d, hn::Sub(hn::LoadU(d, s), shift));
+        const VF pr =
+            hwy::HWY_NAMESPACE::Exp(d, hn::Sub(hn::LoadU(d, s), shift));
         hn::StoreU(pr, d, s);
         const VF ds = hn::Mul(pr, hn::Sub(hn::LoadU(d, gp), d_shift));
         hn::StoreU(ds, d, gp);

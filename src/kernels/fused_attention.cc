@@ -8,7 +8,6 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/fused_attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
-
 #include "hwy/highway.h"
 #include "kernels/fused_attention-inl.h"
 
@@ -63,9 +62,11 @@ int ResolveThreads(int num_threads) {
 int64_t PaddedFloats(int64_t floats) { return (floats + 15) / 16 * 16; }
 
 hwy::AlignedFreeUniquePtr<float[]> AllocateFloats(int64_t n, const char* what) {
-  auto buf = hwy::AllocateAligned<float>(static_cast<size_t>(std::max<int64_t>(n, 1)));
-  if (!buf) RELPOS_THROW(Error, "fused attention: cannot allocate " << n * 4
-                                                           << " bytes for " << what);
+  auto buf =
+      hwy::AllocateAligned<float>(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  if (!buf)
+    RELPOS_THROW(Error, "fused attention: cannot allocate "
+                            << n * 4 << " bytes for " << what);
   return buf;
 }
 
@@ -76,7 +77,7 @@ hwy::AlignedFreeUniquePtr<float[]> AllocateFloats(int64_t n, const char* what) {
 // order afterwards.
 int64_t BackwardChunks(const AttentionProblem& p, int threads) {
   const int64_t bh = p.batch * p.heads;
-  if (bh >= threads) return 1;
+  if (bh == 0 || bh >= threads) return 1;  // bh == 0: nothing to split
   const int64_t want = (threads + bh - 1) / bh;
   const int64_t key_tiles = (p.k_len + fused::kKeyTile - 1) / fused::kKeyTile;
   return std::max<int64_t>(1, std::min(want, key_tiles));
@@ -86,10 +87,10 @@ struct BackwardLayout {
   int64_t chunks = 1;
   fused::BucketRange range;
   int64_t table_heads = 1;
-  int64_t scratch_floats = 0;      // per thread, padded
-  int64_t dak_floats = 0;          // per thread
-  int64_t dav_floats = 0;          // per thread
-  int64_t chunk_floats = 0;        // per (batch, head, chunk > 0)
+  int64_t scratch_floats = 0;  // per thread, padded
+  int64_t dak_floats = 0;      // per thread
+  int64_t dav_floats = 0;      // per thread
+  int64_t chunk_floats = 0;    // per (batch, head, chunk > 0)
   bool want_dak = false, want_dav = false, want_dk = false, want_dv = false;
 
   int64_t ThreadFloats() const {
@@ -158,10 +159,9 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
                    const float* out, const float* lse, const float* dout,
                    const AttentionGrads<float>& grads, int num_threads) {
   const int threads = ResolveThreads(num_threads);
-  const BackwardLayout lay =
-      MakeBackwardLayout(p, threads, !grads.dq.empty(), !grads.dk.empty(),
-                         !grads.dv.empty(), !grads.dak.empty(),
-                         !grads.dav.empty());
+  const BackwardLayout lay = MakeBackwardLayout(
+      p, threads, !grads.dq.empty(), !grads.dk.empty(), !grads.dv.empty(),
+      !grads.dak.empty(), !grads.dav.empty());
   // A provided table gradient whose term is off is all zeros; so is every
   // table row no pair can reach (only the reachable range is accumulated).
   if (!grads.dak.empty()) {
@@ -187,7 +187,8 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
   hwy::AlignedFreeUniquePtr<float[]> chunk_buf;
   const int64_t chunk_count = bh_count * (chunks - 1);
   if (lay.chunk_floats > 0) {
-    chunk_buf = AllocateFloats(lay.chunk_floats * chunk_count, "backward dQ chunks");
+    chunk_buf =
+        AllocateFloats(lay.chunk_floats * chunk_count, "backward dQ chunks");
   }
   // dK and dV are accumulated in place, tile by tile.
   if (lay.want_dk)

@@ -13,10 +13,14 @@
 // chain length and c a modest constant covering sum|terms| / |sum| (the
 // inputs are N(0, 1), scores N(0, 2), so |s| <~ 6 and cancellation is mild).
 // We use c = 4 for the forward and 16 for the gradients (dS = P (dP - D)
-// subtracts two O(1) numbers and dK, dQ sum signed terms). Measured: the largest
-// forward error over all cases is 0.11 of its bound (4 u sqrt(L)), the
+// subtracts two O(1) numbers and dK, dQ sum signed terms). Measured: the
+// largest forward error over all cases is 0.11 of its bound (4 u sqrt(L)), the
 // largest gradient error 0.34 of its bound (16 u sqrt(L)); a wrong bucket,
 // mask or rescale gives errors of order 1e-2 .. 1, far above them.
+#include "kernels/fused_attention.h"
+
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -25,11 +29,8 @@
 #include <utility>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "core/attention_problem.h"
 #include "hwy/targets.h"
-#include "kernels/fused_attention.h"
 #include "relpos/attention.h"
 #include "testing/attention_cases.h"
 
@@ -166,6 +167,7 @@ AttentionCase ToCase(const Spec& s) {
 // zero and negative offsets, offsets so large every tile is far, and several
 // (batch, head) pairs feeding one shared table gradient.
 std::vector<AttentionCase> CoveringCases() {
+  // clang-format off
   const std::vector<Spec> specs = {
       // name, B, H, Nq, Nk, dk, dv, k, per_head, key, value, causal, lens, off
       {"n1", 1, 1, 1, 1, 16, 16, 0, false, true, true, false, {}, {}},
@@ -196,6 +198,7 @@ std::vector<AttentionCase> CoveringCases() {
       // Widths that are no multiple of any vector length (partial vectors).
       {"odd_dims_causal", 1, 2, 70, 67, 17, 9, 5, false, true, true, true, {}, {}},
   };
+  // clang-format on
   std::vector<AttentionCase> cases;
   for (const Spec& s : specs) cases.push_back(ToCase(s));
   return cases;
@@ -244,8 +247,20 @@ TEST(FusedTargets, EveryCompiledTarget) {
 // one pair and two threads) dQ summed over key-tile chunks.
 TEST(FusedDeterminism, BitwiseRunToRun) {
   for (const auto& [batch, heads] : {std::pair{1, 1}, std::pair{2, 3}}) {
-    AttentionCase c = ToCase({"det", batch, heads, 200, 200, 64, 64, 16, false,
-                              true, true, true, {}, {}});
+    AttentionCase c = ToCase({"det",
+                              batch,
+                              heads,
+                              200,
+                              200,
+                              64,
+                              64,
+                              16,
+                              false,
+                              true,
+                              true,
+                              true,
+                              {},
+                              {}});
     SCOPED_TRACE(c.Describe());
     const AttentionData<float> data = MakeRandomData<float>(c, 3);
     const std::vector<float> dout = RandomVector<float>(c.OutNumel(), 4);
@@ -268,8 +283,20 @@ TEST(FusedDeterminism, BitwiseRunToRun) {
 // relative. dK and dV rows are always formed by one thread in query-tile
 // order, so they match bitwise.
 TEST(FusedDeterminism, ThreadCountsAgree) {
-  AttentionCase c = ToCase({"threads", 1, 1, 300, 300, 64, 64, 16, false, true,
-                            true, false, {}, {}});
+  AttentionCase c = ToCase({"threads",
+                            1,
+                            1,
+                            300,
+                            300,
+                            64,
+                            64,
+                            16,
+                            false,
+                            true,
+                            true,
+                            false,
+                            {},
+                            {}});
   const AttentionData<float> data = MakeRandomData<float>(c, 5);
   const std::vector<float> dout = RandomVector<float>(c.OutNumel(), 6);
   const Results one = RunFused(c, data, dout, 1);
@@ -288,8 +315,20 @@ TEST(FusedDeterminism, ThreadCountsAgree) {
 // Rows that see no key (causal with a negative offset; a zero-length batch
 // item) output exact zeros, lse = -inf, and get exactly zero gradient.
 TEST(FusedMasks, FullyMaskedRowsAreZeroNotNan) {
-  AttentionCase c = ToCase({"masked", 2, 1, 70, 70, 16, 16, 3, false, true,
-                            true, true, {70, 0}, -5});
+  AttentionCase c = ToCase({"masked",
+                            2,
+                            1,
+                            70,
+                            70,
+                            16,
+                            16,
+                            3,
+                            false,
+                            true,
+                            true,
+                            true,
+                            {70, 0},
+                            -5});
   const AttentionData<float> data = MakeRandomData<float>(c, 8);
   const std::vector<float> dout = RandomVector<float>(c.OutNumel(), 9);
   const Results r = RunFused(c, data, dout, 2);
@@ -318,8 +357,8 @@ TEST(FusedMasks, FullyMaskedRowsAreZeroNotNan) {
 // A table passed although its term is off: its gradient is zeros, and the
 // outputs equal the run without the table.
 TEST(FusedOptions, UnusedTableGetsZeroGradient) {
-  AttentionCase c = ToCase({"unused", 1, 2, 65, 65, 16, 16, 3, false, false,
-                            true, false, {}, {}});
+  AttentionCase c = ToCase(
+      {"unused", 1, 2, 65, 65, 16, 16, 3, false, false, true, false, {}, {}});
   AttentionData<float> data = MakeRandomData<float>(c, 10);
   const std::vector<float> dout = RandomVector<float>(c.OutNumel(), 11);
   const Results plain = RunFused(c, data, dout, 2);
@@ -366,6 +405,42 @@ TEST(FusedMemory, ExtraBytesBounded) {
     p.q_len = p.k_len = 4096;
     p.key_lengths.assign(1, 4096);
     EXPECT_LE(FusedExtraBytes(p, 2), int64_t{2} << 20) << "k=" << k;
+  }
+}
+
+
+// Empty batches and zero heads are legal shapes: nothing to compute, the
+// table gradients are zeros, and nothing divides by batch x heads.
+TEST(FusedShapes, EmptyBatchOrHeads) {
+  for (auto [batch, heads] : {std::pair<int64_t, int64_t>{0, 2}, {2, 0}}) {
+    // Buffers hold one spare element so their data() is not null (a null
+    // pointer means "no tensor" to the API), as with numpy's empty arrays.
+    const int64_t n = 5, d = 4, k = 2, rows = 2 * k + 1;
+    std::vector<float> q(batch * heads * n * d + 1), ak(rows * d, 1.0f),
+        av(rows * d, 1.0f), out(q.size()), lse(batch * heads * n + 1);
+    std::vector<float> dq(q.size()), dk(q.size()), dv(q.size()),
+        dak(ak.size(), std::nanf("")), dav(av.size(), std::nanf(""));
+    const ConstView<float> qv(q.data(), {batch, heads, n, d});
+    const AttentionInputs<float> in{.q = qv, .k = qv, .v = qv,
+                                    .ak = {ak.data(), {rows, d}},
+                                    .av = {av.data(), {rows, d}}};
+    AttentionOptions o;
+    o.max_distance = k;
+    o.path = AttentionPath::kFused;
+    o.num_threads = 2;
+    AttentionForward<float>(in, {out.data(), {batch, heads, n, d}},
+                            {lse.data(), {batch, heads, n}}, o);
+    AttentionBackward<float>(
+        in, {out.data(), {batch, heads, n, d}}, {lse.data(), {batch, heads, n}},
+        {out.data(), {batch, heads, n, d}},
+        {.dq = {dq.data(), {batch, heads, n, d}},
+         .dk = {dk.data(), {batch, heads, n, d}},
+         .dv = {dv.data(), {batch, heads, n, d}},
+         .dak = {dak.data(), {rows, d}},
+         .dav = {dav.data(), {rows, d}}},
+        o);
+    for (float x : dak) EXPECT_EQ(x, 0.0f) << batch << "x" << heads;
+    for (float x : dav) EXPECT_EQ(x, 0.0f) << batch << "x" << heads;
   }
 }
 

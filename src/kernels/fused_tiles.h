@@ -88,11 +88,11 @@ struct ForwardScratch {
   int64_t qt, st, gt, wt, oacc, stats;  // sizes in floats
   explicit ForwardScratch(const AttentionProblem& p) {
     const int64_t nb = MaxTileBuckets(p);
-    qt = p.dk * kQueryTile;                     // (Q_I / sqrt(dk))^T
-    st = kKeyTile * kQueryTile;                 // S^T, then P^T
-    gt = p.key_term ? nb * kQueryTile : 0;      // G^T slice
+    qt = p.dk * kQueryTile;                      // (Q_I / sqrt(dk))^T
+    st = kKeyTile * kQueryTile;                  // S^T, then P^T
+    gt = p.key_term ? nb * kQueryTile : 0;       // G^T slice
     wt = p.value_term ? BucketAccFloats(p) : 0;  // W, skewed + 3 end rows
-    oacc = kQueryTile * p.dv;                   // unnormalised output
+    oacc = kQueryTile * p.dv;                    // unnormalised output
     // m, l, alpha, m_use, column sum, two delta rows, moved sums
     stats = 8 * kQueryTile;
   }
@@ -104,15 +104,15 @@ struct BackwardScratch {
   int64_t qt, dot, st, dpt, gt, ut, et, wt, dqacc, stats;
   explicit BackwardScratch(const AttentionProblem& p) {
     const int64_t nb = MaxTileBuckets(p);
-    qt = p.dk * kQueryTile;                   // (Q_I / sqrt(dk))^T
-    dot = p.dv * kQueryTile;                  // dO_I^T
-    st = kKeyTile * kQueryTile;               // S^T, then P^T
-    dpt = kKeyTile * kQueryTile;              // dP^T, then dS^T
-    gt = p.key_term ? nb * kQueryTile : 0;    // G^T slice
-    ut = p.value_term ? nb * kQueryTile : 0;  // U^T = (dO AV^T)^T slice
+    qt = p.dk * kQueryTile;                      // (Q_I / sqrt(dk))^T
+    dot = p.dv * kQueryTile;                     // dO_I^T
+    st = kKeyTile * kQueryTile;                  // S^T, then P^T
+    dpt = kKeyTile * kQueryTile;                 // dP^T, then dS^T
+    gt = p.key_term ? nb * kQueryTile : 0;       // G^T slice
+    ut = p.value_term ? nb * kQueryTile : 0;     // U^T = (dO AV^T)^T slice
     et = p.key_term ? BucketAccFloats(p) : 0;    // E, skewed + 3 end rows
     wt = p.value_term ? BucketAccFloats(p) : 0;  // W, skewed + 3 end rows
-    dqacc = kQueryTile * p.dk;                // dQ_I before the 1/sqrt(dk)
+    dqacc = kQueryTile * p.dk;                   // dQ_I before the 1/sqrt(dk)
     // D, lse (finite), P and dS column sums, two delta rows, moved sums
     stats = 7 * kQueryTile;
   }

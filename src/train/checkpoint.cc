@@ -3,11 +3,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <system_error>
-
-#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "io/file_io.h"
@@ -23,13 +22,15 @@ constexpr int64_t kMaxConfigBytes = int64_t{1} << 20;
 
 // model-00000123.safetensors, optimizer-00000123.2.safetensors
 const std::regex& FileNamePattern() {
-  static const std::regex re(R"((model|optimizer)-[0-9]{8}(\.[0-9]{1,6})?\.safetensors)");
+  static const std::regex re(
+      R"((model|optimizer)-[0-9]{8}(\.[0-9]{1,6})?\.safetensors)");
   return re;
 }
 
 std::string Hex(uint64_t v) {
   char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  std::snprintf(buf, sizeof buf, "0x%016llx",
+                static_cast<unsigned long long>(v));
   return buf;
 }
 
@@ -39,9 +40,12 @@ bool ParseHex(const std::string& s, uint64_t* v) {
   for (size_t i = 2; i < s.size(); ++i) {
     const char c = s[i];
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else return false;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else
+      return false;
     x = (x << 4) | static_cast<uint64_t>(d);
   }
   *v = x;
@@ -65,9 +69,8 @@ std::string FileName(const char* kind, int64_t step, int suffix) {
 std::set<std::string> ReferencedFiles(const std::string& dir) {
   std::set<std::string> names;
   try {
-    const std::string text =
-        io::ReadFileBounded((fs::path(dir) / kCheckpointConfigFile).string(),
-                            kMaxConfigBytes);
+    const std::string text = io::ReadFileBounded(
+        (fs::path(dir) / kCheckpointConfigFile).string(), kMaxConfigBytes);
     const nlohmann::json j = nlohmann::json::parse(text);
     for (const char* key : {"model", "optimizer"}) {
       if (j.at("files").at(key).is_string()) {
@@ -83,11 +86,13 @@ std::set<std::string> ReferencedFiles(const std::string& dir) {
   RELPOS_THROW(FormatError, source << ": " << problem);
 }
 
-void CheckTensors(const std::vector<io::NamedTensor>& got,
-                  const std::vector<std::pair<std::string, std::vector<int64_t>>>& want,
-                  const std::string& source) {
+void CheckTensors(
+    const std::vector<io::NamedTensor>& got,
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& want,
+    const std::string& source) {
   if (got.size() != want.size()) {
-    Bad(source, "holds " + std::to_string(got.size()) + " tensors, the model config implies " +
+    Bad(source, "holds " + std::to_string(got.size()) +
+                    " tensors, the model config implies " +
                     std::to_string(want.size()));
   }
   for (size_t i = 0; i < got.size(); ++i) {
@@ -98,14 +103,17 @@ void CheckTensors(const std::vector<io::NamedTensor>& got,
     if (got[i].shape != want[i].second) {
       auto fmt = [](const std::vector<int64_t>& s) {
         std::string r = "[";
-        for (size_t k = 0; k < s.size(); ++k) r += (k ? ", " : "") + std::to_string(s[k]);
+        for (size_t k = 0; k < s.size(); ++k)
+          r += (k ? ", " : "") + std::to_string(s[k]);
         return r + "]";
       };
-      Bad(source, "tensor '" + got[i].name + "' has shape " + fmt(got[i].shape) +
-                      ", the model config implies " + fmt(want[i].second));
+      Bad(source, "tensor '" + got[i].name + "' has shape " +
+                      fmt(got[i].shape) + ", the model config implies " +
+                      fmt(want[i].second));
     }
     for (float x : got[i].data) {
-      if (!std::isfinite(x)) Bad(source, "tensor '" + got[i].name + "' holds NaN or Inf");
+      if (!std::isfinite(x))
+        Bad(source, "tensor '" + got[i].name + "' holds NaN or Inf");
     }
   }
 }
@@ -141,11 +149,13 @@ std::vector<io::NamedTensor> GetParameters(const model::Transformer& model) {
 void SetParameters(const std::vector<io::NamedTensor>& tensors,
                    const std::string& source, model::Transformer& model) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> want;
-  for (const model::Parameter& p : model.parameters()) want.emplace_back(p.name, p.shape);
+  for (const model::Parameter& p : model.parameters())
+    want.emplace_back(p.name, p.shape);
   CheckTensors(tensors, want, source);
   auto& params = model.parameters();
   for (size_t i = 0; i < params.size(); ++i) {
-    std::copy(tensors[i].data.begin(), tensors[i].data.end(), params[i].value.begin());
+    std::copy(tensors[i].data.begin(), tensors[i].data.end(),
+              params[i].value.begin());
   }
 }
 
@@ -229,7 +239,8 @@ Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer) {
     if (!known.count(key)) Bad(source, "unknown field '" + key + "'");
   }
   if (!j.contains("format") || j["format"] != kCheckpointFormat) {
-    Bad(source, std::string("field 'format' must be \"") + kCheckpointFormat + "\"");
+    Bad(source,
+        std::string("field 'format' must be \"") + kCheckpointFormat + "\"");
   }
   if (!j.contains("version") || j["version"] != kCheckpointVersion) {
     Bad(source, "unsupported checkpoint version (this relpos reads version " +
@@ -258,8 +269,9 @@ Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer) {
     Bad(source, "state.step must be an integer in [0, train.steps]");
   }
   ck.state.step = st["step"].get<int64_t>();
-  for (const auto& [key, out] : {std::pair{"data_rng", &ck.state.data_rng},
-                                 std::pair{"dropout_rng", &ck.state.dropout_rng}}) {
+  for (const auto& [key, out] :
+       {std::pair{"data_rng", &ck.state.data_rng},
+        std::pair{"dropout_rng", &ck.state.dropout_rng}}) {
     if (!st.contains(key) || !st[key].is_string() ||
         !ParseHex(st[key].get<std::string>(), out)) {
       Bad(source, std::string("state.") + key +
@@ -288,7 +300,8 @@ Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer) {
   // Expected names and shapes: what a model with this config holds.
   const model::Transformer reference(ck.model_config);
   std::vector<std::pair<std::string, std::vector<int64_t>>> want;
-  for (const model::Parameter& p : reference.parameters()) want.emplace_back(p.name, p.shape);
+  for (const model::Parameter& p : reference.parameters())
+    want.emplace_back(p.name, p.shape);
 
   const std::string model_path = (d / names[0]).string();
   io::SafetensorsFile mf = io::ReadSafetensors(model_path);
@@ -302,12 +315,15 @@ Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer) {
     CheckStepMetadata(of, "relpos-adamw", ck.state.step, opt_path);
     std::vector<std::pair<std::string, std::vector<int64_t>>> want_opt;
     for (const char* prefix : {"exp_avg.", "exp_avg_sq."}) {
-      for (const auto& [name, shape] : want) want_opt.emplace_back(prefix + name, shape);
+      for (const auto& [name, shape] : want)
+        want_opt.emplace_back(prefix + name, shape);
     }
     CheckTensors(of.tensors, want_opt, opt_path);
     for (size_t i = want.size(); i < of.tensors.size(); ++i) {
       for (float x : of.tensors[i].data) {
-        if (x < 0) Bad(opt_path, "tensor '" + of.tensors[i].name + "' holds a negative second moment");
+        if (x < 0)
+          Bad(opt_path, "tensor '" + of.tensors[i].name +
+                            "' holds a negative second moment");
       }
     }
     ck.optimizer = std::move(of.tensors);

@@ -1,14 +1,14 @@
 #include "train/checkpoint.h"
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
-#include <unistd.h>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
 
 #include "io/file_io.h"
 #include "io/safetensors.h"
@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 // A fresh, empty folder per test under the build tree's temp area.
 std::string TempDir(const std::string& name) {
   const fs::path p = fs::temp_directory_path() /
-                     ("relpos_checkpoint_test_" + std::to_string(::getpid())) / name;
+                     ("relpos_checkpoint_test_" + std::to_string(::getpid())) /
+                     name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
@@ -36,7 +37,8 @@ std::string ReadAll(const fs::path& p) {
   return ss.str();
 }
 
-model::ModelConfig TinyModel(model::PositionScheme pos = model::PositionScheme::kRelative) {
+model::ModelConfig TinyModel(
+    model::PositionScheme pos = model::PositionScheme::kRelative) {
   model::ModelConfig m;
   m.d_model = 16;
   m.heads = 2;
@@ -86,7 +88,8 @@ TEST(Checkpoint, RoundTripRestoresEverything) {
     EXPECT_EQ(ck.parameters[i].name, params[i].name);
     EXPECT_EQ(ck.parameters[i].data, params[i].value);  // bitwise
     EXPECT_EQ(ck.optimizer[i].name, "exp_avg." + params[i].name);
-    EXPECT_EQ(ck.optimizer[params.size() + i].name, "exp_avg_sq." + params[i].name);
+    EXPECT_EQ(ck.optimizer[params.size() + i].name,
+              "exp_avg_sq." + params[i].name);
   }
   // Only the newest set of files is left (older saves were collected).
   int files = 0;
@@ -130,8 +133,10 @@ TEST(Checkpoint, CrashBeforeTheCommitKeepsTheOldCheckpoint) {
   const std::string config_before = ReadAll(fs::path(dir) / "config.json");
   // Simulate a save of step 9 killed after its tensor files but before
   // config.json: the new files exist, config.json still names step 6.
-  io::AtomicWriteFile((fs::path(dir) / "model-00000009.safetensors").string(), "junk");
-  io::AtomicWriteFile((fs::path(dir) / "optimizer-00000009.safetensors").string(), "junk");
+  io::AtomicWriteFile((fs::path(dir) / "model-00000009.safetensors").string(),
+                      "junk");
+  io::AtomicWriteFile(
+      (fs::path(dir) / "optimizer-00000009.safetensors").string(), "junk");
   const Checkpoint ck = ReadCheckpoint(dir, true);
   EXPECT_EQ(ck.state.step, 6);
   EXPECT_EQ(ReadAll(fs::path(dir) / "config.json"), config_before);
@@ -167,8 +172,9 @@ TEST(Checkpoint, RejectsDamagedFolders) {
     return [model_bytes, f](const std::string& dir) {
       io::SafetensorsFile st = io::ParseSafetensors(model_bytes, "test");
       f(st);
-      io::WriteSafetensors((fs::path(dir) / "model-00000006.safetensors").string(),
-                           st.tensors, st.metadata);
+      io::WriteSafetensors(
+          (fs::path(dir) / "model-00000006.safetensors").string(), st.tensors,
+          st.metadata);
     };
   };
   struct Case {
@@ -177,42 +183,61 @@ TEST(Checkpoint, RejectsDamagedFolders) {
     bool io_error;  // IoError expected (else FormatError)
   };
   const std::vector<Case> cases = {
-      {"no config.json", [](const std::string& d) { fs::remove(fs::path(d) / "config.json"); }, true},
-      {"config not JSON", [](const std::string& d) {
-         io::AtomicWriteFile((fs::path(d) / "config.json").string(), "{not json");
-       }, false},
-      {"wrong format", edit_json([](nlohmann::json& j) { j["format"] = "other"; }), false},
-      {"wrong version", edit_json([](nlohmann::json& j) { j["version"] = 99; }), false},
-      {"unknown field", edit_json([](nlohmann::json& j) { j["extra"] = 1; }), false},
-      {"step beyond steps", edit_json([](nlohmann::json& j) { j["state"]["step"] = 100; }), false},
-      {"bad rng", edit_json([](nlohmann::json& j) { j["state"]["data_rng"] = "12"; }), false},
+      {"no config.json",
+       [](const std::string& d) { fs::remove(fs::path(d) / "config.json"); },
+       true},
+      {"config not JSON",
+       [](const std::string& d) {
+         io::AtomicWriteFile((fs::path(d) / "config.json").string(),
+                             "{not json");
+       },
+       false},
+      {"wrong format",
+       edit_json([](nlohmann::json& j) { j["format"] = "other"; }), false},
+      {"wrong version", edit_json([](nlohmann::json& j) { j["version"] = 99; }),
+       false},
+      {"unknown field", edit_json([](nlohmann::json& j) { j["extra"] = 1; }),
+       false},
+      {"step beyond steps",
+       edit_json([](nlohmann::json& j) { j["state"]["step"] = 100; }), false},
+      {"bad rng",
+       edit_json([](nlohmann::json& j) { j["state"]["data_rng"] = "12"; }),
+       false},
       {"path traversal", edit_json([](nlohmann::json& j) {
          j["files"]["model"] = "../model-00000006.safetensors";
-       }), false},
-      {"model config changed (d_model)", edit_json([](nlohmann::json& j) {
-         j["model"]["d_model"] = 32;
-       }), false},
-      {"model config invalid (heads)", edit_json([](nlohmann::json& j) {
-         j["model"]["heads"] = 3;
-       }), false},
-      {"position scheme changed", edit_json([](nlohmann::json& j) {
-         j["model"]["position"] = "learned";
-       }), false},
-      {"missing model file", [](const std::string& d) {
+       }),
+       false},
+      {"model config changed (d_model)",
+       edit_json([](nlohmann::json& j) { j["model"]["d_model"] = 32; }), false},
+      {"model config invalid (heads)",
+       edit_json([](nlohmann::json& j) { j["model"]["heads"] = 3; }), false},
+      {"position scheme changed",
+       edit_json([](nlohmann::json& j) { j["model"]["position"] = "learned"; }),
+       false},
+      {"missing model file",
+       [](const std::string& d) {
          fs::remove(fs::path(d) / "model-00000006.safetensors");
-       }, true},
-      {"truncated model file", [model_bytes](const std::string& d) {
-         io::AtomicWriteFile((fs::path(d) / "model-00000006.safetensors").string(),
-                             model_bytes.substr(0, model_bytes.size() / 2));
-       }, false},
-      {"tensor renamed", edit_model([](io::SafetensorsFile& f) { f.tensors[0].name = "x"; }), false},
-      {"tensor missing", edit_model([](io::SafetensorsFile& f) { f.tensors.pop_back(); }), false},
+       },
+       true},
+      {"truncated model file",
+       [model_bytes](const std::string& d) {
+         io::AtomicWriteFile(
+             (fs::path(d) / "model-00000006.safetensors").string(),
+             model_bytes.substr(0, model_bytes.size() / 2));
+       },
+       false},
+      {"tensor renamed",
+       edit_model([](io::SafetensorsFile& f) { f.tensors[0].name = "x"; }),
+       false},
+      {"tensor missing",
+       edit_model([](io::SafetensorsFile& f) { f.tensors.pop_back(); }), false},
       {"NaN in a tensor", edit_model([](io::SafetensorsFile& f) {
          f.tensors[1].data[0] = std::numeric_limits<float>::quiet_NaN();
-       }), false},
-      {"step metadata mismatch", edit_model([](io::SafetensorsFile& f) {
-         f.metadata["step"] = "3";
-       }), false},
+       }),
+       false},
+      {"step metadata mismatch",
+       edit_model([](io::SafetensorsFile& f) { f.metadata["step"] = "3"; }),
+       false},
   };
   for (const Case& c : cases) {
     const std::string dir = TempDir("bad");

@@ -14,9 +14,9 @@ void Validate(const AdamWConfig& c) {
                    "beta2 must be in [0, 1) (got " << c.beta2 << ")");
   RELPOS_CHECK_ARG(c.eps > 0.0 && std::isfinite(c.eps),
                    "eps must be > 0 (got " << c.eps << ")");
-  RELPOS_CHECK_ARG(c.weight_decay >= 0.0 && c.weight_decay < 1.0,
-                   "weight_decay must be in [0, 1) (got " << c.weight_decay
-                                                          << ")");
+  RELPOS_CHECK_ARG(
+      c.weight_decay >= 0.0 && c.weight_decay < 1.0,
+      "weight_decay must be in [0, 1) (got " << c.weight_decay << ")");
 }
 
 void Validate(const ScheduleConfig& c) {
@@ -25,13 +25,11 @@ void Validate(const ScheduleConfig& c) {
   RELPOS_CHECK_ARG(c.total_steps >= 1,
                    "steps must be >= 1 (got " << c.total_steps << ")");
   RELPOS_CHECK_ARG(c.warmup_steps >= 0 && c.warmup_steps <= c.total_steps,
-                   "warmup_steps must be in [0, steps=" << c.total_steps
-                                                         << "] (got "
-                                                         << c.warmup_steps
-                                                         << ")");
-  RELPOS_CHECK_ARG(c.min_lr_ratio >= 0.0 && c.min_lr_ratio <= 1.0,
-                   "min_lr_ratio must be in [0, 1] (got " << c.min_lr_ratio
-                                                           << ")");
+                   "warmup_steps must be in [0, steps="
+                       << c.total_steps << "] (got " << c.warmup_steps << ")");
+  RELPOS_CHECK_ARG(
+      c.min_lr_ratio >= 0.0 && c.min_lr_ratio <= 1.0,
+      "min_lr_ratio must be in [0, 1] (got " << c.min_lr_ratio << ")");
 }
 
 double LearningRate(const ScheduleConfig& c, int64_t step) {
@@ -41,7 +39,8 @@ double LearningRate(const ScheduleConfig& c, int64_t step) {
            static_cast<double>(c.warmup_steps);
   }
   const int64_t decay_steps = c.total_steps - c.warmup_steps;
-  if (decay_steps <= 0 || step >= c.total_steps) return c.peak_lr * c.min_lr_ratio;
+  if (decay_steps <= 0 || step >= c.total_steps)
+    return c.peak_lr * c.min_lr_ratio;
   const double progress = static_cast<double>(step - c.warmup_steps) /
                           static_cast<double>(decay_steps);
   const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
@@ -88,11 +87,11 @@ void AdamW::Step(const std::vector<ParamSlot>& slots, double lr,
   const double decay = 1.0 - lr * config_.weight_decay;
   for (size_t k = 0; k < slots.size(); ++k) {
     const ParamSlot& s = slots[k];
-    RELPOS_CHECK_ARG(s.value.size() == m_[k].size() &&
-                         s.grad.size() == m_[k].size(),
-                     "AdamW::Step: tensor " << k << " has " << s.value.size()
-                                            << " values, optimiser expects "
-                                            << m_[k].size());
+    RELPOS_CHECK_ARG(
+        s.value.size() == m_[k].size() && s.grad.size() == m_[k].size(),
+        "AdamW::Step: tensor " << k << " has " << s.value.size()
+                               << " values, optimiser expects "
+                               << m_[k].size());
     float* m = m_[k].data();
     float* v = v_[k].data();
     for (size_t i = 0; i < s.value.size(); ++i) {
@@ -114,10 +113,12 @@ void AdamW::Step(const std::vector<ParamSlot>& slots, double lr,
 
 void AdamW::SetState(int64_t step, std::vector<std::vector<float>> m,
                      std::vector<std::vector<float>> v) {
-  RELPOS_CHECK_ARG(step >= 0, "optimizer step must be >= 0 (got " << step << ")");
+  RELPOS_CHECK_ARG(step >= 0,
+                   "optimizer step must be >= 0 (got " << step << ")");
   RELPOS_CHECK_ARG(m.size() == m_.size() && v.size() == v_.size(),
                    "optimizer state has " << m.size() << "/" << v.size()
-                                          << " tensors, expected " << m_.size());
+                                          << " tensors, expected "
+                                          << m_.size());
   for (size_t k = 0; k < m_.size(); ++k) {
     RELPOS_CHECK_ARG(m[k].size() == m_[k].size() && v[k].size() == v_[k].size(),
                      "optimizer state tensor " << k << " has " << m[k].size()

@@ -1,10 +1,10 @@
 #include "train/optimizer.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "relpos/error.h"
 
@@ -12,7 +12,9 @@ namespace relpos::train {
 namespace {
 
 TEST(Schedule, WarmupThenCosineToFloor) {
-  ScheduleConfig c{.peak_lr = 1e-3, .warmup_steps = 10, .total_steps = 110,
+  ScheduleConfig c{.peak_lr = 1e-3,
+                   .warmup_steps = 10,
+                   .total_steps = 110,
                    .min_lr_ratio = 0.1};
   // Linear warm-up: step s uses (s + 1) / warmup of the peak.
   EXPECT_DOUBLE_EQ(LearningRate(c, 0), 1e-4);
@@ -30,7 +32,9 @@ TEST(Schedule, WarmupThenCosineToFloor) {
 }
 
 TEST(Schedule, NoWarmup) {
-  ScheduleConfig c{.peak_lr = 2e-3, .warmup_steps = 0, .total_steps = 4,
+  ScheduleConfig c{.peak_lr = 2e-3,
+                   .warmup_steps = 0,
+                   .total_steps = 4,
                    .min_lr_ratio = 0.0};
   EXPECT_DOUBLE_EQ(LearningRate(c, 0), 2e-3);
   EXPECT_NEAR(LearningRate(c, 2), 1e-3, 1e-18);
@@ -74,14 +78,14 @@ struct RefAdamW {
 };
 
 TEST(AdamW, MatchesReferenceOnAQuadratic) {
-  const AdamWConfig cfg{.beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9,
-                        .weight_decay = 0.1};
+  const AdamWConfig cfg{
+      .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9, .weight_decay = 0.1};
   // Minimise f(w) = 0.5 * sum a_i (w_i - c_i)^2 from w = 0.
   const std::vector<double> a = {1.0, 10.0, 0.1}, c = {1.0, -2.0, 0.5};
   std::vector<float> w(3, 0.0f), g(3);
   AdamW opt(cfg, {3});
-  std::vector<RefAdamW> ref(3, RefAdamW{cfg.beta1, cfg.beta2, cfg.eps,
-                                        cfg.weight_decay});
+  std::vector<RefAdamW> ref(
+      3, RefAdamW{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
   std::vector<double> wr(3, 0.0);
   for (int step = 0; step < 300; ++step) {
     const double lr = 0.05;

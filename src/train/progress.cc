@@ -16,7 +16,8 @@ std::string FormatDuration(double seconds) {
   if (s < 60) {
     std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
   } else if (s < 3600) {
-    std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(s / 60),
+    std::snprintf(buf, sizeof buf, "%lldm%02llds",
+                  static_cast<long long>(s / 60),
                   static_cast<long long>(s % 60));
   } else {
     std::snprintf(buf, sizeof buf, "%lldh%02lldm",
@@ -75,13 +76,14 @@ double Progress::ElapsedSeconds() const {
 
 std::string Progress::Line(int64_t done, double loss, int64_t tokens,
                            double elapsed_s, bool with_bar) const {
-  const double frac =
-      std::clamp(static_cast<double>(done) / static_cast<double>(total_), 0.0, 1.0);
+  const double frac = std::clamp(
+      static_cast<double>(done) / static_cast<double>(total_), 0.0, 1.0);
   std::string line = label_ + " ";
   if (with_bar) {
     constexpr int kWidth = 24;
     const int filled = static_cast<int>(frac * kWidth);
-    line += "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "] ";
+    line += "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') +
+            "] ";
   }
   char buf[160];
   std::snprintf(buf, sizeof buf, "%lld/%lld (%3.0f%%)",
@@ -99,7 +101,8 @@ std::string Progress::Line(int64_t done, double loss, int64_t tokens,
     line += buf;
   }
   if (tokens > 0 && elapsed_s > 0) {
-    line += " " + FormatRate(static_cast<double>(tokens) / elapsed_s) + " tok/s";
+    line +=
+        " " + FormatRate(static_cast<double>(tokens) / elapsed_s) + " tok/s";
   }
   return line;
 }
@@ -134,7 +137,8 @@ void Progress::Finish() {
                                 mode_ == ProgressMode::kTerminal);
   if (mode_ == ProgressMode::kTerminal) {
     std::string padded = line;
-    if (padded.size() < last_width_) padded += std::string(last_width_ - padded.size(), ' ');
+    if (padded.size() < last_width_)
+      padded += std::string(last_width_ - padded.size(), ' ');
     out_ << "\r" << padded << "\n" << std::flush;
   } else {
     out_ << line << "\n" << std::flush;

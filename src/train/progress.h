@@ -27,7 +27,8 @@ class Progress {
   // kAuto picks kTerminal when `out` is std::cerr/std::cout attached to a
   // TTY (isatty) and kLines otherwise.
   Progress(std::ostream& out, std::string label, int64_t total,
-           ProgressMode mode = ProgressMode::kAuto, double log_interval_s = 5.0);
+           ProgressMode mode = ProgressMode::kAuto,
+           double log_interval_s = 5.0);
   ~Progress();
 
   // Reports that `done` units are finished. `loss` < 0 or NaN-free optional:
@@ -40,8 +41,8 @@ class Progress {
   double ElapsedSeconds() const;
   ProgressMode mode() const { return mode_; }
   // The line Update would print now (exposed for tests).
-  std::string Line(int64_t done, double loss, int64_t tokens,
-                   double elapsed_s, bool with_bar) const;
+  std::string Line(int64_t done, double loss, int64_t tokens, double elapsed_s,
+                   bool with_bar) const;
 
  private:
   std::ostream& out_;

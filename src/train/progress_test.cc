@@ -1,9 +1,9 @@
 #include "train/progress.h"
 
+#include <gtest/gtest.h>
+
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace relpos::train {
 namespace {

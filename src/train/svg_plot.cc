@@ -14,12 +14,23 @@ std::string XmlEscape(const std::string& text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -79,7 +90,8 @@ std::string RenderSvg(const std::vector<PlotSeries>& series,
     x_max = std::max(x_max, o.train_max_x);
   }
   if (x_max <= x_min) x_max = x_min + 1.0;
-  const double y_min = o.y_min, y_max = o.y_max > o.y_min ? o.y_max : o.y_min + 1;
+  const double y_min = o.y_min,
+               y_max = o.y_max > o.y_min ? o.y_max : o.y_min + 1;
 
   // Plot area inside margins (left for y labels, right for the legend).
   const double left = 64, right = 180, top = o.title.empty() ? 20 : 44,
@@ -107,7 +119,8 @@ std::string RenderSvg(const std::vector<PlotSeries>& series,
 
   // Grid and ticks.
   const double ystep = NiceStep(y_max - y_min, 5);
-  for (double y = std::ceil(y_min / ystep) * ystep; y <= y_max + 1e-9; y += ystep) {
+  for (double y = std::ceil(y_min / ystep) * ystep; y <= y_max + 1e-9;
+       y += ystep) {
     svg += "<line x1=\"" + Num(left) + "\" y1=\"" + Num(py(y)) + "\" x2=\"" +
            Num(left + pw) + "\" y2=\"" + Num(py(y)) +
            "\" stroke=\"#e0e0e0\"/>\n";
@@ -115,9 +128,11 @@ std::string RenderSvg(const std::vector<PlotSeries>& series,
            "\" text-anchor=\"end\">" + TickLabel(y) + "</text>\n";
   }
   const double xstep = NiceStep(x_max - x_min, 8);
-  for (double x = std::ceil(x_min / xstep) * xstep; x <= x_max + 1e-9; x += xstep) {
-    svg += "<line x1=\"" + Num(px(x)) + "\" y1=\"" + Num(top + ph) + "\" x2=\"" +
-           Num(px(x)) + "\" y2=\"" + Num(top + ph + 5) + "\" stroke=\"black\"/>\n";
+  for (double x = std::ceil(x_min / xstep) * xstep; x <= x_max + 1e-9;
+       x += xstep) {
+    svg += "<line x1=\"" + Num(px(x)) + "\" y1=\"" + Num(top + ph) +
+           "\" x2=\"" + Num(px(x)) + "\" y2=\"" + Num(top + ph + 5) +
+           "\" stroke=\"black\"/>\n";
     svg += "<text x=\"" + Num(px(x)) + "\" y=\"" + Num(top + ph + 18) +
            "\" text-anchor=\"middle\">" + TickLabel(x) + "</text>\n";
   }
@@ -125,18 +140,18 @@ std::string RenderSvg(const std::vector<PlotSeries>& series,
   svg += "<line x1=\"" + Num(left) + "\" y1=\"" + Num(top) + "\" x2=\"" +
          Num(left) + "\" y2=\"" + Num(top + ph) + "\" stroke=\"black\"/>\n";
   svg += "<line x1=\"" + Num(left) + "\" y1=\"" + Num(top + ph) + "\" x2=\"" +
-         Num(left + pw) + "\" y2=\"" + Num(top + ph) + "\" stroke=\"black\"/>\n";
-  svg += "<text x=\"" + Num(left + pw / 2) + "\" y=\"" +
-         Num(o.height - 14.0) + "\" text-anchor=\"middle\">" +
-         XmlEscape(o.x_label) + "</text>\n";
+         Num(left + pw) + "\" y2=\"" + Num(top + ph) +
+         "\" stroke=\"black\"/>\n";
+  svg += "<text x=\"" + Num(left + pw / 2) + "\" y=\"" + Num(o.height - 14.0) +
+         "\" text-anchor=\"middle\">" + XmlEscape(o.x_label) + "</text>\n";
   svg += "<text transform=\"translate(16," + Num(top + ph / 2) +
          ") rotate(-90)\" text-anchor=\"middle\">" + XmlEscape(o.y_label) +
          "</text>\n";
 
   if (o.train_max_x >= 0) {
     const double x = px(o.train_max_x);
-    svg += "<line x1=\"" + Num(x) + "\" y1=\"" + Num(top) + "\" x2=\"" + Num(x) +
-           "\" y2=\"" + Num(top + ph) +
+    svg += "<line x1=\"" + Num(x) + "\" y1=\"" + Num(top) + "\" x2=\"" +
+           Num(x) + "\" y2=\"" + Num(top + ph) +
            "\" stroke=\"#666\" stroke-dasharray=\"5,4\"/>\n";
     svg += "<text x=\"" + Num(x + 4) + "\" y=\"" + Num(top + 12) +
            "\" fill=\"#666\">longest training length</text>\n";
@@ -146,8 +161,9 @@ std::string RenderSvg(const std::vector<PlotSeries>& series,
   for (size_t k = 0; k < series.size(); ++k) {
     const char* color = kColors[k % (sizeof kColors / sizeof kColors[0])];
     std::vector<std::pair<double, double>> pts = series[k].points;
-    std::stable_sort(pts.begin(), pts.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::stable_sort(pts.begin(), pts.end(), [](const auto& a, const auto& b) {
+      return a.first < b.first;
+    });
     std::string run;
     auto flush = [&] {
       if (!run.empty()) {

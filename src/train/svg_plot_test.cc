@@ -1,9 +1,9 @@
 #include "train/svg_plot.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "relpos/error.h"
 
@@ -12,7 +12,8 @@ namespace {
 
 int Count(const std::string& s, const std::string& what) {
   int n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1))
+    ++n;
   return n;
 }
 
@@ -48,11 +49,13 @@ TEST(SvgPlot, NonFinitePointsBreakTheLine) {
 
 TEST(SvgPlot, Rejects) {
   EXPECT_THROW(RenderSvg({}, PlotOptions{}), InvalidArgument);
-  EXPECT_THROW(RenderSvg({{"a", {{NAN, 1.0}}}}, PlotOptions{}), InvalidArgument);
+  EXPECT_THROW(RenderSvg({{"a", {{NAN, 1.0}}}}, PlotOptions{}),
+               InvalidArgument);
 }
 
 TEST(XmlEscape, AllFive) {
-  EXPECT_EQ(XmlEscape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&apos;");
+  EXPECT_EQ(XmlEscape("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&apos;");
 }
 
 }  // namespace

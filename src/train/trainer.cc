@@ -9,10 +9,9 @@
 #include <cstdlib>
 #include <deque>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "tasks/text_corpus.h"
@@ -42,7 +41,8 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   size_t start = 0;
   while (true) {
     const size_t end = s.find(sep, start);
-    parts.push_back(s.substr(start, end == std::string::npos ? end : end - start));
+    parts.push_back(
+        s.substr(start, end == std::string::npos ? end : end - start));
     if (end == std::string::npos) break;
     start = end + 1;
   }
@@ -56,10 +56,10 @@ std::pair<int64_t, int64_t> ParseLengthRange(const std::string& spec,
                                              int64_t max_length) {
   const std::vector<std::string> parts = Split(spec, '-');
   int64_t lo = 0, hi = 0;
-  const bool ok = (parts.size() == 1 && ParsePositive(parts[0], &lo) &&
-                   (hi = lo, true)) ||
-                  (parts.size() == 2 && ParsePositive(parts[0], &lo) &&
-                   ParsePositive(parts[1], &hi));
+  const bool ok =
+      (parts.size() == 1 && ParsePositive(parts[0], &lo) && (hi = lo, true)) ||
+      (parts.size() == 2 && ParsePositive(parts[0], &lo) &&
+       ParsePositive(parts[1], &hi));
   RELPOS_CHECK_ARG(ok, flag << " must be a length range A-B with positive "
                                "integers (got '"
                             << spec << "')");
@@ -79,9 +79,9 @@ std::vector<int64_t> ParseLengths(const std::string& spec,
   RELPOS_CHECK_ARG(!spec.empty(), flag << " must not be empty");
   for (const std::string& item : Split(spec, ',')) {
     const std::vector<std::string> range_step = Split(item, ':');
-    RELPOS_CHECK_ARG(range_step.size() <= 2,
-                     flag << ": bad item '" << item
-                          << "' (expected N, A-B or A-B:STEP)");
+    RELPOS_CHECK_ARG(
+        range_step.size() <= 2,
+        flag << ": bad item '" << item << "' (expected N, A-B or A-B:STEP)");
     const auto [lo, hi] = ParseLengthRange(range_step[0], flag, max_length);
     int64_t stride = 1;
     if (range_step.size() == 2) {
@@ -114,7 +114,8 @@ constexpr int64_t kMaxTaskSize = int64_t{1} << 16;
 
 class TaskData final : public DataSource {
  public:
-  explicit TaskData(std::unique_ptr<tasks::Task> task) : task_(std::move(task)) {}
+  explicit TaskData(std::unique_ptr<tasks::Task> task)
+      : task_(std::move(task)) {}
   std::string name() const override { return task_->info().name; }
   int32_t vocab_size() const override { return task_->info().vocab_size; }
   model::Arch default_arch() const override { return model::Arch::kEncoder; }
@@ -123,7 +124,8 @@ class TaskData final : public DataSource {
   int64_t SequenceLength(int64_t length) const override {
     return task_->SequenceLength(length);
   }
-  tasks::Example Sample(int64_t length, bool /*held_out*/, Rng& rng) const override {
+  tasks::Example Sample(int64_t length, bool /*held_out*/,
+                        Rng& rng) const override {
     return task_->Generate(length, rng);
   }
   std::string metric_description() const override {
@@ -146,7 +148,8 @@ class LmData final : public DataSource {
                      corpus_.MaxSampleLength(true), kMaxTaskSize});
   }
   int64_t SequenceLength(int64_t length) const override { return length; }
-  tasks::Example Sample(int64_t length, bool held_out, Rng& rng) const override {
+  tasks::Example Sample(int64_t length, bool held_out,
+                        Rng& rng) const override {
     return corpus_.Sample(length, held_out, rng);
   }
   std::string metric_description() const override {
@@ -183,10 +186,11 @@ std::unique_ptr<DataSource> MakeDataSource(const DataConfig& config) {
   const std::vector<std::string> known = tasks::TaskNames();
   if (std::find(known.begin(), known.end(), config.task) == known.end()) {
     std::string list;
-    for (const std::string& n : DataTaskNames()) list += (list.empty() ? "" : ", ") + n;
-    RELPOS_THROW(InvalidArgument,
-                 "unknown task '" << config.task << "' (known tasks: " << list
-                                  << ")");
+    for (const std::string& n : DataTaskNames())
+      list += (list.empty() ? "" : ", ") + n;
+    RELPOS_THROW(InvalidArgument, "unknown task '" << config.task
+                                                   << "' (known tasks: " << list
+                                                   << ")");
   }
   RELPOS_CHECK_ARG(config.corpus_path.empty(),
                    "a corpus file is only used by task 'lm' (task is '"
@@ -226,8 +230,8 @@ namespace {
 void ReadString(const nlohmann::json& j, const char* key, std::string* out) {
   if (!j.contains(key)) return;
   if (!j[key].is_string()) {
-    RELPOS_THROW(FormatError, "train config: field '" << key
-                                                      << "' must be a string");
+    RELPOS_THROW(FormatError,
+                 "train config: field '" << key << "' must be a string");
   }
   *out = j[key].get<std::string>();
 }
@@ -239,24 +243,27 @@ void ReadInt(const nlohmann::json& j, const char* key, Int* out) {
   if constexpr (std::is_unsigned_v<Int>) {
     if (!v.is_number_unsigned()) {
       RELPOS_THROW(FormatError, "train config: field '"
-                                    << key << "' must be a non-negative integer");
+                                    << key
+                                    << "' must be a non-negative integer");
     }
     *out = static_cast<Int>(v.get<uint64_t>());
   } else {
-  if (!v.is_number_integer()) {
-    RELPOS_THROW(FormatError,
-                 "train config: field '" << key << "' must be an integer");
-  }
-  const int64_t x = v.is_number_unsigned()
-                        ? static_cast<int64_t>(std::min<uint64_t>(
-                              v.get<uint64_t>(),
-                              std::numeric_limits<int64_t>::max()))
-                        : v.get<int64_t>();
-  if (x < std::numeric_limits<Int>::min() || x > std::numeric_limits<Int>::max()) {
-    RELPOS_THROW(FormatError, "train config: field '" << key << "' is out of range ("
-                                                      << x << ")");
-  }
-  *out = static_cast<Int>(x);
+    if (!v.is_number_integer()) {
+      RELPOS_THROW(FormatError,
+                   "train config: field '" << key << "' must be an integer");
+    }
+    const int64_t x =
+        v.is_number_unsigned()
+            ? static_cast<int64_t>(std::min<uint64_t>(
+                  v.get<uint64_t>(), std::numeric_limits<int64_t>::max()))
+            : v.get<int64_t>();
+    if (x < std::numeric_limits<Int>::min() ||
+        x > std::numeric_limits<Int>::max()) {
+      RELPOS_THROW(FormatError, "train config: field '"
+                                    << key << "' is out of range (" << x
+                                    << ")");
+    }
+    *out = static_cast<Int>(x);
   }
 }
 
@@ -272,7 +279,8 @@ void ReadDouble(const nlohmann::json& j, const char* key, double* out) {
 }  // namespace
 
 TrainConfig TrainConfigFromJson(const nlohmann::json& j) {
-  if (!j.is_object()) RELPOS_THROW(FormatError, "train config must be a JSON object");
+  if (!j.is_object())
+    RELPOS_THROW(FormatError, "train config must be a JSON object");
   TrainConfig c;
   const nlohmann::json known = ToJson(c);
   for (const auto& [key, value] : j.items()) {
@@ -312,55 +320,57 @@ ScheduleConfig MakeSchedule(const TrainConfig& c) {
 
 void Validate(const TrainConfig& c) {
   RELPOS_CHECK_ARG(!c.data.task.empty(), "task must not be empty");
-  RELPOS_CHECK_ARG(c.train_min_length >= 1 && c.train_max_length <= kMaxTaskSize,
-                   "train lengths must be in [1, " << kMaxTaskSize << "] (got "
-                                                   << c.train_min_length << "-"
-                                                   << c.train_max_length << ")");
+  RELPOS_CHECK_ARG(
+      c.train_min_length >= 1 && c.train_max_length <= kMaxTaskSize,
+      "train lengths must be in [1, " << kMaxTaskSize << "] (got "
+                                      << c.train_min_length << "-"
+                                      << c.train_max_length << ")");
   RELPOS_CHECK_ARG(c.train_min_length <= c.train_max_length,
                    "train length range " << c.train_min_length << "-"
                                          << c.train_max_length
                                          << " is reversed");
   RELPOS_CHECK_ARG(c.steps >= 1 && c.steps <= 1'000'000'000,
                    "steps must be in [1, 1e9] (got " << c.steps << ")");
-  RELPOS_CHECK_ARG(c.batch_size >= 1 && c.batch_size <= 65536,
-                   "batch_size must be in [1, 65536] (got " << c.batch_size << ")");
+  RELPOS_CHECK_ARG(
+      c.batch_size >= 1 && c.batch_size <= 65536,
+      "batch_size must be in [1, 65536] (got " << c.batch_size << ")");
   RELPOS_CHECK_ARG(c.warmup_steps >= 0 && c.warmup_steps <= c.steps,
-                   "warmup_steps must be in [0, steps=" << c.steps << "] (got "
-                                                        << c.warmup_steps << ")");
+                   "warmup_steps must be in [0, steps="
+                       << c.steps << "] (got " << c.warmup_steps << ")");
   Validate(MakeSchedule(c));
   Validate(c.adamw);
   RELPOS_CHECK_ARG(std::isfinite(c.clip_norm) && c.clip_norm >= 0,
                    "clip_norm must be >= 0 (got " << c.clip_norm << ")");
   RELPOS_CHECK_ARG(c.threads >= 1 && c.threads <= 1024,
                    "threads must be in [1, 1024] (got " << c.threads << ")");
-  RELPOS_CHECK_ARG(c.checkpoint_every >= 0,
-                   "checkpoint_every must be >= 0 (got " << c.checkpoint_every
-                                                          << ")");
-  RELPOS_CHECK_ARG(c.data.corpus_bytes >= 1 && c.data.corpus_bytes <= (int64_t{1} << 30),
-                   "corpus_bytes must be in [1, 2^30] (got " << c.data.corpus_bytes
-                                                            << ")");
+  RELPOS_CHECK_ARG(
+      c.checkpoint_every >= 0,
+      "checkpoint_every must be >= 0 (got " << c.checkpoint_every << ")");
+  RELPOS_CHECK_ARG(
+      c.data.corpus_bytes >= 1 && c.data.corpus_bytes <= (int64_t{1} << 30),
+      "corpus_bytes must be in [1, 2^30] (got " << c.data.corpus_bytes << ")");
 }
 
 void CheckModelAndData(const model::ModelConfig& m, const TrainConfig& t,
                        const DataSource& data) {
   RELPOS_CHECK_ARG(m.vocab_size == data.vocab_size(),
-                   "model vocab_size " << m.vocab_size << " does not match task '"
-                                       << data.name() << "' ("
-                                       << data.vocab_size() << ")");
+                   "model vocab_size "
+                       << m.vocab_size << " does not match task '"
+                       << data.name() << "' (" << data.vocab_size() << ")");
   RELPOS_CHECK_ARG(t.train_min_length >= data.min_length() &&
                        t.train_max_length <= data.max_length(),
-                   "train lengths " << t.train_min_length << "-"
-                                    << t.train_max_length << " must be within ["
-                                    << data.min_length() << ", "
-                                    << data.max_length() << "] for task '"
-                                    << data.name() << "'");
+                   "train lengths "
+                       << t.train_min_length << "-" << t.train_max_length
+                       << " must be within [" << data.min_length() << ", "
+                       << data.max_length() << "] for task '" << data.name()
+                       << "'");
   const int64_t longest = data.SequenceLength(t.train_max_length);
-  RELPOS_CHECK_ARG(m.position != model::PositionScheme::kLearned ||
-                       longest <= m.max_len,
-                   "learned positions: max_len " << m.max_len
-                                                 << " is shorter than the longest "
-                                                    "training sequence ("
-                                                 << longest << " tokens)");
+  RELPOS_CHECK_ARG(
+      m.position != model::PositionScheme::kLearned || longest <= m.max_len,
+      "learned positions: max_len " << m.max_len
+                                    << " is shorter than the longest "
+                                       "training sequence ("
+                                    << longest << " tokens)");
 }
 
 // ================================================================ batches
@@ -372,15 +382,18 @@ model::Batch Pack(std::vector<tasks::Example>& examples) {
   model::Batch b;
   b.batch = static_cast<int64_t>(examples.size());
   for (const auto& e : examples) {
-    b.length = std::max<int64_t>(b.length, static_cast<int64_t>(e.tokens.size()));
+    b.length =
+        std::max<int64_t>(b.length, static_cast<int64_t>(e.tokens.size()));
   }
   b.tokens.assign(static_cast<size_t>(b.batch * b.length), 0);
   b.targets.assign(static_cast<size_t>(b.batch * b.length), -1);
   b.lengths.resize(static_cast<size_t>(b.batch));
   for (int64_t i = 0; i < b.batch; ++i) {
     const auto& e = examples[static_cast<size_t>(i)];
-    std::copy(e.tokens.begin(), e.tokens.end(), b.tokens.begin() + i * b.length);
-    std::copy(e.targets.begin(), e.targets.end(), b.targets.begin() + i * b.length);
+    std::copy(e.tokens.begin(), e.tokens.end(),
+              b.tokens.begin() + i * b.length);
+    std::copy(e.targets.begin(), e.targets.end(),
+              b.targets.begin() + i * b.length);
     b.lengths[static_cast<size_t>(i)] = static_cast<int64_t>(e.tokens.size());
   }
   return b;
@@ -427,15 +440,15 @@ void CheckEvalLengths(const model::ModelConfig& m, const DataSource& data,
   for (int64_t n : lengths) {
     RELPOS_CHECK_ARG(n >= data.min_length() && n <= data.max_length(),
                      "--lengths: " << n << " is outside [" << data.min_length()
-                                   << ", " << data.max_length() << "] for task '"
-                                   << data.name() << "'");
+                                   << ", " << data.max_length()
+                                   << "] for task '" << data.name() << "'");
     const int64_t tokens = data.SequenceLength(n);
-    RELPOS_CHECK_ARG(m.position != model::PositionScheme::kLearned ||
-                         tokens <= m.max_len,
-                     "--lengths: length " << n << " needs " << tokens
-                                          << " positions but the learned table "
-                                             "has max_len "
-                                          << m.max_len << " rows");
+    RELPOS_CHECK_ARG(
+        m.position != model::PositionScheme::kLearned || tokens <= m.max_len,
+        "--lengths: length " << n << " needs " << tokens
+                             << " positions but the learned table "
+                                "has max_len "
+                             << m.max_len << " rows");
   }
 }
 
@@ -446,8 +459,8 @@ std::vector<LengthResult> EvaluateByLength(model::Transformer& model,
   RELPOS_CHECK_ARG(config.sequences_per_length >= 1,
                    "sequences per length must be >= 1 (got "
                        << config.sequences_per_length << ")");
-  RELPOS_CHECK_ARG(config.batch_size >= 1,
-                   "eval batch size must be >= 1 (got " << config.batch_size << ")");
+  RELPOS_CHECK_ARG(config.batch_size >= 1, "eval batch size must be >= 1 (got "
+                                               << config.batch_size << ")");
   CheckEvalLengths(model.config(), data, config.lengths);
   std::vector<LengthResult> results;
   int64_t done = 0, tokens_seen = 0;
@@ -471,10 +484,12 @@ std::vector<LengthResult> EvaluateByLength(model::Transformer& model,
     r.sequence_length = data.SequenceLength(length);
     r.tokens = metrics.tokens;
     r.sequences = metrics.sequences;
-    const double tok = static_cast<double>(std::max<int64_t>(metrics.tokens, 1));
+    const double tok =
+        static_cast<double>(std::max<int64_t>(metrics.tokens, 1));
     r.token_accuracy = static_cast<double>(metrics.correct_tokens) / tok;
-    r.sequence_accuracy = static_cast<double>(metrics.correct_sequences) /
-                          static_cast<double>(std::max<int64_t>(metrics.sequences, 1));
+    r.sequence_accuracy =
+        static_cast<double>(metrics.correct_sequences) /
+        static_cast<double>(std::max<int64_t>(metrics.sequences, 1));
     r.loss = metrics.loss_sum / tok;
     results.push_back(r);
   }
@@ -484,7 +499,8 @@ std::vector<LengthResult> EvaluateByLength(model::Transformer& model,
 // ================================================================ trainer
 
 int SetThreads(int threads) {
-  RELPOS_CHECK_ARG(threads >= 1, "threads must be >= 1 (got " << threads << ")");
+  RELPOS_CHECK_ARG(threads >= 1,
+                   "threads must be >= 1 (got " << threads << ")");
   omp_set_num_threads(threads);
   return omp_get_max_threads();
 }
@@ -527,7 +543,8 @@ std::string FirstNonFinite(const model::Transformer& model, Field field) {
 
 }  // namespace
 
-Trainer::Trainer(const model::ModelConfig& model_config, const TrainConfig& config)
+Trainer::Trainer(const model::ModelConfig& model_config,
+                 const TrainConfig& config)
     : config_(config) {
   Validate(config_);
   data_ = MakeDataSource(config_.data);
@@ -549,7 +566,8 @@ Trainer::Trainer(Trainer&&) noexcept = default;
 
 void Trainer::InitOptimizer() {
   std::vector<int64_t> sizes;
-  for (const model::Parameter& p : model_->parameters()) sizes.push_back(p.numel());
+  for (const model::Parameter& p : model_->parameters())
+    sizes.push_back(p.numel());
   optimizer_ = std::make_unique<AdamW>(config_.adamw, std::move(sizes));
 }
 
@@ -558,9 +576,9 @@ void Trainer::set_total_steps(int64_t steps) {
   c.steps = steps;
   c.warmup_steps = std::min(c.warmup_steps, steps);
   Validate(c);
-  RELPOS_CHECK_ARG(steps >= state_.step,
-                   "--steps " << steps << " is below the checkpoint's step "
-                              << state_.step);
+  RELPOS_CHECK_ARG(
+      steps >= state_.step,
+      "--steps " << steps << " is below the checkpoint's step " << state_.step);
   config_ = c;
 }
 
@@ -612,14 +630,15 @@ void Trainer::Save(const std::string& dir) {
 RunResult Trainer::Run(const RunOptions& options) {
   RunResult result;
   const ScheduleConfig schedule = MakeSchedule(config_);
-  const int64_t until =
-      options.stop_at_step >= 0 ? std::min(options.stop_at_step, config_.steps)
-                                : config_.steps;
+  const int64_t until = options.stop_at_step >= 0
+                            ? std::min(options.stop_at_step, config_.steps)
+                            : config_.steps;
   SetThreads(config_.threads);
   // A checkpoint (or a caller) could hand us non-finite parameters: refuse
   // them before spending any compute.
   if (const std::string bad = FirstNonFinite(
-          *model_, [](const model::Parameter& p) -> const std::vector<float>& {
+          *model_,
+          [](const model::Parameter& p) -> const std::vector<float>& {
             return p.value;
           });
       !bad.empty()) {
@@ -635,8 +654,8 @@ RunResult Trainer::Run(const RunOptions& options) {
   }
   auto where_saved = [&]() -> std::string {
     if (last_saved_step_ < 0) return "no checkpoint was written";
-    return "the last good checkpoint (step " + std::to_string(last_saved_step_) +
-           ") is kept in " + last_saved_dir_;
+    return "the last good checkpoint (step " +
+           std::to_string(last_saved_step_) + ") is kept in " + last_saved_dir_;
   };
 
   Rng data_rng(state_.data_rng), dropout_rng(state_.dropout_rng);
@@ -667,20 +686,23 @@ RunResult Trainer::Run(const RunOptions& options) {
           });
       RELPOS_THROW(NumericalError, "training stopped at step "
                                        << step << ": the gradient of '" << bad
-                                       << "' holds NaN or Inf; " << where_saved());
+                                       << "' holds NaN or Inf; "
+                                       << where_saved());
     }
     const double lr = LearningRate(schedule, step);
     optimizer_->Step(slots, lr, ClipScale(norm, config_.clip_norm));
     if (const std::string bad = FirstNonFinite(
-            *model_, [](const model::Parameter& p) -> const std::vector<float>& {
+            *model_,
+            [](const model::Parameter& p) -> const std::vector<float>& {
               return p.value;
             });
         !bad.empty()) {
       if (progress) progress->Finish();
-      RELPOS_THROW(NumericalError, "training stopped at step "
-                                       << step << ": parameter '" << bad
-                                       << "' became NaN or Inf after the update; "
-                                       << where_saved());
+      RELPOS_THROW(NumericalError,
+                   "training stopped at step "
+                       << step << ": parameter '" << bad
+                       << "' became NaN or Inf after the update; "
+                       << where_saved());
     }
     state_.step = step + 1;
     state_.data_rng = data_rng.state();
@@ -706,7 +728,8 @@ RunResult Trainer::Run(const RunOptions& options) {
     const bool stop = (options.stop_flag && *options.stop_flag != 0) ||
                       state_.step == options.stop_at_step;
     if (!options.checkpoint_dir.empty() &&
-        ((config_.checkpoint_every > 0 && state_.step % config_.checkpoint_every == 0) ||
+        ((config_.checkpoint_every > 0 &&
+          state_.step % config_.checkpoint_every == 0) ||
          state_.step == config_.steps || stop)) {
       Save(options.checkpoint_dir);
     }
@@ -719,13 +742,16 @@ RunResult Trainer::Run(const RunOptions& options) {
   result.final_step = state_.step;
   result.completed = state_.step >= config_.steps;
   result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   // Recompute the final loss as a plain mean (the running sum drifts by
   // rounding over long runs).
   double sum = 0;
   for (float x : recent) sum += x;
-  result.final_loss = recent.empty() ? 0.0 : sum / static_cast<double>(recent.size());
-  if (!options.checkpoint_dir.empty() && result.completed) Save(options.checkpoint_dir);
+  result.final_loss =
+      recent.empty() ? 0.0 : sum / static_cast<double>(recent.size());
+  if (!options.checkpoint_dir.empty() && result.completed)
+    Save(options.checkpoint_dir);
   return result;
 }
 

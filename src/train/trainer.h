@@ -17,12 +17,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "core/rng.h"
 #include "model/transformer.h"
@@ -85,7 +84,8 @@ class DataSource {
   // One example; `held_out` selects the evaluation split where the data has
   // one (the corpus's last 10%); tasks draw from the same distribution, the
   // evaluation stream is kept apart by its seed.
-  virtual tasks::Example Sample(int64_t length, bool held_out, Rng& rng) const = 0;
+  virtual tasks::Example Sample(int64_t length, bool held_out,
+                                Rng& rng) const = 0;
   // "per-token accuracy over output positions" or "next-byte accuracy".
   virtual std::string metric_description() const = 0;
 };
@@ -104,9 +104,9 @@ struct TrainConfig {
   int64_t warmup_steps = 100;  // linear warm-up, then cosine decay
   double min_lr_ratio = 0.1;   // final lr = lr * min_lr_ratio
   AdamWConfig adamw;
-  double clip_norm = 1.0;      // global gradient-norm clip; 0 = off
-  uint64_t seed = 0;           // initialisation, data order and dropout
-  int threads = 1;             // OpenMP threads; part of the determinism key
+  double clip_norm = 1.0;  // global gradient-norm clip; 0 = off
+  uint64_t seed = 0;       // initialisation, data order and dropout
+  int threads = 1;         // OpenMP threads; part of the determinism key
   int64_t checkpoint_every = 500;  // steps between checkpoints; 0 = end only
 };
 
@@ -121,8 +121,8 @@ ScheduleConfig MakeSchedule(const TrainConfig& config);
 // Fills in what the model config takes from the data (vocab_size) and checks
 // that the pair fits: train lengths within the data's range, and for learned
 // absolute positions the longest training sequence within max_len.
-void CheckModelAndData(const model::ModelConfig& model, const TrainConfig& train,
-                       const DataSource& data);
+void CheckModelAndData(const model::ModelConfig& model,
+                       const TrainConfig& train, const DataSource& data);
 
 // ----------------------------------------------------------------- batches
 
@@ -149,11 +149,11 @@ struct EvalConfig {
 };
 
 struct LengthResult {
-  int64_t length = 0;           // the size parameter
-  int64_t sequence_length = 0;  // tokens in each example
-  double token_accuracy = 0;    // correct / scored positions
-  double sequence_accuracy = 0; // sequences with every scored position right
-  double loss = 0;              // mean cross-entropy (nats) per scored token
+  int64_t length = 0;            // the size parameter
+  int64_t sequence_length = 0;   // tokens in each example
+  double token_accuracy = 0;     // correct / scored positions
+  double sequence_accuracy = 0;  // sequences with every scored position right
+  double loss = 0;               // mean cross-entropy (nats) per scored token
   int64_t tokens = 0, sequences = 0;
 };
 
@@ -204,8 +204,8 @@ struct RunOptions {
 
 struct RunResult {
   int64_t final_step = 0;
-  bool completed = false;    // reached TrainConfig::steps
-  bool interrupted = false;  // stopped by the flag or stop_at_step
+  bool completed = false;         // reached TrainConfig::steps
+  bool interrupted = false;       // stopped by the flag or stop_at_step
   std::vector<StepRecord> steps;  // the updates this call made
   double seconds = 0;
   double final_loss = 0;  // mean loss over the last min(100, steps) updates

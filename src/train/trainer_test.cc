@@ -1,15 +1,14 @@
 #include "train/trainer.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <limits>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "relpos/error.h"
 #include "train/checkpoint.h"
@@ -21,7 +20,8 @@ namespace fs = std::filesystem;
 
 std::string TempDir(const std::string& name) {
   const fs::path p = fs::temp_directory_path() /
-                     ("relpos_trainer_test_" + std::to_string(::getpid())) / name;
+                     ("relpos_trainer_test_" + std::to_string(::getpid())) /
+                     name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
@@ -31,24 +31,28 @@ TEST(Lengths, ParseAcceptsListsRangesAndSteps) {
   EXPECT_EQ(ParseLengths("3", "--l"), (std::vector<int64_t>{3}));
   EXPECT_EQ(ParseLengths("2-5", "--l"), (std::vector<int64_t>{2, 3, 4, 5}));
   // The end of a strided range is always included.
-  EXPECT_EQ(ParseLengths("8-30:8", "--l"), (std::vector<int64_t>{8, 16, 24, 30}));
+  EXPECT_EQ(ParseLengths("8-30:8", "--l"),
+            (std::vector<int64_t>{8, 16, 24, 30}));
   EXPECT_EQ(ParseLengths("9,1-2,9", "--l"), (std::vector<int64_t>{1, 2, 9}));
-  EXPECT_EQ(ParseLengthRange("8-16", "--t"), (std::pair<int64_t, int64_t>{8, 16}));
+  EXPECT_EQ(ParseLengthRange("8-16", "--t"),
+            (std::pair<int64_t, int64_t>{8, 16}));
   EXPECT_EQ(ParseLengthRange("5", "--t"), (std::pair<int64_t, int64_t>{5, 5}));
 }
 
 TEST(Lengths, ParseRejectsWithTheFlagName) {
-  for (const char* bad : {"", "16-8", "0-4", "-3", "a-b", "4-", "1-2-3", "1-9:0",
-                          "1-9:x", "1-9:2:3", "1,,2", "99999999999999999999",
-                          "1-2000000"}) {
+  for (const char* bad :
+       {"", "16-8", "0-4", "-3", "a-b", "4-", "1-2-3", "1-9:0", "1-9:x",
+        "1-9:2:3", "1,,2", "99999999999999999999", "1-2000000"}) {
     try {
       ParseLengths(bad, "--lengths");
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("--lengths"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--lengths"), std::string::npos)
+          << e.what();
     }
   }
-  EXPECT_THROW(ParseLengths("1-100000", "--l"), InvalidArgument);  // > 4096 lengths
+  EXPECT_THROW(ParseLengths("1-100000", "--l"),
+               InvalidArgument);  // > 4096 lengths
   EXPECT_THROW(ParseLengthRange("16-8", "--train-lengths"), InvalidArgument);
 }
 
@@ -100,7 +104,8 @@ TEST(Batches, PaddedToTheLongestWithMaskedTargets) {
     EXPECT_GE(n, 4);
     EXPECT_LE(n, 12);
     longest = std::max(longest, n);
-    for (int64_t p = n; p < b.length; ++p) EXPECT_EQ(b.targets[i * b.length + p], -1);
+    for (int64_t p = n; p < b.length; ++p)
+      EXPECT_EQ(b.targets[i * b.length + p], -1);
   }
   EXPECT_EQ(b.length, longest);
   // Same Rng state, same batch.
@@ -145,7 +150,8 @@ TEST(Trainer, TinyRunLearnsLocalDifference) {
   EXPECT_TRUE(r.completed);
   EXPECT_EQ(r.steps.size(), 300u);
   EXPECT_LT(r.final_loss, r.steps.front().loss);
-  EvalConfig ec{.lengths = {8, 32}, .sequences_per_length = 64, .batch_size = 64};
+  EvalConfig ec{
+      .lengths = {8, 32}, .sequences_per_length = 64, .batch_size = 64};
   const auto res = EvaluateByLength(t.model(), t.data(), ec);
   EXPECT_GE(res[0].token_accuracy, 0.95) << "loss " << r.final_loss;
   EXPECT_GE(res[1].token_accuracy, 0.95);
@@ -205,12 +211,14 @@ TEST(Trainer, ResumeContinuesBitwise) {
     EXPECT_EQ(rc.steps[i].loss, ra.steps[5 + i].loss) << "step " << 5 + i;
     EXPECT_EQ(rc.steps[i].lr, ra.steps[5 + i].lr);
   }
-  const Checkpoint x = ReadCheckpoint(full, true), y = ReadCheckpoint(part, true);
+  const Checkpoint x = ReadCheckpoint(full, true),
+                   y = ReadCheckpoint(part, true);
   EXPECT_EQ(x.state.step, 12);
   EXPECT_EQ(x.state.data_rng, y.state.data_rng);
   EXPECT_EQ(x.state.dropout_rng, y.state.dropout_rng);
   for (size_t i = 0; i < x.parameters.size(); ++i) {
-    EXPECT_EQ(x.parameters[i].data, y.parameters[i].data) << x.parameters[i].name;
+    EXPECT_EQ(x.parameters[i].data, y.parameters[i].data)
+        << x.parameters[i].name;
   }
   for (size_t i = 0; i < x.optimizer.size(); ++i) {
     EXPECT_EQ(x.optimizer[i].data, y.optimizer[i].data) << x.optimizer[i].name;
@@ -250,7 +258,8 @@ TEST(Trainer, NonFiniteStopsAndKeepsTheLastCheckpoint) {
   // NaN in a parameter: refused before any compute.
   const int64_t idx = t.model().FindParameter("head.bias");
   ASSERT_GE(idx, 0);
-  t.model().parameters()[idx].value[0] = std::numeric_limits<float>::quiet_NaN();
+  t.model().parameters()[idx].value[0] =
+      std::numeric_limits<float>::quiet_NaN();
   o.stop_at_step = -1;
   try {
     t.Run(o);
@@ -273,7 +282,8 @@ TEST(Trainer, NonFiniteStopsAndKeepsTheLastCheckpoint) {
   } catch (const NumericalError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("step 4"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("checkpoint (step 4) is kept"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("checkpoint (step 4) is kept"), std::string::npos)
+        << msg;
   }
   const Checkpoint ck = ReadCheckpoint(dir, true);
   EXPECT_EQ(ck.state.step, 4);
@@ -282,7 +292,8 @@ TEST(Trainer, NonFiniteStopsAndKeepsTheLastCheckpoint) {
 
 TEST(Eval, SameExamplesForEveryModelAndIndependentOfOtherLengths) {
   Trainer a(SmallModel(model::PositionScheme::kRelative), SmallTrain(1));
-  EvalConfig both{.lengths = {3, 5}, .sequences_per_length = 10, .batch_size = 4};
+  EvalConfig both{
+      .lengths = {3, 5}, .sequences_per_length = 10, .batch_size = 4};
   EvalConfig one{.lengths = {5}, .sequences_per_length = 10, .batch_size = 4};
   const auto r2 = EvaluateByLength(a.model(), a.data(), both);
   const auto r1 = EvaluateByLength(a.model(), a.data(), one);
