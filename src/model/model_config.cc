@@ -144,7 +144,11 @@ ModelConfig ModelConfigFromJson(const nlohmann::json& j) {
                                                      << want << " (got "
                                                      << v.dump() << ")");
   };
-  for (const auto& [key, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named copies rather than structured bindings: the lambdas below capture
+    // them, which clang 14 (used for the fuzzers) does not allow for bindings.
+    const std::string key = item.key();
+    const nlohmann::json& v = item.value();
     auto get_int = [&](int64_t* out) {
       if (v.is_number_unsigned()) {
         const uint64_t u = v.get<uint64_t>();
