@@ -5,25 +5,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/cli_common.h"
+#include "cli/cli_test_util.h"
 
 namespace relpos::cli {
 namespace {
 
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-Result RunRelpos(std::vector<std::string> args) {
-  args.insert(args.begin(), "relpos");
-  std::ostringstream out, err;
-  const int code = RunCli(args, out, err);
-  return {code, out.str(), err.str()};
-}
-
 TEST(ParamsVerb, PrintsShawNumbers) {
-  Result r = RunRelpos({"params", "--d-model", "768", "--heads", "12",
+  CliResult r = RunRelpos({"params", "--d-model", "768", "--heads", "12",
                   "--max-distance", "64", "--per-head"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("16,512"), std::string::npos) << r.out;
@@ -32,7 +20,7 @@ TEST(ParamsVerb, PrintsShawNumbers) {
 }
 
 TEST(ParamsVerb, Json) {
-  Result r = RunRelpos({"params", "--d-model", "768", "--heads", "12",
+  CliResult r = RunRelpos({"params", "--d-model", "768", "--heads", "12",
                   "--max-distance", "64", "--per-head", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -57,7 +45,7 @@ TEST(ParamsVerb, BadUsage) {
       {},
   };
   for (const auto& args : cases) {
-    Result r = RunRelpos(args);
+    CliResult r = RunRelpos(args);
     std::string joined;
     for (const auto& a : args) joined += a + " ";
     EXPECT_EQ(r.code, 2) << joined;
@@ -69,7 +57,7 @@ TEST(ParamsVerb, BadUsage) {
 
 TEST(Cli, HelpOnEveryVerbExitsZero) {
   for (const std::string verb : {"params"}) {
-    Result r = RunRelpos({verb, "--help"});
+    CliResult r = RunRelpos({verb, "--help"});
     EXPECT_EQ(r.code, 0) << verb;
     EXPECT_NE(r.out.find("--help"), std::string::npos) << verb << r.out;
   }

@@ -1,11 +1,16 @@
 #include "cli/experiment_flags.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/check.h"
 #include "io/file_io.h"
+#include "train/checkpoint.h"
 
 namespace relpos::cli {
 
@@ -297,6 +302,33 @@ void ExperimentFlags::Build(const ModelConfig& model_defaults,
   train::CheckModelAndData(m, t, *data);
   *model = m;
   *train = t;
+}
+
+void CheckOutDir(const std::string& out, bool refuse_checkpoint) {
+  namespace fs = std::filesystem;
+  RELPOS_CHECK_ARG(!out.empty(), "--out must not be empty");
+  std::error_code ec;
+  const fs::path p(out);
+  if (fs::exists(p, ec)) {
+    RELPOS_CHECK_ARG(fs::is_directory(p, ec),
+                     "--out '" << out << "' exists and is not a folder");
+    RELPOS_CHECK_ARG(!refuse_checkpoint || !train::HasCheckpoint(out),
+                     "--out '"
+                         << out
+                         << "' already holds a checkpoint (continue it with "
+                            "--resume, or choose another folder)");
+    RELPOS_CHECK_ARG(access(out.c_str(), W_OK | X_OK) == 0,
+                     "--out '" << out << "' is not writable");
+    return;
+  }
+  fs::path parent = p.parent_path();
+  if (parent.empty()) parent = ".";
+  RELPOS_CHECK_ARG(fs::is_directory(parent, ec),
+                   "--out '" << out << "': parent folder '" << parent.string()
+                             << "' does not exist");
+  RELPOS_CHECK_ARG(access(parent.c_str(), W_OK | X_OK) == 0,
+                   "--out '" << out << "': parent folder '" << parent.string()
+                             << "' is not writable");
 }
 
 }  // namespace relpos::cli

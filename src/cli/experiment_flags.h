@@ -77,6 +77,12 @@ class ExperimentFlags {
 };
 
 // Applies "--terms both|key|value|neither" to `config`.
+// Refuses an --out folder that cannot receive results, without creating
+// anything: it must be, or be creatable as, a writable folder. With
+// `refuse_checkpoint`, a folder that already holds a checkpoint is refused
+// too (continuing one is what --resume is for).
+void CheckOutDir(const std::string& out, bool refuse_checkpoint);
+
 void ApplyTerms(const std::string& terms, model::ModelConfig* config);
 std::string TermsName(const model::ModelConfig& config);
 

@@ -11,28 +11,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/cli_common.h"
+#include "cli/cli_test_util.h"
 
 namespace relpos::cli {
 namespace {
-
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-Result RunRelpos(std::vector<std::string> args) {
-  args.insert(args.begin(), "relpos");
-  std::ostringstream out, err;
-  const int code = RunCli(args, out, err);
-  return {code, out.str(), err.str()};
-}
-
-std::string Joined(const std::vector<std::string>& args) {
-  std::string s;
-  for (const auto& a : args) s += a + " ";
-  return s;
-}
 
 bool PositiveFinite(const nlohmann::json& v) {
   return v.is_number() && std::isfinite(v.get<double>()) &&
@@ -60,7 +42,7 @@ TEST(BenchVerb, JsonTinySizesAllVariants) {
       "bench", "--n",       "16,33", "--k",       "0,3",  "--heads",
       "2",     "--dim",     "8",     "--repeats", "1",    "--sgemm-size",
       "64",    "--threads", "2",     "--json"};
-  Result r = RunRelpos(args);
+  CliResult r = RunRelpos(args);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.err.empty()) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
@@ -119,7 +101,7 @@ TEST(BenchVerb, JsonTinySizesAllVariants) {
 // may at most double the fused kernel's extra bytes, and at n = 512 they stay
 // below one n x n float matrix (1 MiB).
 TEST(BenchVerb, FusedExtraMemoryIsLinearInN) {
-  Result r = RunRelpos({"bench", "--n", "256,512", "--k", "4", "--heads", "1",
+  CliResult r = RunRelpos({"bench", "--n", "256,512", "--k", "4", "--heads", "1",
                         "--dim", "8", "--repeats", "1", "--sgemm-size", "16",
                         "--variants", "vanilla,relative", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -138,7 +120,7 @@ TEST(BenchVerb, FusedExtraMemoryIsLinearInN) {
 }
 
 TEST(BenchVerb, VariantFilterAndReferenceCap) {
-  Result r = RunRelpos({"bench", "--n", "16,33", "--k", "0,3", "--heads", "1",
+  CliResult r = RunRelpos({"bench", "--n", "16,33", "--k", "0,3", "--heads", "1",
                         "--dim", "4", "--repeats", "2", "--sgemm-size", "16",
                         "--variants", "reference", "--reference-max-n", "16",
                         "--reference-repeats", "1", "--json"});
@@ -155,7 +137,7 @@ TEST(BenchVerb, VariantFilterAndReferenceCap) {
 }
 
 TEST(BenchVerb, TextTable) {
-  Result r = RunRelpos({"bench", "--n", "16", "--k", "2", "--heads", "1",
+  CliResult r = RunRelpos({"bench", "--n", "16", "--k", "2", "--heads", "1",
                         "--dim", "4", "--repeats", "1", "--sgemm-size", "16"});
   ASSERT_EQ(r.code, 0) << r.err;
   for (const char* want :
@@ -192,7 +174,7 @@ TEST(BenchVerb, BadUsage) {
       {"bench", "--repeats"},
   };
   for (const auto& args : cases) {
-    Result r = RunRelpos(args);
+    CliResult r = RunRelpos(args);
     EXPECT_EQ(r.code, 2) << Joined(args);
     EXPECT_TRUE(r.out.empty()) << Joined(args) << r.out;
     ASSERT_FALSE(r.err.empty()) << Joined(args);
@@ -201,7 +183,7 @@ TEST(BenchVerb, BadUsage) {
 }
 
 TEST(BenchVerb, Help) {
-  Result r = RunRelpos({"bench", "--help"});
+  CliResult r = RunRelpos({"bench", "--help"});
   EXPECT_EQ(r.code, 0);
   for (const char* want : {"--n", "--k", "--heads", "--dim", "--threads",
                            "--repeats", "--json"}) {

@@ -70,28 +70,6 @@ model::ModelConfig DemoModelConfig(model::PositionScheme position) {
   return m;
 }
 
-// Same checks as `train --out`, for a folder that may already hold an
-// earlier demo's results (they are replaced).
-void CheckDemoOut(const std::string& out) {
-  RELPOS_CHECK_ARG(!out.empty(), "--out must not be empty");
-  std::error_code ec;
-  const fs::path p(out);
-  if (fs::exists(p, ec)) {
-    RELPOS_CHECK_ARG(fs::is_directory(p, ec),
-                     "--out '" << out << "' exists and is not a folder");
-    RELPOS_CHECK_ARG(access(out.c_str(), W_OK | X_OK) == 0,
-                     "--out '" << out << "' is not writable");
-    return;
-  }
-  fs::path parent = p.parent_path();
-  if (parent.empty()) parent = ".";
-  RELPOS_CHECK_ARG(fs::is_directory(parent, ec),
-                   "--out '" << out << "': parent folder '" << parent.string()
-                             << "' does not exist");
-  RELPOS_CHECK_ARG(access(parent.c_str(), W_OK | X_OK) == 0,
-                   "--out '" << out << "': parent folder '" << parent.string()
-                             << "' is not writable");
-}
 
 std::string DemoName(model::PositionScheme p) {
   switch (p) {
@@ -158,7 +136,7 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
     train::CheckModelAndData(c, tc, *data);
     train::CheckEvalLengths(c, *data, lengths);
   }
-  CheckDemoOut(f.out);
+  CheckOutDir(f.out, /*refuse_checkpoint=*/false);
   std::error_code ec;
   fs::create_directories(f.out, ec);
   if (ec) RELPOS_THROW(IoError, "--out '" << f.out << "': " << ec.message());

@@ -26,34 +26,6 @@ struct TrainFlags {
   std::string out, resume;
 };
 
-// Refuses an --out that cannot be a fresh checkpoint folder, without creating
-// anything: it must not hold a checkpoint already (that is what --resume is
-// for) and must be, or be creatable as, a writable folder.
-void CheckOutDir(const std::string& out) {
-  RELPOS_CHECK_ARG(!out.empty(), "--out must not be empty");
-  std::error_code ec;
-  const fs::path p(out);
-  if (fs::exists(p, ec)) {
-    RELPOS_CHECK_ARG(fs::is_directory(p, ec),
-                     "--out '" << out << "' exists and is not a folder");
-    RELPOS_CHECK_ARG(!train::HasCheckpoint(out),
-                     "--out '"
-                         << out
-                         << "' already holds a checkpoint (continue it with "
-                            "--resume, or choose another folder)");
-    RELPOS_CHECK_ARG(access(out.c_str(), W_OK | X_OK) == 0,
-                     "--out '" << out << "' is not writable");
-    return;
-  }
-  fs::path parent = p.parent_path();
-  if (parent.empty()) parent = ".";
-  RELPOS_CHECK_ARG(fs::is_directory(parent, ec),
-                   "--out '" << out << "': parent folder '" << parent.string()
-                             << "' does not exist");
-  RELPOS_CHECK_ARG(access(parent.c_str(), W_OK | X_OK) == 0,
-                   "--out '" << out << "': parent folder '" << parent.string()
-                             << "' is not writable");
-}
 
 // Removes a folder this run created if the run failed before its first
 // checkpoint, so a failed command leaves nothing behind.
@@ -99,7 +71,7 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
     model::ModelConfig m;
     train::TrainConfig t;
     f.exp.Build(model::ModelConfig{}, train::TrainConfig{}, &m, &t);
-    CheckOutDir(f.out);
+    CheckOutDir(f.out, /*refuse_checkpoint=*/true);
     dir = f.out;
     std::error_code ec;
     if (!fs::exists(dir, ec)) {

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli/cli_common.h"
+#include "cli/cli_test_util.h"
 #include "train/checkpoint.h"
 
 extern char** environ;
@@ -25,24 +25,6 @@ namespace relpos::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-Result RunRelpos(std::vector<std::string> args) {
-  args.insert(args.begin(), "relpos");
-  std::ostringstream out, err;
-  const int code = RunCli(args, out, err);
-  return {code, out.str(), err.str()};
-}
-
-std::string Joined(const std::vector<std::string>& args) {
-  std::string s;
-  for (const auto& a : args) s += a + " ";
-  return s;
-}
 
 // Every file and folder under `root`, for "nothing was written" checks.
 std::set<std::string> Listing(const fs::path& root) {
@@ -88,7 +70,7 @@ std::vector<std::string> Cat(std::vector<std::string> a,
 
 TEST_F(VerbTrainTest, TrainEvalAndResume) {
   const std::string dir = P("run");
-  Result r = RunRelpos(Cat({"train", "--out", dir, "--steps", "6",
+  CliResult r = RunRelpos(Cat({"train", "--out", dir, "--steps", "6",
                             "--checkpoint-every", "4", "--max-distance", "3"},
                            Tiny()));
   ASSERT_EQ(r.code, 0) << r.err;
@@ -136,7 +118,7 @@ TEST_F(VerbTrainTest, ConfigFileThenFlags) {
                                   "train_max_length": 3, "steps": 2, "batch_size": 2}})");
   const std::string dir = P("cfgrun");
   // --steps on the command line wins over the file's 2.
-  Result r = RunRelpos({"train", "--config", P("cfg.json"), "--steps", "3",
+  CliResult r = RunRelpos({"train", "--config", P("cfg.json"), "--steps", "3",
                         "--out", dir, "--progress", "none"});
   ASSERT_EQ(r.code, 0) << r.err;
   const train::Checkpoint ck = train::ReadCheckpoint(dir, false);
@@ -229,7 +211,7 @@ TEST_F(VerbTrainTest, BadUsageExitsTwoWithOneLineAndWritesNothing) {
   };
   for (const auto& args : cases) {
     const std::set<std::string> before = Listing(root_);
-    const Result r = RunRelpos(args);
+    const CliResult r = RunRelpos(args);
     const std::string what = Joined(args);
     EXPECT_EQ(r.code, 2) << what << "\n" << r.err;
     EXPECT_TRUE(r.out.empty()) << what << r.out;
@@ -241,7 +223,7 @@ TEST_F(VerbTrainTest, BadUsageExitsTwoWithOneLineAndWritesNothing) {
 
 TEST_F(VerbTrainTest, HelpOnEveryVerb) {
   for (const std::string verb : {"train", "eval", "demo", "sweep"}) {
-    const Result r = RunRelpos({verb, "--help"});
+    const CliResult r = RunRelpos({verb, "--help"});
     EXPECT_EQ(r.code, 0) << verb;
     EXPECT_NE(r.out.find("--"), std::string::npos) << verb;
   }
@@ -251,7 +233,7 @@ TEST_F(VerbTrainTest, HelpOnEveryVerb) {
 // with the promised fields and an SVG plot.
 TEST_F(VerbTrainTest, DemoWritesResultsAndPlot) {
   const std::string out = P("demo");
-  const Result r = RunRelpos({"demo", "--out", out, "--steps", "3",
+  const CliResult r = RunRelpos({"demo", "--out", out, "--steps", "3",
                               "--sequences", "8", "--progress", "none"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("longest training length"), std::string::npos) << r.out;
@@ -271,7 +253,7 @@ TEST_F(VerbTrainTest, DemoWritesResultsAndPlot) {
 }
 
 TEST_F(VerbTrainTest, SweepPrintsOneRowPerRun) {
-  const Result r = RunRelpos({"sweep",
+  const CliResult r = RunRelpos({"sweep",
                               "--task",
                               "reverse",
                               "--train-lengths",
