@@ -323,5 +323,63 @@ TEST_F(VerbTrainTest, SigtermSavesACheckpoint) {
   EXPECT_LT(ck.state.step, 1000000);
 }
 
+// kill -9 at arbitrary moments (issue: "kill -9 at any moment leaves the last
+// checkpoint intact"): a run that checkpoints every step is killed, resumed
+// and killed again, at delays spread over a checkpoint's write. After every
+// kill the folder must hold a complete, valid checkpoint whose step never
+// goes backwards, and the run must still resume.
+TEST_F(VerbTrainTest, SigkillAtAnyMomentKeepsTheCheckpoint) {
+  const std::string bin = std::string(RELPOS_BINARY_DIR) + "/bin/relpos";
+  ASSERT_TRUE(fs::exists(bin)) << bin;
+  const std::string dir = P("kill9");
+  int64_t last_step = 0;
+  for (int round = 0; round < 8; ++round) {
+    std::vector<std::string> args =
+        round == 0 ? Cat({bin, "train", "--out", dir, "--steps", "1000000",
+                          "--checkpoint-every", "1"},
+                         Tiny())
+                   : std::vector<std::string>{bin, "train", "--resume", dir,
+                                              "--progress", "none"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid;
+    ASSERT_EQ(
+        posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), environ),
+        0);
+    // Wait until this run has committed a checkpoint past the last one (so
+    // it is writing checkpoints continuously), then kill it after a delay
+    // that differs per round (0-21 ms: several checkpoint writes).
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (train::HasCheckpoint(dir)) {
+        try {
+          if (train::ReadCheckpoint(dir, false).state.step > last_step) break;
+        } catch (const std::exception&) {
+          // Being replaced right now; look again.
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(3 * round));
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    // The folder holds a complete checkpoint (model and optimizer state
+    // validated), at least as new as the last one seen.
+    const train::Checkpoint ck = train::ReadCheckpoint(dir, true);
+    EXPECT_GT(ck.state.step, last_step) << "round " << round;
+    last_step = ck.state.step;
+  }
+  // And the run still continues from it, in-process this time.
+  const CliResult r = RunRelpos({"train", "--resume", dir, "--steps",
+                                 std::to_string(last_step + 2), "--progress",
+                                 "none"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(train::ReadCheckpoint(dir, true).state.step, last_step + 2);
+}
+
 }  // namespace
 }  // namespace relpos::cli
