@@ -290,6 +290,17 @@ TEST_F(VerbTrainTest, SweepPrintsOneRowPerRun) {
   EXPECT_EQ(j["runs"][3]["terms"], "neither");
 }
 
+// Starts the real binary (args[0]) with `args`; returns its pid, or -1.
+pid_t Spawn(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0)
+    return -1;
+  return pid;
+}
+
 // The real binary: SIGTERM mid-run writes a checkpoint, and the process ends
 // by the signal (exit status 128 + 15 in a shell).
 TEST_F(VerbTrainTest, SigtermSavesACheckpoint) {
@@ -299,13 +310,8 @@ TEST_F(VerbTrainTest, SigtermSavesACheckpoint) {
   std::vector<std::string> args = Cat({bin, "train", "--out", dir, "--steps",
                                        "1000000", "--checkpoint-every", "1"},
                                       Tiny());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid;
-  ASSERT_EQ(
-      posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), environ),
-      0);
+  const pid_t pid = Spawn(args);
+  ASSERT_GT(pid, 0);
   // Wait for the first checkpoint, then interrupt.
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -340,13 +346,8 @@ TEST_F(VerbTrainTest, SigkillAtAnyMomentKeepsTheCheckpoint) {
                          Tiny())
                    : std::vector<std::string>{bin, "train", "--resume", dir,
                                               "--progress", "none"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid;
-    ASSERT_EQ(
-        posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), environ),
-        0);
+    const pid_t pid = Spawn(args);
+    ASSERT_GT(pid, 0);
     // Wait until this run has committed a checkpoint past the last one (so
     // it is writing checkpoints continuously), then kill it after a delay
     // that differs per round (0-21 ms: several checkpoint writes).

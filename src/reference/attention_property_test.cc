@@ -25,21 +25,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kUnitRoundoffD = std::numeric_limits<double>::epsilon() / 2;
 constexpr double kUnitRoundoffF = std::numeric_limits<float>::epsilon() / 2;
 
-AttentionCase MakeCase(const char* name, int64_t batch, int64_t heads,
-                       int64_t q_len, int64_t k_len, int64_t dk, int64_t dv,
-                       int64_t max_distance) {
-  AttentionCase c;
-  c.name = name;
-  c.batch = batch;
-  c.heads = heads;
-  c.q_len = q_len;
-  c.k_len = k_len;
-  c.dk = dk;
-  c.dv = dv;
-  c.options.max_distance = max_distance;
-  return c;
-}
-
 struct Result {  // forward outputs of the test's own implementations
   std::vector<double> out, lse;
 };

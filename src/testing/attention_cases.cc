@@ -5,11 +5,10 @@
 #include <sstream>
 
 namespace relpos {
-namespace {
 
-AttentionCase Make(std::string name, int64_t batch, int64_t heads,
-                   int64_t q_len, int64_t k_len, int64_t dk, int64_t dv,
-                   int64_t max_distance) {
+AttentionCase MakeCase(std::string name, int64_t batch, int64_t heads,
+                       int64_t q_len, int64_t k_len, int64_t dk, int64_t dv,
+                       int64_t max_distance) {
   AttentionCase c;
   c.name = std::move(name);
   c.batch = batch;
@@ -21,8 +20,6 @@ AttentionCase Make(std::string name, int64_t batch, int64_t heads,
   c.options.max_distance = max_distance;
   return c;
 }
-
-}  // namespace
 
 double AttentionCase::Flops() const {
   return 2.0 * batch * heads * q_len * k_len * (dk + dv);
@@ -129,7 +126,7 @@ std::vector<AttentionCase> StandardCases() {
         const bool padding = mask == 2 || mask == 3;
         static const char* kTerms[] = {"kv", "keyonly", "valueonly", "none"};
         static const char* kMasks[] = {"plain", "causal", "pad", "causalpad"};
-        AttentionCase c = Make(std::string(per_head ? "perhead_" : "shared_") +
+        AttentionCase c = MakeCase(std::string(per_head ? "perhead_" : "shared_") +
                                    kTerms[terms] + "_" + kMasks[mask],
                                2, 2, 5, 7, 3, 4, 2);
         c.options.per_head_tables = per_head;
@@ -150,54 +147,54 @@ std::vector<AttentionCase> StandardCases() {
   };
   // Nq > Nk: default offset Nk - Nq = -3 is negative; causal rows 0..2 see
   // no key.
-  add(Make("nq_gt_nk", 1, 2, 7, 4, 3, 2, 2), false, false);
-  add(Make("nq_gt_nk_causal", 1, 2, 7, 4, 3, 2, 2), true, true);
+  add(MakeCase("nq_gt_nk", 1, 2, 7, 4, 3, 2, 2), false, false);
+  add(MakeCase("nq_gt_nk_causal", 1, 2, 7, 4, 3, 2, 2), true, true);
   {  // Explicit positive offset different from the default Nk - Nq = 5.
-    AttentionCase c = Make("offset_pos_causal", 1, 2, 3, 8, 2, 3, 2);
+    AttentionCase c = MakeCase("offset_pos_causal", 1, 2, 3, 8, 2, 3, 2);
     c.options.query_offset = 2;
     add(c, false, true);
   }
   {  // Explicit zero offset with Nq < Nk (queries are the FIRST Nq keys).
-    AttentionCase c = Make("offset_zero", 2, 1, 4, 6, 3, 3, 1);
+    AttentionCase c = MakeCase("offset_zero", 2, 1, 4, 6, 3, 3, 1);
     c.options.query_offset = 0;
     add(c, true, false);
   }
   {  // Negative offset: causal rows 0 and 1 see no key, row 2 sees key 0.
-    AttentionCase c = Make("offset_neg_causal", 2, 1, 5, 5, 2, 3, 2);
+    AttentionCase c = MakeCase("offset_neg_causal", 2, 1, 5, 5, 2, 3, 2);
     c.options.query_offset = -2;
     add(c, false, true);
   }
   {  // Negative offset, no mask: every distance j - i + 3 is >= -1.
-    AttentionCase c = Make("offset_neg_plain", 1, 2, 4, 5, 3, 2, 2);
+    AttentionCase c = MakeCase("offset_neg_plain", 1, 2, 4, 5, 3, 2, 2);
     c.options.query_offset = -3;
     add(c, true, false);
   }
   {  // Far beyond k: every pair in bucket 2k (all distances >= k).
-    AttentionCase c = Make("offset_far_left", 1, 1, 3, 4, 2, 2, 2);
+    AttentionCase c = MakeCase("offset_far_left", 1, 1, 3, 4, 2, 2, 2);
     c.options.query_offset = -1000;
     add(c, false, false);
   }
   {  // Every pair in bucket 0.
-    AttentionCase c = Make("offset_far_right", 1, 1, 3, 4, 2, 2, 2);
+    AttentionCase c = MakeCase("offset_far_right", 1, 1, 3, 4, 2, 2, 2);
     c.options.query_offset = 1000;
     add(c, true, true);
   }
   // k = 0: one table row, no order information at all.
-  add(Make("k0", 2, 2, 4, 5, 3, 2, 0), false, false);
-  add(Make("k0_perhead_causal", 1, 2, 4, 5, 2, 3, 0), true, true);
+  add(MakeCase("k0", 2, 2, 4, 5, 3, 2, 0), false, false);
+  add(MakeCase("k0_perhead_causal", 1, 2, 4, 5, 2, 3, 0), true, true);
   // k relative to n = 5: band only just fits / exactly fits / k >> n.
-  add(Make("k_n_minus_1", 1, 2, 5, 5, 3, 2, 4), false, false);
-  add(Make("k_eq_n_causal", 1, 2, 5, 5, 2, 3, 5), true, true);
-  add(Make("k_gt_n", 2, 1, 4, 4, 3, 3, 9), false, false);
+  add(MakeCase("k_n_minus_1", 1, 2, 5, 5, 3, 2, 4), false, false);
+  add(MakeCase("k_eq_n_causal", 1, 2, 5, 5, 2, 3, 5), true, true);
+  add(MakeCase("k_gt_n", 2, 1, 4, 4, 3, 3, 9), false, false);
   // n = 1 and single-query decoding steps.
-  add(Make("n1", 2, 2, 1, 1, 3, 2, 2), false, false);
-  add(Make("n1_causal_perhead", 1, 2, 1, 1, 2, 3, 1), true, true);
-  add(Make("decode_step", 1, 2, 1, 6, 3, 2, 2), false, true);
+  add(MakeCase("n1", 2, 2, 1, 1, 3, 2, 2), false, false);
+  add(MakeCase("n1_causal_perhead", 1, 2, 1, 1, 2, 3, 1), true, true);
+  add(MakeCase("decode_step", 1, 2, 1, 6, 3, 2, 2), false, true);
   // Degenerate and lopsided head sizes.
-  add(Make("d1", 1, 2, 4, 5, 1, 1, 2), false, false);
-  add(Make("dk_gt_dv_causal", 1, 1, 6, 6, 5, 2, 2), true, true);
+  add(MakeCase("d1", 1, 2, 4, 5, 1, 1, 2), false, false);
+  add(MakeCase("dk_gt_dv_causal", 1, 1, 6, 6, 5, 2, 2), true, true);
   {  // Three batch items, one full, one short, one empty.
-    AttentionCase c = Make("pad3", 3, 1, 4, 7, 2, 3, 2);
+    AttentionCase c = MakeCase("pad3", 3, 1, 4, 7, 2, 3, 2);
     c.options.key_lengths = {7, 2, 0};
     add(c, false, false);
     c.name = "pad3_causal_perhead";
@@ -214,39 +211,39 @@ std::vector<AttentionCase> SizeSweepCases() {
   };
   // Square self-attention around typical tile sizes (16/32/64) and primes.
   for (int64_t n : {1, 7, 31, 63, 64, 65, 129}) {
-    add(Make("sq" + std::to_string(n), 1, 2, n, n, 64, 64, 16), false);
-    add(Make("sq" + std::to_string(n) + "_causal", 1, 2, n, n, 64, 64, 16),
+    add(MakeCase("sq" + std::to_string(n), 1, 2, n, n, 64, 64, 16), false);
+    add(MakeCase("sq" + std::to_string(n) + "_causal", 1, 2, n, n, 64, 64, 16),
         true);
   }
   // k against n: n < k, n = k, n = 2k + 1, k = 0.
-  add(Make("n_lt_k", 1, 2, 40, 40, 64, 64, 64), true);
-  add(Make("n_eq_k", 1, 2, 64, 64, 64, 64, 64), false);
-  add(Make("n_eq_2k1", 1, 2, 33, 33, 64, 64, 16), false);
-  add(Make("k0_n64", 1, 2, 64, 64, 64, 64, 0), true);
+  add(MakeCase("n_lt_k", 1, 2, 40, 40, 64, 64, 64), true);
+  add(MakeCase("n_eq_k", 1, 2, 64, 64, 64, 64, 64), false);
+  add(MakeCase("n_eq_2k1", 1, 2, 33, 33, 64, 64, 16), false);
+  add(MakeCase("k0_n64", 1, 2, 64, 64, 64, 64, 0), true);
   // Nq != Nk: chunked prefill / decoding with a cache, and Nq > Nk.
-  add(Make("chunk_17x130", 2, 2, 17, 130, 64, 64, 16), true);
-  add(Make("decode_1x200", 2, 2, 1, 200, 64, 64, 32), true);
-  add(Make("nq_gt_nk_100x37", 1, 2, 100, 37, 64, 64, 8), true);
+  add(MakeCase("chunk_17x130", 2, 2, 17, 130, 64, 64, 16), true);
+  add(MakeCase("decode_1x200", 2, 2, 1, 200, 64, 64, 32), true);
+  add(MakeCase("nq_gt_nk_100x37", 1, 2, 100, 37, 64, 64, 8), true);
   {
-    AttentionCase c = Make("offset_neg20_70", 1, 2, 70, 70, 64, 64, 8);
+    AttentionCase c = MakeCase("offset_neg20_70", 1, 2, 70, 70, 64, 64, 8);
     c.options.query_offset = -20;
     add(c, true);
   }
   // Awkward head sizes, per-head tables, padding.
   {
-    AttentionCase c = Make("perhead_pad_dk64_dv32", 2, 3, 129, 129, 64, 32, 8);
+    AttentionCase c = MakeCase("perhead_pad_dk64_dv32", 2, 3, 129, 129, 64, 32, 8);
     c.options.per_head_tables = true;
     c.options.key_lengths = {129, 50};
     add(c, false);
     c.name = "perhead_pad_causal_dk64_dv32";
     add(c, true);
   }
-  add(Make("odd_dims_dk17_dv9", 2, 2, 67, 67, 17, 9, 5), false);
+  add(MakeCase("odd_dims_dk17_dv9", 2, 2, 67, 67, 17, 9, 5), false);
   // Ablations at a size off the tile.
   for (int terms = 1; terms < 4; ++terms) {
     static const char* kTerms[] = {"kv", "keyonly", "valueonly", "none"};
     AttentionCase c =
-        Make(std::string("ablation_") + kTerms[terms], 1, 2, 65, 65, 64, 64, 8);
+        MakeCase(std::string("ablation_") + kTerms[terms], 1, 2, 65, 65, 64, 64, 8);
     c.options.key_term = terms == 1;
     c.options.value_term = terms == 2;
     add(c, true);

@@ -93,6 +93,11 @@ std::ostream& operator<<(std::ostream& os, const AttentionCase& c);
 // zero / negative query_offset (causal rows that see nothing), k = 0,
 // k = n - 1, k = n, k >> n, n = 1, dk = dv = 1, dk > dv, three batch items
 // with lengths {Nk, 2, 0}.
+// A case with the given sizes and k, every other option at its default.
+AttentionCase MakeCase(std::string name, int64_t batch, int64_t heads,
+                       int64_t q_len, int64_t k_len, int64_t dk, int64_t dv,
+                       int64_t max_distance);
+
 std::vector<AttentionCase> StandardCases();
 
 // Awkward sizes for fast paths (tile boundaries 1, primes, 63/64/65, 127/129,
