@@ -82,6 +82,18 @@ AttentionOptions MakeOptions(int64_t max_distance, bool per_head_tables,
   return o;
 }
 
+// Views of the five inputs; each named in its error message.
+template <typename T>
+AttentionInputs<T> MakeInputs(InArray<T> q, InArray<T> k, InArray<T> v,
+                              const std::optional<InArray<T>>& ak,
+                              const std::optional<InArray<T>>& av) {
+  return {.q = ToView<const T>(q, "q"),
+          .k = ToView<const T>(k, "k"),
+          .v = ToView<const T>(v, "v"),
+          .ak = ToOptionalView<T>(ak, "ak"),
+          .av = ToOptionalView<T>(av, "av")};
+}
+
 // out [B, H, Nq, dv] and lse [B, H, Nq] are written in place.
 template <typename T>
 void Forward(InArray<T> q, InArray<T> k, InArray<T> v,
@@ -93,11 +105,7 @@ void Forward(InArray<T> q, InArray<T> k, InArray<T> v,
   const AttentionOptions o = MakeOptions<T>(
       max_distance, per_head_tables, ak.has_value(), av.has_value(), causal,
       std::move(key_lengths), query_offset);
-  const AttentionInputs<T> in{.q = ToView<const T>(q, "q"),
-                              .k = ToView<const T>(k, "k"),
-                              .v = ToView<const T>(v, "v"),
-                              .ak = ToOptionalView<T>(ak, "ak"),
-                              .av = ToOptionalView<T>(av, "av")};
+  const AttentionInputs<T> in = MakeInputs<T>(q, k, v, ak, av);
   const TensorView<T> out_view = ToView<T>(out, "out");
   const TensorView<T> lse_view = ToView<T>(lse, "lse");
   // The arrays stay alive (the caller holds them) and nothing below touches
@@ -120,11 +128,7 @@ void Backward(InArray<T> q, InArray<T> k, InArray<T> v,
   const AttentionOptions o = MakeOptions<T>(
       max_distance, per_head_tables, ak.has_value(), av.has_value(), causal,
       std::move(key_lengths), query_offset);
-  const AttentionInputs<T> in{.q = ToView<const T>(q, "q"),
-                              .k = ToView<const T>(k, "k"),
-                              .v = ToView<const T>(v, "v"),
-                              .ak = ToOptionalView<T>(ak, "ak"),
-                              .av = ToOptionalView<T>(av, "av")};
+  const AttentionInputs<T> in = MakeInputs<T>(q, k, v, ak, av);
   const AttentionGrads<T> grads{
       .dq = ToView<T>(dq, "dq"),
       .dk = ToView<T>(dk, "dk"),

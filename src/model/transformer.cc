@@ -364,6 +364,19 @@ T BasicTransformer<T>::Run(const Batch& batch, bool train, Rng* rng,
   auto G = [&](int64_t i) -> T* {
     return i < 0 ? nullptr : params_[i].grad.data();
   };
+  // One block's attention weights (forward and backward read the same).
+  auto MhaWeightsOf = [&](const auto& bp) {
+    return nn::MhaWeights<T>{P(bp.wq),
+                             P(bp.bq),
+                             P(bp.wk),
+                             P(bp.bk),
+                             P(bp.wv),
+                             P(bp.bv),
+                             P(bp.wo),
+                             P(bp.bo),
+                             bp.rel_k < 0 ? nullptr : P(bp.rel_k),
+                             bp.rel_v < 0 ? nullptr : P(bp.rel_v)};
+  };
 
   // Padding slots look up no embedding (token -1 -> zero row).
   st.tokens.resize(rows);
@@ -424,16 +437,7 @@ T BasicTransformer<T>::Run(const Batch& batch, bool train, Rng* rng,
                             blk.ln1.data(), blk.ln1_mean.data(),
                             blk.ln1_rstd.data(), ln_shape);
     // branch = Dropout(MultiHeadAttention(ln1))
-    nn::MhaWeights<T> w{P(bp.wq),
-                        P(bp.bq),
-                        P(bp.wk),
-                        P(bp.bk),
-                        P(bp.wv),
-                        P(bp.bv),
-                        P(bp.wo),
-                        P(bp.bo),
-                        bp.rel_k < 0 ? nullptr : P(bp.rel_k),
-                        bp.rel_v < 0 ? nullptr : P(bp.rel_v)};
+    const nn::MhaWeights<T> w = MhaWeightsOf(bp);
     nn::MultiHeadAttentionForward<T>(blk.ln1.data(), w, st.branch.data(),
                                      &blk.mha, mha_shape, st.attention);
     blk.attn_drop_seed = drop_seed();
@@ -572,16 +576,7 @@ T BasicTransformer<T>::Run(const Batch& batch, bool train, Rng* rng,
                              {c.dropout, blk.attn_drop_seed});
       dattn_out = st.dbranch.data();
     }
-    nn::MhaWeights<T> w{P(bp.wq),
-                        P(bp.bq),
-                        P(bp.wk),
-                        P(bp.bk),
-                        P(bp.wv),
-                        P(bp.bv),
-                        P(bp.wo),
-                        P(bp.bo),
-                        bp.rel_k < 0 ? nullptr : P(bp.rel_k),
-                        bp.rel_v < 0 ? nullptr : P(bp.rel_v)};
+    const nn::MhaWeights<T> w = MhaWeightsOf(bp);
     nn::MhaGrads<T> g{G(bp.wq), G(bp.bq), G(bp.wk), G(bp.bk),    G(bp.wv),
                       G(bp.bv), G(bp.wo), G(bp.bo), G(bp.rel_k), G(bp.rel_v)};
     nn::MultiHeadAttentionBackward<T>(blk.ln1.data(), w, blk.mha, dattn_out,
