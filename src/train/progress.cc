@@ -82,27 +82,34 @@ std::string Progress::Line(int64_t done, double loss, int64_t tokens,
   if (with_bar) {
     constexpr int kWidth = 24;
     const int filled = static_cast<int>(frac * kWidth);
-    line += "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') +
-            "] ";
+    // Appended piece by piece: GCC 12's -Wrestrict misfires on
+    // `"literal" + std::string&&` (GCC bug 105329).
+    line += '[';
+    line.append(filled, '#');
+    line.append(kWidth - filled, '.');
+    line += "] ";
   }
   char buf[160];
   std::snprintf(buf, sizeof buf, "%lld/%lld (%3.0f%%)",
                 static_cast<long long>(done), static_cast<long long>(total_),
                 100.0 * frac);
   line += buf;
-  line += " elapsed " + FormatDuration(elapsed_s);
+  line += " elapsed ";
+  line += FormatDuration(elapsed_s);
   // ETA from the average rate so far: simple, and steady once warmed up.
   const double eta = done > 0 ? elapsed_s * static_cast<double>(total_ - done) /
                                     static_cast<double>(done)
                               : NAN;
-  line += " eta " + (done >= total_ ? std::string("0s") : FormatDuration(eta));
+  line += " eta ";
+  line += done >= total_ ? std::string("0s") : FormatDuration(eta);
   if (loss >= 0.0 || std::isnan(loss)) {
     std::snprintf(buf, sizeof buf, " loss %.4f", loss);
     line += buf;
   }
   if (tokens > 0 && elapsed_s > 0) {
-    line +=
-        " " + FormatRate(static_cast<double>(tokens) / elapsed_s) + " tok/s";
+    line += ' ';
+    line += FormatRate(static_cast<double>(tokens) / elapsed_s);
+    line += " tok/s";
   }
   return line;
 }
