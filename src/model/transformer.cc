@@ -1,4 +1,5 @@
-// The transformer of transformer.h, composed from the layers in src/nn/.
+// The transformer of transformer.h, composed from the layers in src/nn/ and
+// the block of transformer_block.h.
 //
 // One block (pre-LayerNorm, as GPT-2 and most current models; Xiong et al.,
 // 2020 show it trains without warm-up tricks):
@@ -8,6 +9,9 @@
 //         term for kNone / kRelative)
 // Output: logits = LayerNormF(x_L) Whead^T + bhead; mean cross-entropy over
 //         the positions whose target is not -1.
+// Forward runs input, blocks, output; Backward runs them in reverse, each
+// step quoting the line it differentiates. The operation order is fixed:
+// training is reproducible bit for bit, checkpoints included.
 #include "model/transformer.h"
 
 #include <algorithm>
@@ -15,14 +19,13 @@
 #include <string>
 
 #include "core/check.h"
+#include "model/transformer_block.h"
 #include "nn/cross_entropy.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
-#include "nn/gelu.h"
 #include "nn/layer_norm.h"
 #include "nn/linear.h"
 #include "nn/multi_head_attention.h"
-#include "nn/parallel.h"
 #include "nn/position_encoding.h"
 #include "relpos/attention.h"
 #include "relpos/params.h"
@@ -48,13 +51,32 @@ uint64_t ParamSeed(uint64_t model_seed, const std::string& name) {
 
 enum class Init { kZeros, kOnes, kNormal, kRelativeTable };
 
-// Every tensor of the model, in checkpoint order, with its initialisation.
+// Every tensor of the model, in checkpoint order, with its initialisation
+// and whether weight decay applies (BasicParameter::decay).
 struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;
+  bool decay;
   Init init;
   double std = 0.0;  // for kNormal
 };
+constexpr bool kDecay = true, kNoDecay = false;
+
+// The one place the model spells a relative table's layout: [2k+1, dh]
+// shared by the heads, or [H, 2k+1, dh] with per_head_tables.
+template <typename T>
+TensorView<T> RelativeTableView(T* data, const ModelConfig& c) {
+  const int64_t rows = 2 * c.max_distance + 1, dh = c.d_model / c.heads;
+  return c.per_head_tables ? TensorView<T>(data, {c.heads, rows, dh})
+                           : TensorView<T>(data, {rows, dh});
+}
+
+std::vector<int64_t> RelativeTableShape(const ModelConfig& c) {
+  const TensorView<float> view = RelativeTableView<float>(nullptr, c);
+  std::vector<int64_t> shape;
+  for (int i = 0; i < view.rank(); ++i) shape.push_back(view.dim(i));
+  return shape;
+}
 
 // Indices into the parameter vector for one block.
 struct BlockParams {
@@ -73,58 +95,66 @@ struct ParamIndex {
 
 ParamIndex BuildSpecs(const ModelConfig& c, std::vector<ParamSpec>* specs) {
   ParamIndex idx;
-  auto add = [&](std::string name, std::vector<int64_t> shape, Init init,
-                 double std = 0.0) {
-    specs->push_back({std::move(name), std::move(shape), init, std});
+  auto add = [&](std::string name, std::vector<int64_t> shape, bool decay,
+                 Init init, double std = 0.0) {
+    specs->push_back({std::move(name), std::move(shape), decay, init, std});
     return static_cast<int64_t>(specs->size()) - 1;
   };
-  const int64_t d = c.d_model, dh = c.d_model / c.heads;
+  const int64_t d = c.d_model;
   // LeCun normal for every weight matrix (std 1/sqrt(fan_in)): with the
   // LayerNorm in front, each projection then keeps unit-variance activations.
   const double lecun_d = 1.0 / std::sqrt(static_cast<double>(d));
   const double lecun_ff = 1.0 / std::sqrt(static_cast<double>(c.d_ff));
+  // Weight decay goes to the weight matrices and the token embedding; biases,
+  // LayerNorm gains and every position table (absolute or relative) are left
+  // alone, as in common practice: decaying rarely-seen position rows would
+  // pull them to zero for no benefit.
+  //
   // Token embeddings N(0, 1), on the scale of the sinusoidal table (RMS
   // 1/sqrt(2)); the learned absolute table uses the same scale.
-  idx.token = add("embed.token", {c.vocab_size, d}, Init::kNormal, 1.0);
+  idx.token = add("embed.token", {c.vocab_size, d}, kDecay, Init::kNormal, 1.0);
   if (c.position == PositionScheme::kLearned) {
-    idx.position = add("embed.position", {c.max_len, d}, Init::kNormal, 1.0);
+    idx.position =
+        add("embed.position", {c.max_len, d}, kNoDecay, Init::kNormal, 1.0);
   }
   const bool relative = c.position == PositionScheme::kRelative;
-  const int64_t rows = 2 * c.max_distance + 1;
-  std::vector<int64_t> table_shape =
-      c.per_head_tables ? std::vector<int64_t>{c.heads, rows, dh}
-                        : std::vector<int64_t>{rows, dh};
+  const std::vector<int64_t> table_shape = RelativeTableShape(c);
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
+    // A LayerNorm's gain and bias; a linear layer's weight and bias.
+    auto norm = [&](const std::string& n, int64_t* gamma, int64_t* beta) {
+      *gamma = add(p + n + ".gamma", {d}, kNoDecay, Init::kOnes);
+      *beta = add(p + n + ".beta", {d}, kNoDecay, Init::kZeros);
+    };
+    auto linear = [&](const std::string& n, int64_t out, int64_t in, double std,
+                      int64_t* w, int64_t* b) {
+      *w = add(p + n + ".weight", {out, in}, kDecay, Init::kNormal, std);
+      *b = add(p + n + ".bias", {out}, kNoDecay, Init::kZeros);
+    };
     BlockParams b;
-    b.ln1_gamma = add(p + "ln1.gamma", {d}, Init::kOnes);
-    b.ln1_beta = add(p + "ln1.beta", {d}, Init::kZeros);
-    b.wq = add(p + "attn.q.weight", {d, d}, Init::kNormal, lecun_d);
-    b.bq = add(p + "attn.q.bias", {d}, Init::kZeros);
-    b.wk = add(p + "attn.k.weight", {d, d}, Init::kNormal, lecun_d);
-    b.bk = add(p + "attn.k.bias", {d}, Init::kZeros);
-    b.wv = add(p + "attn.v.weight", {d, d}, Init::kNormal, lecun_d);
-    b.bv = add(p + "attn.v.bias", {d}, Init::kZeros);
-    b.wo = add(p + "attn.out.weight", {d, d}, Init::kNormal, lecun_d);
-    b.bo = add(p + "attn.out.bias", {d}, Init::kZeros);
+    norm("ln1", &b.ln1_gamma, &b.ln1_beta);
+    linear("attn.q", d, d, lecun_d, &b.wq, &b.bq);
+    linear("attn.k", d, d, lecun_d, &b.wk, &b.bk);
+    linear("attn.v", d, d, lecun_d, &b.wv, &b.bv);
+    linear("attn.out", d, d, lecun_d, &b.wo, &b.bo);
     if (relative && c.key_term) {
-      b.rel_k = add(p + "attn.rel_k", table_shape, Init::kRelativeTable);
+      b.rel_k =
+          add(p + "attn.rel_k", table_shape, kNoDecay, Init::kRelativeTable);
     }
     if (relative && c.value_term) {
-      b.rel_v = add(p + "attn.rel_v", table_shape, Init::kRelativeTable);
+      b.rel_v =
+          add(p + "attn.rel_v", table_shape, kNoDecay, Init::kRelativeTable);
     }
-    b.ln2_gamma = add(p + "ln2.gamma", {d}, Init::kOnes);
-    b.ln2_beta = add(p + "ln2.beta", {d}, Init::kZeros);
-    b.ff_in_w = add(p + "ff.in.weight", {c.d_ff, d}, Init::kNormal, lecun_d);
-    b.ff_in_b = add(p + "ff.in.bias", {c.d_ff}, Init::kZeros);
-    b.ff_out_w = add(p + "ff.out.weight", {d, c.d_ff}, Init::kNormal, lecun_ff);
-    b.ff_out_b = add(p + "ff.out.bias", {d}, Init::kZeros);
+    norm("ln2", &b.ln2_gamma, &b.ln2_beta);
+    linear("ff.in", c.d_ff, d, lecun_d, &b.ff_in_w, &b.ff_in_b);
+    linear("ff.out", d, c.d_ff, lecun_ff, &b.ff_out_w, &b.ff_out_b);
     idx.blocks.push_back(b);
   }
-  idx.final_gamma = add("final_ln.gamma", {d}, Init::kOnes);
-  idx.final_beta = add("final_ln.beta", {d}, Init::kZeros);
-  idx.head_w = add("head.weight", {c.vocab_size, d}, Init::kNormal, lecun_d);
-  idx.head_b = add("head.bias", {c.vocab_size}, Init::kZeros);
+  idx.final_gamma = add("final_ln.gamma", {d}, kNoDecay, Init::kOnes);
+  idx.final_beta = add("final_ln.beta", {d}, kNoDecay, Init::kZeros);
+  idx.head_w =
+      add("head.weight", {c.vocab_size, d}, kDecay, Init::kNormal, lecun_d);
+  idx.head_b = add("head.bias", {c.vocab_size}, kNoDecay, Init::kZeros);
   return idx;
 }
 
@@ -151,117 +181,15 @@ std::vector<float> InitialValues(const ParamSpec& spec, const ModelConfig& c) {
       o.kind = TableInit::kXavierNormal;
       o.scale = c.rel_init_scale;
       o.seed = seed;
-      if (spec.shape.size() == 3) {
-        InitRelativeTable(
-            TensorView<float>(v.data(),
-                              {spec.shape[0], spec.shape[1], spec.shape[2]}),
-            o);
-      } else {
-        InitRelativeTable(
-            TensorView<float>(v.data(), {spec.shape[0], spec.shape[1]}), o);
-      }
+      InitRelativeTable(RelativeTableView(v.data(), c), o);
       break;
     }
   }
   return v;
 }
 
-}  // namespace
-
-template <typename T>
-struct BasicTransformer<T>::State {
-  ParamIndex index;
-
-  // Per-call shapes and inputs.
-  int64_t batch = 0, length = 0, rows = 0;
-  std::vector<int32_t> tokens;   // [rows], -1 at padding
-  std::vector<int32_t> targets;  // [rows]
-  AttentionOptions attention;
-  std::vector<T> sinusoid;  // [sinusoid_rows, d_model], cached
-  int64_t sinusoid_rows = 0;
-
-  // Activations kept for the backward pass.
-  struct Block {
-    std::vector<T> ln1, ln1_mean, ln1_rstd;  // LayerNorm1(x) and its stats
-    nn::MhaCache<T> mha;
-    std::vector<T> h;  // x + attention branch
-    std::vector<T> ln2, ln2_mean, ln2_rstd;
-    std::vector<T> ff_pre, ff_act;  // [rows, d_ff]
-    uint64_t attn_drop_seed = 0, ff_drop_seed = 0;
-  };
-  std::vector<std::vector<T>> xs;  // residual stream x_0 .. x_L, [rows, d]
-  std::vector<Block> blocks;
-  uint64_t embed_drop_seed = 0;
-  std::vector<T> lnf, lnf_mean, lnf_rstd, logits;
-  std::vector<int32_t> predictions;  // [rows]
-
-  // Scratch.
-  std::vector<T> branch;   // [rows, d]: a block branch's output
-  std::vector<T> dresid;   // [rows, d]: gradient of the residual stream
-  std::vector<T> dbranch;  // [rows, d]
-  std::vector<T> dln;      // [rows, d]
-  std::vector<T> dff;      // [rows, d_ff]
-  std::vector<T> dlogits;  // [rows, vocab]
-  nn::MhaScratch<T> mha_scratch;
-};
-
-template <typename T>
-BasicTransformer<T>::BasicTransformer(const ModelConfig& config)
-    : config_(config), state_(std::make_unique<State>()) {
-  Validate(config_);
-  std::vector<ParamSpec> specs;
-  state_->index = BuildSpecs(config_, &specs);
-  params_.reserve(specs.size());
-  for (const ParamSpec& spec : specs) {
-    const std::vector<float> init = InitialValues(spec, config_);
-    BasicParameter<T> p;
-    p.name = spec.name;
-    p.shape = spec.shape;
-    p.value.assign(init.begin(), init.end());
-    p.grad.assign(init.size(), T(0));
-    params_.push_back(std::move(p));
-  }
-  state_->blocks.resize(config_.layers);
-  state_->xs.resize(config_.layers + 1);
-}
-
-template <typename T>
-BasicTransformer<T>::~BasicTransformer() = default;
-template <typename T>
-BasicTransformer<T>::BasicTransformer(BasicTransformer&&) noexcept = default;
-template <typename T>
-BasicTransformer<T>& BasicTransformer<T>::operator=(
-    BasicTransformer&&) noexcept = default;
-
-template <typename T>
-int64_t BasicTransformer<T>::FindParameter(const std::string& name) const {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (params_[i].name == name) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
-
-template <typename T>
-int64_t BasicTransformer<T>::NumParameters() const {
-  int64_t n = 0;
-  for (const auto& p : params_) n += p.numel();
-  return n;
-}
-
-template <typename T>
-T BasicTransformer<T>::ForwardBackward(const Batch& batch, Rng& rng,
-                                       Metrics* metrics) {
-  return Run(batch, /*train=*/true, &rng, metrics, nullptr);
-}
-
-template <typename T>
-T BasicTransformer<T>::Evaluate(const Batch& batch, Metrics* metrics,
-                                std::vector<int32_t>* predictions) {
-  return Run(batch, /*train=*/false, nullptr, metrics, predictions);
-}
-
-namespace {
-
+// InvalidArgument naming the first inconsistent field of `b` (transformer.h,
+// Forward, lists what is checked).
 void ValidateBatch(const Batch& b, const ModelConfig& c) {
   RELPOS_CHECK_ARG(b.batch >= 1,
                    "batch.batch must be >= 1 (got " << b.batch << ")");
@@ -340,47 +268,168 @@ AttentionOptions AttentionOptionsFor(const ModelConfig& c) {
   return o;
 }
 
+// x0 [batch, length, d] += the absolute position term of the configured
+// scheme. Adding a scheme that acts on the input means adding a case here.
+// `sinusoid` caches the sinusoidal table ([>= length, d], grown on demand).
 template <typename T>
-void Resize(std::vector<T>* v, int64_t n) {
-  v->resize(static_cast<size_t>(n));
+void AddInputPositions(const ModelConfig& c, const nn::PositionShape& shape,
+                       const T* learned_table, std::vector<T>* sinusoid,
+                       T* x0) {
+  const int64_t n = shape.length * shape.dim;
+  switch (c.position) {
+    case PositionScheme::kSinusoidal:
+      if (static_cast<int64_t>(sinusoid->size()) < n) {
+        Resize(sinusoid, n);
+        nn::SinusoidalTable<T>(shape.length, shape.dim, sinusoid->data());
+      }
+      nn::AddPositionForward<T>(sinusoid->data(), x0, shape);
+      break;
+    case PositionScheme::kLearned:
+      nn::AddPositionForward<T>(learned_table, x0, shape);
+      break;
+    case PositionScheme::kNone:
+    case PositionScheme::kRelative:
+      break;
+  }
 }
 
 }  // namespace
 
 template <typename T>
-T BasicTransformer<T>::Run(const Batch& batch, bool train, Rng* rng,
-                           Metrics* metrics,
-                           std::vector<int32_t>* predictions) {
+struct BasicTransformer<T>::State {
+  ParamIndex index;
+
+  // The last Forward's shapes and inputs.
+  int64_t batch = 0, length = 0, rows = 0;
+  std::vector<int32_t> tokens;   // [rows], -1 at padding
+  std::vector<int32_t> targets;  // [rows]
+  std::vector<int64_t> lengths;  // [batch]
+  AttentionOptions attention;
+  BlockOptions block_options;  // dropout on (training) or off
+  bool training = false;       // Backward may follow
+  std::vector<T> sinusoid;     // [>= length, d_model], cached
+
+  // Activations. Training: x_0 .. x_L and one BlockActivations per block, all
+  // kept for Backward. Inference: x_0 only, updated in place by each block,
+  // and inference_block shared by the blocks.
+  std::vector<std::vector<T>> xs;  // [rows, d] each
+  std::vector<BlockActivations<T>> blocks;
+  BlockActivations<T> inference_block;
+  uint64_t embed_drop_seed = 0;
+  std::vector<T> lnf, lnf_mean, lnf_rstd;  // LayerNormF(x_L) [rows, d]
+  std::vector<T> logits;                   // [rows, vocab]
+  std::vector<int32_t> predictions;        // [rows]
+  nn::CrossEntropyResult ce;
+
+  // Scratch.
+  BlockScratch<T> scratch;
+  std::vector<T> dresid;   // [rows, d]: gradient of the residual stream
+  std::vector<T> dlnf;     // [rows, d]: gradient of lnf
+  std::vector<T> dlogits;  // [rows, vocab]
+};
+
+template <typename T>
+BasicTransformer<T>::BasicTransformer(const ModelConfig& config)
+    : config_(config), state_(std::make_unique<State>()) {
+  Validate(config_);
+  std::vector<ParamSpec> specs;
+  state_->index = BuildSpecs(config_, &specs);
+  params_.reserve(specs.size());
+  for (const ParamSpec& spec : specs) {
+    const std::vector<float> init = InitialValues(spec, config_);
+    BasicParameter<T> p;
+    p.name = spec.name;
+    p.shape = spec.shape;
+    p.value.assign(init.begin(), init.end());
+    p.grad.assign(init.size(), T(0));
+    p.decay = spec.decay;
+    params_.push_back(std::move(p));
+  }
+  state_->blocks.resize(config_.layers);
+  state_->xs.resize(config_.layers + 1);
+}
+
+template <typename T>
+BasicTransformer<T>::~BasicTransformer() = default;
+template <typename T>
+BasicTransformer<T>::BasicTransformer(BasicTransformer&&) noexcept = default;
+template <typename T>
+BasicTransformer<T>& BasicTransformer<T>::operator=(
+    BasicTransformer&&) noexcept = default;
+
+template <typename T>
+int64_t BasicTransformer<T>::FindParameter(const std::string& name) const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].name == name) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+template <typename T>
+int64_t BasicTransformer<T>::NumParameters() const {
+  int64_t n = 0;
+  for (const auto& p : params_) n += p.numel();
+  return n;
+}
+
+namespace {
+
+// The tensors of block `bp` as BlockWeights (values) or BlockGrads (grads):
+// `get` maps a parameter index to its buffer, -1 (an absent table) to null.
+template <typename Out, typename Get>
+Out BlockTensors(const BlockParams& bp, Get get) {
+  return {get(bp.ln1_gamma),
+          get(bp.ln1_beta),
+          {get(bp.wq), get(bp.bq), get(bp.wk), get(bp.bk), get(bp.wv),
+           get(bp.bv), get(bp.wo), get(bp.bo), get(bp.rel_k), get(bp.rel_v)},
+          get(bp.ln2_gamma),
+          get(bp.ln2_beta),
+          get(bp.ff_in_w),
+          get(bp.ff_in_b),
+          get(bp.ff_out_w),
+          get(bp.ff_out_b)};
+}
+
+template <typename T>
+BlockWeights<T> BlockWeightsOf(const BlockParams& bp,
+                               const std::vector<BasicParameter<T>>& params) {
+  return BlockTensors<BlockWeights<T>>(bp, [&](int64_t i) -> const T* {
+    return i < 0 ? nullptr : params[i].value.data();
+  });
+}
+
+template <typename T>
+BlockGrads<T> BlockGradsOf(const BlockParams& bp,
+                           std::vector<BasicParameter<T>>& params) {
+  return BlockTensors<BlockGrads<T>>(bp, [&](int64_t i) -> T* {
+    return i < 0 ? nullptr : params[i].grad.data();
+  });
+}
+
+}  // namespace
+
+// batch.tokens [B, N] -> logits [B*N, V] and the cross-entropy (st.ce); the
+// residual stream x [B*N, d] runs through the blocks in between.
+template <typename T>
+T BasicTransformer<T>::Forward(const Batch& batch, ForwardMode mode, Rng* rng) {
   const ModelConfig& c = config_;
   ValidateBatch(batch, c);
+  const bool training = mode == ForwardMode::kTraining;
+  RELPOS_CHECK_ARG(!training || rng != nullptr,
+                   "Forward: rng must not be null for ForwardMode::kTraining");
   State& st = *state_;
   const ParamIndex& pi = st.index;
   const int64_t B = batch.batch, N = batch.length, rows = B * N;
-  const int64_t d = c.d_model, dff = c.d_ff, V = c.vocab_size;
+  const int64_t d = c.d_model, V = c.vocab_size;
+  auto P = [&](int64_t i) -> const T* { return params_[i].value.data(); };
+  st.training = false;  // until this pass has completed
   st.batch = B;
   st.length = N;
   st.rows = rows;
-  auto P = [&](int64_t i) -> const T* { return params_[i].value.data(); };
-  auto G = [&](int64_t i) -> T* {
-    return i < 0 ? nullptr : params_[i].grad.data();
-  };
-  // One block's attention weights (forward and backward read the same).
-  auto MhaWeightsOf = [&](const auto& bp) {
-    return nn::MhaWeights<T>{P(bp.wq),
-                             P(bp.bq),
-                             P(bp.wk),
-                             P(bp.bk),
-                             P(bp.wv),
-                             P(bp.bv),
-                             P(bp.wo),
-                             P(bp.bo),
-                             bp.rel_k < 0 ? nullptr : P(bp.rel_k),
-                             bp.rel_v < 0 ? nullptr : P(bp.rel_v)};
-  };
-
   // Padding slots look up no embedding (token -1 -> zero row).
   st.tokens.resize(rows);
   st.targets.assign(batch.targets.begin(), batch.targets.end());
+  st.lengths = batch.lengths;
   for (int64_t s = 0; s < B; ++s) {
     for (int64_t i = 0; i < N; ++i) {
       st.tokens[s * N + i] =
@@ -389,8 +438,9 @@ T BasicTransformer<T>::Run(const Batch& batch, bool train, Rng* rng,
   }
   st.attention = AttentionOptionsFor(c);
   st.attention.key_lengths = batch.lengths;
-
-  const bool dropout = train && c.dropout > 0.0;
+  st.block_options.dropout = training ? c.dropout : 0.0;
+  const bool dropout = st.block_options.dropout > 0.0;
+  // One seed per dropout site, drawn in the order the sites run.
   auto drop_seed = [&]() -> uint64_t { return dropout ? rng->NextU64() : 0; };
 
   // ---- Input: x_0 = Dropout(TokenEmbedding + AbsolutePosition) ----
@@ -398,198 +448,134 @@ T BasicTransformer<T>::Run(const Batch& batch, bool train, Rng* rng,
   Resize(&x0, rows * d);
   nn::EmbeddingForward<T>(st.tokens.data(), P(pi.token), x0.data(),
                           {rows, V, d});
-  const nn::PositionShape pos_shape{B, N, d};
-  switch (c.position) {
-    case PositionScheme::kSinusoidal:
-      if (st.sinusoid_rows < N) {
-        Resize(&st.sinusoid, N * d);
-        nn::SinusoidalTable<T>(N, d, st.sinusoid.data());
-        st.sinusoid_rows = N;
-      }
-      nn::AddPositionForward<T>(st.sinusoid.data(), x0.data(), pos_shape);
-      break;
-    case PositionScheme::kLearned:
-      nn::AddPositionForward<T>(P(pi.position), x0.data(), pos_shape);
-      break;
-    case PositionScheme::kNone:
-    case PositionScheme::kRelative:
-      break;
-  }
+  AddInputPositions<T>(c, {B, N, d}, pi.position < 0 ? nullptr : P(pi.position),
+                       &st.sinusoid, x0.data());
   st.embed_drop_seed = drop_seed();
   if (dropout) {
     nn::DropoutForward<T>(x0.data(), x0.data(), rows * d,
                           {c.dropout, st.embed_drop_seed});
   }
 
-  // ---- Blocks ----
-  const nn::LayerNormShape ln_shape{rows, d};
-  const nn::MhaShape mha_shape{B, N, d, c.heads};
-  Resize(&st.branch, rows * d);
+  // ---- Blocks: x_{l+1} = Block_l(x_l) ----
+  const BlockShape shape{B, N, d, c.heads, c.d_ff};
   for (int64_t l = 0; l < c.layers; ++l) {
-    const BlockParams& bp = pi.blocks[l];
-    typename State::Block& blk = st.blocks[l];
-    const std::vector<T>& x = st.xs[l];
-    // ln1 = LayerNorm1(x)
-    Resize(&blk.ln1, rows * d);
-    Resize(&blk.ln1_mean, rows);
-    Resize(&blk.ln1_rstd, rows);
-    nn::LayerNormForward<T>(x.data(), P(bp.ln1_gamma), P(bp.ln1_beta),
-                            blk.ln1.data(), blk.ln1_mean.data(),
-                            blk.ln1_rstd.data(), ln_shape);
-    // branch = Dropout(MultiHeadAttention(ln1))
-    const nn::MhaWeights<T> w = MhaWeightsOf(bp);
-    nn::MultiHeadAttentionForward<T>(blk.ln1.data(), w, st.branch.data(),
-                                     &blk.mha, mha_shape, st.attention);
-    blk.attn_drop_seed = drop_seed();
-    if (dropout) {
-      nn::DropoutForward<T>(st.branch.data(), st.branch.data(), rows * d,
-                            {c.dropout, blk.attn_drop_seed});
-    }
-    // h = x + branch
-    Resize(&blk.h, rows * d);
-#pragma omp parallel for schedule(static) if (rows * d >= nn::kMinParallelWork)
-    for (int64_t i = 0; i < rows * d; ++i) blk.h[i] = x[i] + st.branch[i];
-    // ln2 = LayerNorm2(h); ff_pre = W1 ln2 + b1; ff_act = GELU(ff_pre)
-    Resize(&blk.ln2, rows * d);
-    Resize(&blk.ln2_mean, rows);
-    Resize(&blk.ln2_rstd, rows);
-    nn::LayerNormForward<T>(blk.h.data(), P(bp.ln2_gamma), P(bp.ln2_beta),
-                            blk.ln2.data(), blk.ln2_mean.data(),
-                            blk.ln2_rstd.data(), ln_shape);
-    Resize(&blk.ff_pre, rows * dff);
-    Resize(&blk.ff_act, rows * dff);
-    nn::LinearForward<T>(blk.ln2.data(), P(bp.ff_in_w), P(bp.ff_in_b),
-                         blk.ff_pre.data(), {rows, d, dff});
-    nn::GeluForward<T>(blk.ff_pre.data(), blk.ff_act.data(), rows * dff);
-    // branch = Dropout(W2 ff_act + b2); x_next = h + branch
-    nn::LinearForward<T>(blk.ff_act.data(), P(bp.ff_out_w), P(bp.ff_out_b),
-                         st.branch.data(), {rows, dff, d});
-    blk.ff_drop_seed = drop_seed();
-    if (dropout) {
-      nn::DropoutForward<T>(st.branch.data(), st.branch.data(), rows * d,
-                            {c.dropout, blk.ff_drop_seed});
-    }
-    std::vector<T>& x_next = st.xs[l + 1];
+    BlockActivations<T>& acts = training ? st.blocks[l] : st.inference_block;
+    acts.attn_drop_seed = drop_seed();
+    acts.ff_drop_seed = drop_seed();
+    std::vector<T>& x_next = training ? st.xs[l + 1] : x0;
     Resize(&x_next, rows * d);
-#pragma omp parallel for schedule(static) if (rows * d >= nn::kMinParallelWork)
-    for (int64_t i = 0; i < rows * d; ++i) x_next[i] = blk.h[i] + st.branch[i];
+    BlockForward<T>((training ? st.xs[l] : x0).data(),
+                    BlockWeightsOf(pi.blocks[l], params_), x_next.data(), &acts,
+                    &st.scratch, shape, st.attention, st.block_options);
   }
 
   // ---- Output: logits = LayerNormF(x_L) Whead^T + bhead ----
-  const std::vector<T>& x_last = st.xs[c.layers];
+  const std::vector<T>& x_last = training ? st.xs[c.layers] : x0;
   Resize(&st.lnf, rows * d);
   Resize(&st.lnf_mean, rows);
   Resize(&st.lnf_rstd, rows);
   nn::LayerNormForward<T>(x_last.data(), P(pi.final_gamma), P(pi.final_beta),
                           st.lnf.data(), st.lnf_mean.data(), st.lnf_rstd.data(),
-                          ln_shape);
+                          {rows, d});
   Resize(&st.logits, rows * V);
   nn::LinearForward<T>(st.lnf.data(), P(pi.head_w), P(pi.head_b),
                        st.logits.data(), {rows, d, V});
+  // loss = sum CE / count over the rows whose target is not -1.
   st.predictions.resize(rows);
-  const nn::CrossEntropyShape ce_shape{rows, V};
-  const nn::CrossEntropyResult ce = nn::CrossEntropyForward<T>(
-      st.logits.data(), st.targets.data(), st.predictions.data(), ce_shape);
+  st.ce = nn::CrossEntropyForward<T>(st.logits.data(), st.targets.data(),
+                                     st.predictions.data(), {rows, V});
+  st.training = training;
+  return st.ce.count > 0 ? static_cast<T>(st.ce.loss_sum / st.ce.count) : T(0);
+}
 
-  if (metrics != nullptr) {
-    metrics->loss_sum += ce.loss_sum;
-    metrics->tokens += ce.count;
-    metrics->correct_tokens += ce.correct;
-    for (int64_t s = 0; s < B; ++s) {
-      int64_t targets = 0;
-      bool all_right = true;
-      for (int64_t i = 0; i < N; ++i) {
-        const int64_t r = s * N + i;
-        if (st.targets[r] < 0) continue;
-        ++targets;
-        all_right = all_right && st.predictions[r] == st.targets[r];
-      }
-      if (targets > 0) {
-        ++metrics->sequences;
-        if (all_right) ++metrics->correct_sequences;
-      }
+// Counts of the last Forward: tokens from the cross-entropy, sequences from
+// the targets [B, N] and predictions [B, N].
+template <typename T>
+void BasicTransformer<T>::AddMetrics(Metrics* metrics) const {
+  const State& st = *state_;
+  metrics->loss_sum += st.ce.loss_sum;
+  metrics->tokens += st.ce.count;
+  metrics->correct_tokens += st.ce.correct;
+  const int64_t N = st.length;
+  for (int64_t s = 0; s < st.batch; ++s) {
+    int64_t targets = 0;
+    bool all_right = true;
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t r = s * N + i;
+      if (st.targets[r] < 0) continue;
+      ++targets;
+      all_right = all_right && st.predictions[r] == st.targets[r];
+    }
+    if (targets > 0) {
+      ++metrics->sequences;
+      if (all_right) ++metrics->correct_sequences;
     }
   }
-  if (predictions != nullptr) {
-    predictions->assign(rows, -1);
-    for (int64_t s = 0; s < B; ++s) {
-      for (int64_t i = 0; i < batch.lengths[s]; ++i) {
-        (*predictions)[s * N + i] = st.predictions[s * N + i];
-      }
+}
+
+// [B, N]: the argmax of each valid position, -1 at padding.
+template <typename T>
+void BasicTransformer<T>::Predictions(std::vector<int32_t>* predictions) const {
+  const State& st = *state_;
+  const int64_t N = st.length;
+  predictions->assign(st.rows, -1);
+  for (int64_t s = 0; s < st.batch; ++s) {
+    for (int64_t i = 0; i < st.lengths[s]; ++i) {
+      (*predictions)[s * N + i] = st.predictions[s * N + i];
     }
   }
-  const T loss = ce.count > 0 ? static_cast<T>(ce.loss_sum / ce.count) : T(0);
-  if (!train) return loss;
+}
 
-  // ================= Backward =================
-  if (ce.count == 0) {
+// dL/dlogits [B*N, V] -> dL/dx_L [B*N, d] -> (blocks, last to first) ->
+// dL/dx_0 -> gradients of the embedding tables. Every grad is overwritten.
+template <typename T>
+void BasicTransformer<T>::Backward() {
+  State& st = *state_;
+  RELPOS_CHECK_ARG(st.training,
+                   "Backward needs a preceding Forward with "
+                   "ForwardMode::kTraining");
+  const ModelConfig& c = config_;
+  const ParamIndex& pi = st.index;
+  const int64_t B = st.batch, N = st.length, rows = st.rows;
+  const int64_t d = c.d_model, V = c.vocab_size;
+  auto P = [&](int64_t i) -> const T* { return params_[i].value.data(); };
+  auto G = [&](int64_t i) -> T* { return params_[i].grad.data(); };
+  if (st.ce.count == 0) {
     // No target: the loss is the constant 0 and every gradient is zero.
     for (auto& p : params_) std::fill(p.grad.begin(), p.grad.end(), T(0));
-    return loss;
+    return;
   }
+
+  // ---- Output ----
   // Differentiates `loss = sum CE / count`.
   Resize(&st.dlogits, rows * V);
   nn::CrossEntropyBackward<T>(st.logits.data(), st.targets.data(),
-                              static_cast<T>(1.0 / ce.count), st.dlogits.data(),
-                              ce_shape);
+                              static_cast<T>(1.0 / st.ce.count),
+                              st.dlogits.data(), {rows, V});
   // Differentiates `logits = lnf Whead^T + bhead`.
-  Resize(&st.dln, rows * d);
+  Resize(&st.dlnf, rows * d);
   nn::LinearBackward<T>(st.lnf.data(), P(pi.head_w), st.dlogits.data(),
-                        st.dln.data(), G(pi.head_w), G(pi.head_b),
+                        st.dlnf.data(), G(pi.head_w), G(pi.head_b),
                         {rows, d, V});
   // Differentiates `lnf = LayerNormF(x_L)`; dresid = dL/dx_L.
   Resize(&st.dresid, rows * d);
-  nn::LayerNormBackward<T>(x_last.data(), P(pi.final_gamma), st.lnf_mean.data(),
-                           st.lnf_rstd.data(), st.dln.data(), st.dresid.data(),
-                           G(pi.final_gamma), G(pi.final_beta), ln_shape);
+  nn::LayerNormBackward<T>(st.xs[c.layers].data(), P(pi.final_gamma),
+                           st.lnf_mean.data(), st.lnf_rstd.data(),
+                           st.dlnf.data(), st.dresid.data(), G(pi.final_gamma),
+                           G(pi.final_beta), {rows, d});
 
-  Resize(&st.dbranch, rows * d);
-  Resize(&st.dff, rows * dff);
+  // ---- Blocks: differentiates `x_{l+1} = Block_l(x_l)`, last to first ----
+  const BlockShape shape{B, N, d, c.heads, c.d_ff};
   for (int64_t l = c.layers - 1; l >= 0; --l) {
-    const BlockParams& bp = pi.blocks[l];
-    typename State::Block& blk = st.blocks[l];
-    // Differentiates `x_next = h + Dropout(W2 ff_act + b2)`: dresid is
-    // dL/dx_next and becomes dL/dh (the identity path) plus the branch's.
-    // Without dropout the branch sees dresid itself (no copy).
-    const T* dff_out = st.dresid.data();
-    if (dropout) {
-      nn::DropoutBackward<T>(st.dresid.data(), st.dbranch.data(), rows * d,
-                             {c.dropout, blk.ff_drop_seed});
-      dff_out = st.dbranch.data();
-    }
-    nn::LinearBackward<T>(blk.ff_act.data(), P(bp.ff_out_w), dff_out,
-                          st.dff.data(), G(bp.ff_out_w), G(bp.ff_out_b),
-                          {rows, dff, d});
-    nn::GeluBackward<T>(blk.ff_pre.data(), st.dff.data(), st.dff.data(),
-                        rows * dff);
-    nn::LinearBackward<T>(blk.ln2.data(), P(bp.ff_in_w), st.dff.data(),
-                          st.dln.data(), G(bp.ff_in_w), G(bp.ff_in_b),
-                          {rows, d, dff});
-    nn::LayerNormBackward<T>(blk.h.data(), P(bp.ln2_gamma), blk.ln2_mean.data(),
-                             blk.ln2_rstd.data(), st.dln.data(),
-                             st.dresid.data(), G(bp.ln2_gamma), G(bp.ln2_beta),
-                             ln_shape, {.accumulate_dx = true});
-    // Differentiates `h = x + Dropout(MultiHeadAttention(ln1))`.
-    const T* dattn_out = st.dresid.data();
-    if (dropout) {
-      nn::DropoutBackward<T>(st.dresid.data(), st.dbranch.data(), rows * d,
-                             {c.dropout, blk.attn_drop_seed});
-      dattn_out = st.dbranch.data();
-    }
-    const nn::MhaWeights<T> w = MhaWeightsOf(bp);
-    nn::MhaGrads<T> g{G(bp.wq), G(bp.bq), G(bp.wk), G(bp.bk),    G(bp.wv),
-                      G(bp.bv), G(bp.wo), G(bp.bo), G(bp.rel_k), G(bp.rel_v)};
-    nn::MultiHeadAttentionBackward<T>(blk.ln1.data(), w, blk.mha, dattn_out,
-                                      st.dln.data(), g, &st.mha_scratch,
-                                      mha_shape, st.attention);
-    nn::LayerNormBackward<T>(st.xs[l].data(), P(bp.ln1_gamma),
-                             blk.ln1_mean.data(), blk.ln1_rstd.data(),
-                             st.dln.data(), st.dresid.data(), G(bp.ln1_gamma),
-                             G(bp.ln1_beta), ln_shape, {.accumulate_dx = true});
+    BlockBackward<T>(st.xs[l].data(), BlockWeightsOf(pi.blocks[l], params_),
+                     st.blocks[l], st.dresid.data(),
+                     BlockGradsOf(pi.blocks[l], params_), &st.scratch, shape,
+                     st.attention, st.block_options);
   }
 
+  // ---- Input ----
   // Differentiates `x_0 = Dropout(TokenEmbedding + AbsolutePosition)`.
-  if (dropout) {
+  if (st.block_options.dropout > 0.0) {
     nn::DropoutBackward<T>(st.dresid.data(), st.dresid.data(), rows * d,
                            {c.dropout, st.embed_drop_seed});
   }
@@ -599,8 +585,25 @@ T BasicTransformer<T>::Run(const Batch& batch, bool train, Rng* rng,
     // Rows beyond this batch's length get no gradient.
     std::vector<T>& dpos = params_[pi.position].grad;
     std::fill(dpos.begin() + N * d, dpos.end(), T(0));
-    nn::AddPositionBackward<T>(st.dresid.data(), dpos.data(), pos_shape);
+    nn::AddPositionBackward<T>(st.dresid.data(), dpos.data(), {B, N, d});
   }
+}
+
+template <typename T>
+T BasicTransformer<T>::ForwardBackward(const Batch& batch, Rng& rng,
+                                       Metrics* metrics) {
+  const T loss = Forward(batch, ForwardMode::kTraining, &rng);
+  if (metrics != nullptr) AddMetrics(metrics);
+  Backward();
+  return loss;
+}
+
+template <typename T>
+T BasicTransformer<T>::Evaluate(const Batch& batch, Metrics* metrics,
+                                std::vector<int32_t>* predictions) {
+  const T loss = Forward(batch, ForwardMode::kInference, nullptr);
+  if (metrics != nullptr) AddMetrics(metrics);
+  if (predictions != nullptr) Predictions(predictions);
   return loss;
 }
 

@@ -77,12 +77,17 @@ struct Batch {
 };
 
 // One named tensor of the model. `grad` has value's size and is overwritten
-// by every ForwardBackward.
+// by every Backward (and so every ForwardBackward).
 template <typename T>
 struct BasicParameter {
   std::string name;  // e.g. "blocks.0.attn.q.weight" (docs/model.md)
   std::vector<int64_t> shape;
   std::vector<T> value, grad;
+  // Whether decoupled weight decay applies, declared with the tensor: true
+  // for the weight matrices of the linear layers, the output head and the
+  // token embedding; false for biases, LayerNorm gains and every position
+  // table (absolute or relative).
+  bool decay = false;
   int64_t numel() const { return static_cast<int64_t>(value.size()); }
 };
 using Parameter = BasicParameter<float>;
@@ -96,6 +101,11 @@ struct Metrics {
   // target position is predicted right (argmax, ties to the lowest id).
   int64_t sequences = 0, correct_sequences = 0;
 };
+
+// What Forward keeps: kTraining applies dropout and keeps every block's
+// activations for Backward; kInference applies no dropout and reuses one set
+// of block buffers for all blocks (so no Backward can follow it).
+enum class ForwardMode { kTraining, kInference };
 
 // Holds its activations between the forward and backward pass, so one object
 // serves one call at a time (use one model per thread).
@@ -112,17 +122,35 @@ class BasicTransformer {
 
   const ModelConfig& config() const { return config_; }
 
-  // Forward + mean cross-entropy over targets != -1 + backward (grads
-  // OVERWRITTEN; all zero, loss 0, when the batch has no target). Dropout
-  // draws one value from `rng` per dropout site when config.dropout > 0 (the
-  // masks themselves come from a counter-based hash, so they do not depend
-  // on the thread count). Returns the mean loss; adds to *metrics if given.
-  // Throws InvalidArgument for an inconsistent batch (sizes, token ids out of
-  // range, targets at padded positions, length > max_len for kLearned).
+  // ---- The passes (llm.c's gpt2_forward / gpt2_backward split) ----
+
+  // Forward pass over `batch`: logits [batch * length, vocab_size] and the
+  // mean cross-entropy over targets != -1, returned (0 when there is no
+  // target). kTraining with config.dropout > 0 draws one value from *rng per
+  // dropout site (the masks themselves come from a counter-based hash, so
+  // they do not depend on the thread count); rng must not be null for
+  // kTraining and is unused for kInference. Throws InvalidArgument for an
+  // inconsistent batch (sizes, token ids out of range, targets at padded
+  // positions, length > max_len for kLearned) and changes nothing then.
+  T Forward(const Batch& batch, ForwardMode mode, Rng* rng);
+  // Adds the last Forward's counts to *metrics.
+  void AddMetrics(Metrics* metrics) const;
+  // The last Forward's argmax per position [batch, length] (ties to the
+  // lowest id), -1 at padded positions.
+  void Predictions(std::vector<int32_t>* predictions) const;
+  // Gradients of the last Forward's loss, OVERWRITING every parameter's grad
+  // (all zero when that batch had no target). InvalidArgument unless the
+  // last Forward was kTraining.
+  void Backward();
+
+  // ---- The passes composed ----
+
+  // Forward(kTraining) + AddMetrics (if metrics is given) + Backward.
+  // Returns the mean loss.
   T ForwardBackward(const Batch& batch, Rng& rng, Metrics* metrics);
 
-  // Evaluation: no dropout, no grads. predictions (optional) = argmax per
-  // position [batch, length] (-1 at padded positions).
+  // Evaluation: Forward(kInference) + AddMetrics + Predictions, each output
+  // optional. No dropout, no grads.
   T Evaluate(const Batch& batch, Metrics* metrics,
              std::vector<int32_t>* predictions);
 
@@ -137,9 +165,6 @@ class BasicTransformer {
 
  private:
   struct State;  // activations and scratch, defined in transformer.cc
-
-  T Run(const Batch& batch, bool train, Rng* rng, Metrics* metrics,
-        std::vector<int32_t>* predictions);
 
   ModelConfig config_;
   std::vector<BasicParameter<T>> params_;

@@ -1,6 +1,7 @@
 // Whole-model tests: gradient checks in double for every position scheme and
 // both architectures with padded batches, float-vs-double agreement,
-// determinism, padding invariance, parameter names, metrics and batch
+// determinism, padding invariance, parameter names and weight-decay flags,
+// the separate passes against their compositions, metrics and batch
 // validation, and a short training run that must fit a fixed batch.
 #include "model/transformer.h"
 
@@ -240,6 +241,128 @@ TEST(TransformerTest, ParameterNamesAndShapes) {
   EXPECT_EQ(km.parameters()[km.FindParameter("blocks.1.attn.rel_k")].shape,
             (std::vector<int64_t>{5, 4}));
   EXPECT_EQ(km.FindParameter("blocks.1.attn.rel_v"), -1);
+}
+
+// Weight decay is declared with each tensor. It must equal the rule the
+// trainer applied to names before (matrices, except position tables and
+// norms), so that moving the decision into the model changes no training run.
+TEST(TransformerTest, DecayIsDeclaredPerParameter) {
+  auto name_rule = [](const Parameter& p) {
+    if (p.shape.size() < 2) return false;
+    auto has = [&](const char* s) {
+      return p.name.find(s) != std::string::npos;
+    };
+    return !(has("pos") || has("rel") || has("norm") || has("ln"));
+  };
+  for (const SchemeCase& sc : SchemeCases()) {
+    ModelConfig c = ConfigFor(sc);
+    c.per_head_tables = !c.per_head_tables;  // both table layouts overall
+    Transformer m(c);
+    for (const Parameter& p : m.parameters()) {
+      EXPECT_EQ(p.decay, name_rule(p)) << sc.name << " " << p.name;
+    }
+  }
+  // Spelled out for one config: what decays.
+  ModelConfig c = Tiny(Arch::kEncoder, PositionScheme::kLearned);
+  c.layers = 1;
+  Transformer m(c);
+  std::vector<std::string> decayed;
+  for (const Parameter& p : m.parameters()) {
+    if (p.decay) decayed.push_back(p.name);
+  }
+  const std::vector<std::string> want = {"embed.token",
+                                         "blocks.0.attn.q.weight",
+                                         "blocks.0.attn.k.weight",
+                                         "blocks.0.attn.v.weight",
+                                         "blocks.0.attn.out.weight",
+                                         "blocks.0.ff.in.weight",
+                                         "blocks.0.ff.out.weight",
+                                         "head.weight"};
+  EXPECT_EQ(decayed, want);
+}
+
+// ForwardBackward and Evaluate are the passes composed; calling the passes
+// one by one gives the same numbers bit for bit, and an inference Forward
+// (shared block buffers, updated in place) gives the training Forward's loss
+// and predictions when dropout is off.
+TEST(TransformerTest, PassesComposeToForwardBackwardAndEvaluate) {
+  for (const SchemeCase& sc : SchemeCases()) {
+    const ModelConfig c = ConfigFor(sc);
+    const Batch batch = TinyBatch();
+    BasicTransformer<double> a(c), b(c);
+    Rng ra(9), rb(9);
+    Metrics ma, mb;
+    const double la = a.ForwardBackward(batch, ra, &ma);
+    const double lb = b.Forward(batch, ForwardMode::kTraining, &rb);
+    b.AddMetrics(&mb);
+    b.Backward();
+    EXPECT_EQ(la, lb) << sc.name;
+    EXPECT_EQ(ra.state(), rb.state()) << sc.name;
+    EXPECT_EQ(ma.loss_sum, mb.loss_sum) << sc.name;
+    EXPECT_EQ(ma.correct_sequences, mb.correct_sequences) << sc.name;
+    for (size_t i = 0; i < a.parameters().size(); ++i) {
+      ASSERT_EQ(a.parameters()[i].grad, b.parameters()[i].grad)
+          << sc.name << " " << a.parameters()[i].name;
+    }
+
+    Metrics me, mi;
+    std::vector<int32_t> pe, pi;
+    const double le = a.Evaluate(batch, &me, &pe);
+    const double li = b.Forward(batch, ForwardMode::kInference, nullptr);
+    b.AddMetrics(&mi);
+    b.Predictions(&pi);
+    EXPECT_EQ(le, li) << sc.name;
+    EXPECT_EQ(pe, pi) << sc.name;
+    EXPECT_EQ(me.correct_tokens, mi.correct_tokens) << sc.name;
+    if (c.dropout == 0.0) {
+      // Inference keeps one block's buffers and x in place; training keeps
+      // all of them. Same operations, same values.
+      std::vector<int32_t> pt;
+      EXPECT_EQ(b.Forward(batch, ForwardMode::kTraining, &rb), li) << sc.name;
+      b.Predictions(&pt);
+      EXPECT_EQ(pt, pi) << sc.name;
+    } else {
+      EXPECT_NE(la, le) << sc.name;  // dropout really is off in inference
+    }
+  }
+}
+
+TEST(TransformerTest, BackwardNeedsATrainingForward) {
+  Transformer m(Tiny(Arch::kDecoder, PositionScheme::kRelative));
+  const Batch batch = TinyBatch();
+  auto expect_bad = [](auto f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "accepted; expected '" << needle << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << e.what();
+    }
+  };
+  expect_bad([&] { m.Backward(); }, "Backward");  // no Forward yet
+  m.Forward(batch, ForwardMode::kInference, nullptr);
+  expect_bad([&] { m.Backward(); }, "kTraining");
+  expect_bad([&] { m.Forward(batch, ForwardMode::kTraining, nullptr); }, "rng");
+  // A rejected batch changes nothing: Backward still differentiates the
+  // previous training Forward.
+  Transformer ref(Tiny(Arch::kDecoder, PositionScheme::kRelative));
+  Rng rng(1), ref_rng(1);
+  ref.ForwardBackward(batch, ref_rng, nullptr);
+  m.Forward(batch, ForwardMode::kTraining, &rng);
+  Batch bad = batch;
+  bad.tokens[0] = 99;
+  expect_bad([&] { m.Forward(bad, ForwardMode::kTraining, &rng); },
+             "batch.tokens[0, 0]");
+  m.Backward();
+  for (size_t i = 0; i < m.parameters().size(); ++i) {
+    EXPECT_EQ(m.parameters()[i].grad, ref.parameters()[i].grad)
+        << m.parameters()[i].name;
+  }
+  // An inference Forward between a training Forward and Backward overwrites
+  // the kept activations, so Backward refuses rather than use them.
+  m.Forward(batch, ForwardMode::kTraining, &rng);
+  m.Evaluate(batch, nullptr, nullptr);
+  expect_bad([&] { m.Backward(); }, "kTraining");
 }
 
 TEST(TransformerTest, RelativeTablesFollowInitScale) {
