@@ -12,12 +12,10 @@
 namespace relpos {
 
 void ValidateClipBuckets(const ClipBuckets& buckets) {
-  RELPOS_CHECK_ARG(buckets.left >= 0,
-                   "clip buckets: left must be >= 0 (got " << buckets.left
-                                                            << ")");
-  RELPOS_CHECK_ARG(buckets.right >= 0,
-                   "clip buckets: right must be >= 0 (got " << buckets.right
-                                                             << ")");
+  RELPOS_CHECK_ARG(buckets.left >= 0, "clip buckets: left must be >= 0 (got "
+                                          << buckets.left << ")");
+  RELPOS_CHECK_ARG(buckets.right >= 0, "clip buckets: right must be >= 0 (got "
+                                           << buckets.right << ")");
   constexpr int64_t kMaxReach = int64_t{1} << 61;
   RELPOS_CHECK_ARG(buckets.left <= kMaxReach && buckets.right <= kMaxReach,
                    "clip buckets: left and right must be <= 2^61 (got left "
@@ -35,15 +33,15 @@ int64_t ClipBucket(int64_t r, const ClipBuckets& buckets) {
 void ValidateT5Buckets(const T5Buckets& buckets) {
   const int64_t nb = buckets.num_buckets;
   const int64_t min_buckets = buckets.bidirectional ? 4 : 2;
-  RELPOS_CHECK_ARG(nb >= min_buckets,
-                   "T5 buckets: num_buckets must be >= "
-                       << min_buckets
-                       << (buckets.bidirectional ? " when bidirectional"
-                                                 : " when causal")
-                       << " (got " << nb << ")");
-  RELPOS_CHECK_ARG(nb <= (int64_t{1} << 30),
-                   "T5 buckets: num_buckets must be <= 2^30 (got " << nb
-                                                                   << ")");
+  RELPOS_CHECK_ARG(
+      nb >= min_buckets,
+      "T5 buckets: num_buckets must be >= "
+          << min_buckets
+          << (buckets.bidirectional ? " when bidirectional" : " when causal")
+          << " (got " << nb << ")");
+  RELPOS_CHECK_ARG(
+      nb <= (int64_t{1} << 30),
+      "T5 buckets: num_buckets must be <= 2^30 (got " << nb << ")");
   const int64_t half = buckets.bidirectional ? nb / 2 : nb;
   const int64_t exact = half / 2;
   RELPOS_CHECK_ARG(buckets.max_distance > exact,
@@ -80,9 +78,8 @@ int64_t T5SideBucket(uint64_t a, int64_t half, float log_ratio) {
 // rounded to float32 when it meets the float32 tensor.
 float T5LogRatio(const T5Buckets& buckets, int64_t half) {
   const int64_t exact = half / 2;
-  return static_cast<float>(
-      std::log(static_cast<double>(buckets.max_distance) /
-               static_cast<double>(exact)));
+  return static_cast<float>(std::log(static_cast<double>(buckets.max_distance) /
+                                     static_cast<double>(exact)));
 }
 
 uint64_t Magnitude(int64_t r) {
@@ -104,8 +101,8 @@ int64_t T5BucketWith(int64_t r, const T5Buckets& buckets, float log_ratio) {
 }  // namespace
 
 int64_t T5Bucket(int64_t r, const T5Buckets& buckets) {
-  const int64_t half = buckets.bidirectional ? buckets.num_buckets / 2
-                                             : buckets.num_buckets;
+  const int64_t half =
+      buckets.bidirectional ? buckets.num_buckets / 2 : buckets.num_buckets;
   return T5BucketWith(r, buckets, T5LogRatio(buckets, half));
 }
 
@@ -121,8 +118,8 @@ void T5BucketRange(int64_t r_first, int64_t count, const T5Buckets& buckets,
           r_first <= std::numeric_limits<int64_t>::max() - (count - 1),
       "T5 buckets: r_first + count - 1 overflows int64 (r_first "
           << r_first << ", count " << count << ")");
-  const int64_t half = buckets.bidirectional ? buckets.num_buckets / 2
-                                             : buckets.num_buckets;
+  const int64_t half =
+      buckets.bidirectional ? buckets.num_buckets / 2 : buckets.num_buckets;
   const float log_ratio = T5LogRatio(buckets, half);
   for (int64_t i = 0; i < count; ++i)
     out[i] = T5BucketWith(r_first + i, buckets, log_ratio);
@@ -130,8 +127,8 @@ void T5BucketRange(int64_t r_first, int64_t count, const T5Buckets& buckets,
 
 int64_t T5BucketReach(const T5Buckets& buckets) {
   ValidateT5Buckets(buckets);
-  const int64_t half = buckets.bidirectional ? buckets.num_buckets / 2
-                                             : buckets.num_buckets;
+  const int64_t half =
+      buckets.bidirectional ? buckets.num_buckets / 2 : buckets.num_buckets;
   const float log_ratio = T5LogRatio(buckets, half);
   // Every step of T5SideBucket is non-decreasing in a (float conversion,
   // division by a positive constant, log, product, trunc, min), so the side
@@ -154,9 +151,9 @@ int64_t T5BucketReach(const T5Buckets& buckets) {
 }
 
 std::vector<double> AlibiSlopes(int64_t num_heads) {
-  RELPOS_CHECK_ARG(num_heads >= 1 && num_heads <= (int64_t{1} << 20),
-                   "ALiBi: num_heads must be in [1, 2^20] (got " << num_heads
-                                                                 << ")");
+  RELPOS_CHECK_ARG(
+      num_heads >= 1 && num_heads <= (int64_t{1} << 20),
+      "ALiBi: num_heads must be in [1, 2^20] (got " << num_heads << ")");
   // P: the largest power of two <= H.
   int64_t p = 1;
   while (p * 2 <= num_heads) p *= 2;
@@ -164,8 +161,8 @@ std::vector<double> AlibiSlopes(int64_t num_heads) {
   slopes.reserve(static_cast<size_t>(num_heads));
   // The geometric sequence of P heads: 2^(-8/P), 2^(-16/P), ..., 2^-8.
   for (int64_t h = 0; h < p; ++h)
-    slopes.push_back(std::exp2(-8.0 * static_cast<double>(h + 1) /
-                               static_cast<double>(p)));
+    slopes.push_back(
+        std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(p)));
   // The remaining H - P heads interleave between those: slopes 0, 2, 4, ...
   // of the 2P sequence, i.e. 2^(-8 (2h + 1) / (2P)).
   for (int64_t h = 0; h < num_heads - p; ++h)

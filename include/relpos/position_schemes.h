@@ -39,9 +39,8 @@ int64_t ClipBucket(int64_t r, const ClipBuckets& buckets);
 // TensorFlow and Hugging Face `_relative_position_bucket` compute them:
 //
 //   bidirectional: half = nb / 2 (floor), base = (r > 0 ? half : 0), a = |r|
-//   causal:        half = nb,             base = 0,                a = max(-r, 0)
-//   exact = half / 2 (floor)
-//   bucket = base + a                                      if a < exact
+//   causal:        half = nb,             base = 0,                a = max(-r,
+//   0) exact = half / 2 (floor) bucket = base + a if a < exact
 //          = base + min(half - 1, exact + trunc(
 //                log(a / exact) / log(md / exact) * (half - exact)))  otherwise
 //
