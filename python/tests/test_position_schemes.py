@@ -239,3 +239,28 @@ def test_torch_rope_gradcheck():
     y.backward(dy)
     want = relpos.rope_backward(dy.double().numpy(), position_offset=4)
     assert np.allclose(xt.grad.numpy(), want, rtol=0, atol=1e-5)
+
+
+def test_rope_then_attention_sees_only_relative_positions():
+    # RoPE on q (positions i + off) and k (positions j), then plain causal
+    # attention: shifting every position by s changes nothing (up to float
+    # rounding).
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 2, 4, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 6, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 2, 6, 8)).astype(np.float32)
+
+    off = 2
+
+    def run(q_position, k_position):
+        return relpos.attention(relpos.rope(q, position_offset=q_position),
+                                relpos.rope(k, position_offset=k_position),
+                                v, max_distance=0, causal=True,
+                                query_offset=off)
+
+    base = run(off, 0)
+    for shift in (1, -5, 1000):
+        np.testing.assert_allclose(run(off + shift, shift), base, rtol=0,
+                                   atol=1e-4)
+    # Queries rotated as if one position later: a different result.
+    assert np.abs(run(off + 1, 0) - base).max() > 1e-3
