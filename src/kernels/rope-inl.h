@@ -85,18 +85,24 @@ HWY_INLINE void RotateInterleavedRow(const float* x, float* y, const float* cs,
   }
 }
 
-// Rows [row_begin, row_end) of a [rows, d] tensor whose row r sits at table
-// row r % n; table rows have `stride` floats (d split, 2d interleaved).
-HWY_INLINE void RotateRows(const float* x, float* y, const float* table,
-                           int64_t row_begin, int64_t row_end, int64_t n,
-                           int64_t d, bool interleaved) {
+// The rows at positions [pos_begin, pos_end) (indices along N) of the
+// slices [outer_begin, outer_end) of an [outer, n, d] tensor. Table row
+// i - pos_begin holds position i's cosines and sines, `stride` floats
+// (d split, 2d interleaved).
+HWY_INLINE void RotateBlock(const float* x, float* y, const float* table,
+                            int64_t outer_begin, int64_t outer_end,
+                            int64_t pos_begin, int64_t pos_end, int64_t n,
+                            int64_t d, bool interleaved) {
   const int64_t stride = interleaved ? 2 * d : d;
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const float* cs = table + (r % n) * stride;
-    if (interleaved) {
-      RotateInterleavedRow(x + r * d, y + r * d, cs, d);
-    } else {
-      RotateSplitRow(x + r * d, y + r * d, cs, d / 2);
+  for (int64_t o = outer_begin; o < outer_end; ++o) {
+    for (int64_t i = pos_begin; i < pos_end; ++i) {
+      const int64_t r = o * n + i;
+      const float* cs = table + (i - pos_begin) * stride;
+      if (interleaved) {
+        RotateInterleavedRow(x + r * d, y + r * d, cs, d);
+      } else {
+        RotateSplitRow(x + r * d, y + r * d, cs, d / 2);
+      }
     }
   }
 }
