@@ -52,7 +52,7 @@ RopeProblem MakeRopeProblem(const char* in_name, ConstView<T> in,
       "position_offset must be in [-2^40, 2^40] (got " << o.position_offset
                                                        << ")");
   RELPOS_CHECK_ARG(
-      p.n == 0 || o.position_offset + (p.n - 1) <= kMaxPosition,
+      p.n == 0 || p.n - 1 <= kMaxPosition - o.position_offset,
       "the last position position_offset + N - 1 must be <= 2^40 (got "
           << o.position_offset << " + " << p.n - 1 << ")");
   RELPOS_CHECK_ARG(o.layout == RopeLayout::kSplitHalves ||
