@@ -293,3 +293,13 @@ def init_relative_table(shape, *, init="xavier_normal", scale=1.0, seed=0):
     table = np.empty(dims, np.float32)
     _ext.init_relative_table(table, init, scale, seed)
     return table
+
+
+# Position schemes: T5 / clip bucket maps, ALiBi slopes, RoPE
+# (relpos/position_schemes.py, docs/schemes.md).
+from .position_schemes import (  # noqa: E402
+    alibi_slopes, clip_bucket, rope, rope_backward, t5_bucket,
+    t5_bucket_reach)
+
+__all__ += ["alibi_slopes", "clip_bucket", "rope", "rope_backward",
+            "t5_bucket", "t5_bucket_reach"]

@@ -258,3 +258,51 @@ class RelativeMultiheadAttention(nn.Module):
                 f"key_term={self.rel_k is not None}, "
                 f"value_term={self.rel_v is not None}, "
                 f"causal={self.causal}")
+
+
+class _RopeFunction(torch.autograd.Function):
+    """relpos RoPE as one autograd node: the backward rotates the incoming
+    gradient by the opposite angles (the rotation is orthogonal), so nothing
+    is saved but the options. Twice differentiable in principle (the
+    backward is again a rotation), but marked once_differentiable for
+    simplicity."""
+
+    @staticmethod
+    def forward(ctx, x, options):
+        ctx.options = options
+        return torch.from_numpy(_relpos.rope(_rope_numpy("x", x), **options))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        dx = _relpos.rope_backward(_rope_numpy("dy", dy), **ctx.options)
+        return torch.from_numpy(dx), None
+
+
+def _rope_numpy(name, t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"relpos.torch.rope: {name} must be a torch.Tensor "
+                        f"(got {type(t).__name__})")
+    if t.device.type != "cpu":
+        raise ValueError(f"relpos.torch.rope: {name} must be on the CPU "
+                         f"(got device {t.device})")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"relpos.torch.rope: {name} must have dtype "
+                        f"torch.float32 or torch.float64 (got {t.dtype})")
+    return t.detach().contiguous().numpy()
+
+
+def rope(x, *, position_offset=0, base=10000.0, layout="split_halves"):
+    """Differentiable rotary position embedding (see relpos.rope).
+
+    x: [d], [N, d], [H, N, d] or [B, H, N, d] CPU tensor, float32 or
+    float64; row n is at position position_offset + n. layout
+    "split_halves" is Hugging Face Llama's rotate_half convention, so
+    ``rope(q, base=config.rope_theta)`` equals ``apply_rotary_pos_emb``'s
+    rotated q for position_ids 0..N-1 (up to Hugging Face's float32 angles).
+    """
+    options = dict(position_offset=position_offset, base=base, layout=layout)
+    return _RopeFunction.apply(x, options)
+
+
+__all__ += ["rope"]

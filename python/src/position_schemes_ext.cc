@@ -1,0 +1,145 @@
+// relpos._relpos_ext, position schemes: the thin layer between
+// python/relpos/position_schemes.py and the public C++ API. As in
+// relpos_ext.cc, the Python layer validates types and allocates outputs;
+// this file turns C-contiguous CPU arrays into pointers or views, releases
+// the GIL while relpos computes, and leaves every value check to the C++
+// library (whose InvalidArgument the module maps to ValueError).
+#include "position_schemes_ext.h"
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "relpos/error.h"
+#include "relpos/position_schemes.h"
+#include "relpos/rope.h"
+
+namespace nb = nanobind;
+
+namespace relpos {
+namespace {
+
+template <typename T>
+using InArray = nb::ndarray<const T, nb::c_contig, nb::device::cpu>;
+template <typename T>
+using OutArray = nb::ndarray<T, nb::c_contig, nb::device::cpu>;
+
+void CheckSameSize(size_t in, size_t out, const char* what) {
+  if (in != out)
+    throw InvalidArgument(std::string("relpos: ") + what +
+                          ": out must have as many entries as the input (" +
+                          std::to_string(in) + " vs " + std::to_string(out) +
+                          ")");
+}
+
+// out[i] = T5 bucket of r[i], any shape (flattened).
+void T5BucketArray(InArray<int64_t> r, OutArray<int64_t> out,
+                   int64_t num_buckets, int64_t max_distance,
+                   bool bidirectional) {
+  const T5Buckets b{num_buckets, max_distance, bidirectional};
+  ValidateT5Buckets(b);
+  CheckSameSize(r.size(), out.size(), "t5_bucket");
+  const int64_t* rp = r.data();
+  int64_t* op = out.data();
+  const size_t n = r.size();
+  nb::gil_scoped_release release;
+  for (size_t i = 0; i < n; ++i) op[i] = T5Bucket(rp[i], b);
+}
+
+int64_t T5Reach(int64_t num_buckets, int64_t max_distance,
+                bool bidirectional) {
+  return T5BucketReach({num_buckets, max_distance, bidirectional});
+}
+
+void ClipBucketArray(InArray<int64_t> r, OutArray<int64_t> out, int64_t left,
+                     int64_t right) {
+  const ClipBuckets b{left, right};
+  ValidateClipBuckets(b);
+  CheckSameSize(r.size(), out.size(), "clip_bucket");
+  const int64_t* rp = r.data();
+  int64_t* op = out.data();
+  const size_t n = r.size();
+  nb::gil_scoped_release release;
+  for (size_t i = 0; i < n; ++i) op[i] = ClipBucket(rp[i], b);
+}
+
+// TensorView has an initializer-list constructor only: ranks 1 to 4.
+template <typename T, typename Array>
+TensorView<T> View(const Array& a, const char* name) {
+  T* data = const_cast<T*>(a.data());
+  int64_t s[4] = {0, 0, 0, 0};
+  const size_t rank = a.ndim();
+  for (size_t i = 0; i < rank && i < 4; ++i) s[i] = int64_t(a.shape(i));
+  switch (rank) {
+    case 1: return TensorView<T>(data, {s[0]});
+    case 2: return TensorView<T>(data, {s[0], s[1]});
+    case 3: return TensorView<T>(data, {s[0], s[1], s[2]});
+    case 4: return TensorView<T>(data, {s[0], s[1], s[2], s[3]});
+    default:
+      throw InvalidArgument(std::string("relpos: ") + name +
+                            " must have rank 1 to 4 (got rank " +
+                            std::to_string(rank) + ")");
+  }
+}
+
+RopeLayout ParseLayout(const std::string& layout) {
+  if (layout == "split_halves") return RopeLayout::kSplitHalves;
+  if (layout == "interleaved") return RopeLayout::kInterleaved;
+  throw InvalidArgument(
+      "relpos: layout must be 'split_halves' or 'interleaved' (got '" +
+      layout + "')");
+}
+
+// backward = false: out = RoPE(x); true: out = RoPE backward of x (= dy).
+// float32 takes the fast path, float64 the reference.
+template <typename T>
+void Rope(InArray<T> x, OutArray<T> out, int64_t position_offset, double base,
+          const std::string& layout, bool backward) {
+  RopeOptions o;
+  o.base = base;
+  o.layout = ParseLayout(layout);
+  o.position_offset = position_offset;
+  o.path = std::is_same_v<T, float> ? RopePath::kAuto : RopePath::kReference;
+  const char* in_name = backward ? "dy" : "x";
+  const char* out_name = backward ? "dx" : "out";
+  const ConstView<T> in_view = View<const T>(x, in_name);
+  const TensorView<T> out_view = View<T>(out, out_name);
+  nb::gil_scoped_release release;
+  if (backward) {
+    RopeBackward<T>(in_view, out_view, o);
+  } else {
+    RopeForward<T>(in_view, out_view, o);
+  }
+}
+
+template <typename T>
+void BindRope(nb::module_& m, const std::string& suffix) {
+  using namespace nb::literals;
+  m.def(("rope_" + suffix).c_str(), &Rope<T>, "x"_a, "out"_a,
+        "position_offset"_a, "base"_a, "layout"_a, "backward"_a,
+        "Internal: fills out. Use relpos.rope / relpos.rope_backward.");
+}
+
+}  // namespace
+
+void BindPositionSchemes(nb::module_& m) {
+  using namespace nb::literals;
+  m.def("t5_bucket", &T5BucketArray, "r"_a, "out"_a, "num_buckets"_a,
+        "max_distance"_a, "bidirectional"_a,
+        "Internal: fills out. Use relpos.t5_bucket.");
+  m.def("t5_bucket_reach", &T5Reach, "num_buckets"_a, "max_distance"_a,
+        "bidirectional"_a, "Internal. Use relpos.t5_bucket_reach.");
+  m.def("clip_bucket", &ClipBucketArray, "r"_a, "out"_a, "left"_a, "right"_a,
+        "Internal: fills out. Use relpos.clip_bucket.");
+  m.def("alibi_slopes", &AlibiSlopes, "num_heads"_a,
+        "Internal. Use relpos.alibi_slopes.");
+  BindRope<float>(m, "f32");
+  BindRope<double>(m, "f64");
+}
+
+}  // namespace relpos
