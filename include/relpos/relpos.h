@@ -5,6 +5,8 @@
 #include "relpos/attention.h"
 #include "relpos/error.h"
 #include "relpos/params.h"
+#include "relpos/position_schemes.h"
+#include "relpos/rope.h"
 #include "relpos/tensor_view.h"
 #include "relpos/version.h"
 

@@ -22,6 +22,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "relpos/relpos.h"
+#include "position_schemes_ext.h"
 
 namespace nb = nanobind;
 
@@ -205,4 +206,5 @@ NB_MODULE(_relpos_ext, m) {
   m.def("init_relative_table", &relpos::InitTable, nb::arg("table"),
         nb::arg("kind"), nb::arg("scale"), nb::arg("seed"),
         "Internal: fills a float32 table. Use relpos.init_relative_table.");
+  relpos::BindPositionSchemes(m);
 }
