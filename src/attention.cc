@@ -2,6 +2,7 @@
 // This file is the single place where the path is chosen.
 #include "relpos/attention.h"
 
+#include <algorithm>
 #include <type_traits>
 
 #include "core/attention_problem.h"
@@ -12,17 +13,52 @@
 namespace relpos {
 namespace {
 
+// kAuto: the tiled kernel of SPEC.md section 4 for float problems it
+// supports (AttentionProblem::FusedSupported), the reference otherwise.
+// kFused: the kernel, or InvalidArgument when it cannot run the problem.
 template <typename T>
-bool UseFused(AttentionPath path) {
+bool UseFused(const AttentionProblem& p, AttentionPath path) {
   if constexpr (!std::is_same_v<T, float>) {
     RELPOS_CHECK_ARG(path != AttentionPath::kFused,
                      "path: the fused kernel supports float only (use "
                      "kAuto or kReference for double)");
     return false;
   } else {
-    // kAuto and kFused: the tiled kernel of SPEC.md section 4.
-    return path != AttentionPath::kReference;
+    if (path == AttentionPath::kReference) return false;
+    if (path == AttentionPath::kFused) {
+      RELPOS_CHECK_ARG(
+          p.buckets.kind == BucketKind::kSymmetricClip,
+          "path: the fused kernel supports only the symmetric clip bucket map "
+          "(got buckets.kind = "
+              << static_cast<int>(p.buckets.kind)
+              << "); use kAuto or kReference");
+      RELPOS_CHECK_ARG(!p.key_term || p.score_term == ScoreTerm::kVector,
+                       "path: the fused kernel supports only the vector score "
+                       "term (got score_term = "
+                           << static_cast<int>(p.score_term)
+                           << "); use kAuto or kReference");
+      RELPOS_CHECK_ARG(!p.position_query_bias,
+                       "path: the fused kernel does not support "
+                       "position_query_bias; use kAuto or kReference");
+    }
+    return p.FusedSupported();
   }
+}
+
+// A gradient of an optional input: absent, or shaped like a present input.
+template <typename T>
+void CheckOptionalGrad(const char* name, ConstView<T> grad,
+                       const char* input_name, ConstView<T> input) {
+  if (grad.empty()) return;
+  RELPOS_CHECK_ARG(!input.empty(),
+                   name << " given but " << input_name << " is empty");
+  CheckSameShape<T>(name, grad, input);
+}
+
+// Zero-fills a gradient whose input the fused kernel never reads.
+template <typename T>
+void ZeroFill(TensorView<T> g) {
+  if (!g.empty()) std::fill(g.data(), g.data() + g.numel(), T(0));
 }
 
 }  // namespace
@@ -33,13 +69,13 @@ void AttentionForward(const AttentionInputs<T>& in, TensorView<T> out,
   RELPOS_CHECK_ARG(!out.empty(), "out must not be empty");
   const AttentionProblem p = MakeAttentionProblem<T>(in, out, lse, options);
   if constexpr (std::is_same_v<T, float>) {
-    if (UseFused<T>(options.path)) {
+    if (UseFused<T>(p, options.path)) {
       FusedForward(p, in, out.data(), lse.empty() ? nullptr : lse.data(),
                    options.num_threads);
       return;
     }
   }
-  UseFused<T>(options.path);  // rejects kFused for double
+  UseFused<T>(p, options.path);  // rejects kFused for double
   ReferenceForward(p, in, out.data(), lse.empty() ? nullptr : lse.data());
 }
 
@@ -56,22 +92,21 @@ void AttentionBackward(const AttentionInputs<T>& in, ConstView<T> out,
   CheckSameShape<T>("dq", grads.dq, in.q);
   CheckSameShape<T>("dk", grads.dk, in.k);
   CheckSameShape<T>("dv", grads.dv, in.v);
-  if (!grads.dak.empty()) {
-    RELPOS_CHECK_ARG(!in.ak.empty(), "dak given but ak is empty");
-    CheckSameShape<T>("dak", grads.dak, in.ak);
-  }
-  if (!grads.dav.empty()) {
-    RELPOS_CHECK_ARG(!in.av.empty(), "dav given but av is empty");
-    CheckSameShape<T>("dav", grads.dav, in.av);
-  }
+  CheckOptionalGrad<T>("dak", grads.dak, "ak", in.ak);
+  CheckOptionalGrad<T>("dav", grads.dav, "av", in.av);
+  CheckOptionalGrad<T>("dbias", grads.dbias, "bias", in.bias);
+  CheckOptionalGrad<T>("dpb", grads.dpb, "pb", in.pb);
   if constexpr (std::is_same_v<T, float>) {
-    if (UseFused<T>(options.path)) {
+    if (UseFused<T>(p, options.path)) {
+      // The kernel's problems use neither bias nor pb (FusedSupported).
+      ZeroFill(grads.dbias);
+      ZeroFill(grads.dpb);
       FusedBackward(p, in, out.data(), lse.data(), dout.data(), grads,
                     options.num_threads);
       return;
     }
   }
-  UseFused<T>(options.path);  // rejects kFused for double
+  UseFused<T>(p, options.path);  // rejects kFused for double
   ReferenceBackward(p, in, dout.data(), grads);
 }
 

@@ -1,5 +1,6 @@
 #include "core/attention_problem.h"
 
+#include <cmath>
 #include <string>
 
 #include "core/check.h"
@@ -11,6 +12,8 @@ namespace {
 constexpr int64_t kMaxQueryOffset = int64_t{1} << 40;
 // Largest k accepted: tables of 2k+1 rows must stay allocatable.
 constexpr int64_t kMaxDistance = int64_t{1} << 24;
+// Largest |ALiBi slope|: keeps m |r| finite in float for |r| <= 2^41.
+constexpr double kMaxAlibiSlope = 1 << 20;
 
 template <typename T>
 void CheckRank(const char* name, ConstView<T> view, int rank) {
@@ -28,19 +31,98 @@ void CheckDim(const char* name, ConstView<T> view, int axis, int64_t want,
                         << axis << " must equal " << what << " = " << want);
 }
 
+// The name of the table-row count of the bucket map, for messages.
+const char* RowsName(const AttentionProblem& p) {
+  switch (p.buckets.kind) {
+    case BucketKind::kClip:
+      return "buckets.clip.left+buckets.clip.right+1";
+    case BucketKind::kT5:
+      return "buckets.t5.num_buckets";
+    case BucketKind::kSymmetricClip:
+      break;
+  }
+  return "2*max_distance+1";
+}
+
 template <typename T>
 void CheckTable(const char* name, ConstView<T> table, const AttentionProblem& p,
                 int64_t width, const char* width_name) {
   if (p.per_head_tables) {
     CheckRank(name, table, 3);
     CheckDim(name, table, 0, p.heads, "heads");
-    CheckDim(name, table, 1, p.TableRows(), "2*max_distance+1");
+    CheckDim(name, table, 1, p.TableRows(), RowsName(p));
     CheckDim(name, table, 2, width, width_name);
   } else {
     CheckRank(name, table, 2);
-    CheckDim(name, table, 0, p.TableRows(), "2*max_distance+1");
+    CheckDim(name, table, 0, p.TableRows(), RowsName(p));
     CheckDim(name, table, 1, width, width_name);
   }
+}
+
+// The bucket map and score term of docs/math.md section 8: validates them
+// and fills p.buckets, p.table_rows and the score-term fields. Needs
+// p.heads and p.key_term.
+void ResolveScheme(const AttentionOptions& options, AttentionProblem& p) {
+  const int kind = static_cast<int>(options.buckets.kind);
+  RELPOS_CHECK_ARG(kind >= 0 && kind <= static_cast<int>(BucketKind::kT5),
+                   "buckets.kind is not a BucketKind (got " << kind << ")");
+  p.buckets = options.buckets;
+  switch (options.buckets.kind) {
+    case BucketKind::kSymmetricClip:
+      p.table_rows = 2 * p.max_distance + 1;
+      break;
+    case BucketKind::kClip: {
+      const ClipBuckets& c = options.buckets.clip;
+      ValidateClipBuckets(c);
+      RELPOS_CHECK_ARG(c.left <= kMaxDistance && c.right <= kMaxDistance,
+                       "buckets.clip: left and right must be <= "
+                           << kMaxDistance << " (got left " << c.left
+                           << ", right " << c.right << ")");
+      p.table_rows = ClipBucketCount(c);
+      break;
+    }
+    case BucketKind::kT5:
+      ValidateT5Buckets(options.buckets.t5);
+      p.table_rows = options.buckets.t5.num_buckets;
+      break;
+  }
+
+  const int term = static_cast<int>(options.score_term);
+  RELPOS_CHECK_ARG(term >= 0 && term <= static_cast<int>(ScoreTerm::kAlibi),
+                   "score_term is not a ScoreTerm (got " << term << ")");
+  p.score_term = options.score_term;
+  p.scalar_table = p.key_term && p.score_term == ScoreTerm::kScalarTable;
+
+  if (!options.alibi_slopes.empty()) {
+    RELPOS_CHECK_ARG(options.score_term == ScoreTerm::kAlibi,
+                     "alibi_slopes given (" << options.alibi_slopes.size()
+                                            << " entries) but score_term is "
+                                               "not kAlibi");
+    RELPOS_CHECK_ARG(
+        static_cast<int64_t>(options.alibi_slopes.size()) == p.heads,
+        "alibi_slopes must have one entry per head (heads = "
+            << p.heads << ", got " << options.alibi_slopes.size() << ")");
+    for (size_t h = 0; h < options.alibi_slopes.size(); ++h) {
+      const double m = options.alibi_slopes[h];
+      RELPOS_CHECK_ARG(std::isfinite(m) && std::abs(m) <= kMaxAlibiSlope,
+                       "alibi_slopes[" << h
+                                       << "] must be finite with |m| <= 2^20 "
+                                          "(got "
+                                       << m << ")");
+    }
+  }
+  if (p.AlibiScore()) {
+    p.alibi_slopes = options.alibi_slopes.empty() ? AlibiSlopes(p.heads)
+                                                  : options.alibi_slopes;
+  }
+
+  if (options.position_query_bias) {
+    RELPOS_CHECK_ARG(p.key_term && p.score_term == ScoreTerm::kVector,
+                     "position_query_bias needs key_term = true and "
+                     "score_term = kVector (got key_term = "
+                         << p.key_term << ", score_term = " << term << ")");
+  }
+  p.position_query_bias = options.position_query_bias;
 }
 
 }  // namespace
@@ -84,10 +166,21 @@ AttentionProblem MakeAttentionProblem(const AttentionInputs<T>& in,
   p.causal = options.causal;
   p.key_term = options.key_term;
   p.value_term = options.value_term;
-  if (p.key_term) {
+  ResolveScheme(options, p);
+  if (p.VectorScore()) {
     CheckTable("ak", in.ak, p, p.dk, "dk");
   } else if (!in.ak.empty()) {
     CheckTable("ak", in.ak, p, p.dk, "dk");
+  }
+  if (p.scalar_table || !in.bias.empty()) {
+    CheckRank("bias", in.bias, 2);
+    CheckDim("bias", in.bias, 0, p.heads, "heads");
+    CheckDim("bias", in.bias, 1, p.TableRows(), RowsName(p));
+  }
+  if (p.position_query_bias || !in.pb.empty()) {
+    CheckRank("pb", in.pb, 2);
+    CheckDim("pb", in.pb, 0, p.heads, "heads");
+    CheckDim("pb", in.pb, 1, p.dk, "dk");
   }
   if (p.value_term) {
     CheckTable("av", in.av, p, p.dv, "dv");

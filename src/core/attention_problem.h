@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "relpos/attention.h"
+#include "relpos/position_schemes.h"
 
 namespace relpos {
 
@@ -17,16 +18,54 @@ struct AttentionProblem {
   int64_t max_distance = 0;  // k
   int64_t query_offset = 0;  // off: query row i sits at position i + off
   bool per_head_tables = false;
-  bool key_term = true, value_term = true;  // false also when table is empty
+  // key_term: the score term of kind score_term is on (its table is then
+  // present); value_term: AV is added.
+  bool key_term = true, value_term = true;
   bool causal = false;
   std::vector<int64_t> key_lengths;  // always batch entries, in [0, Nk]
 
-  int64_t TableRows() const { return 2 * max_distance + 1; }
+  // The scheme (docs/math.md section 8). The defaults are Shaw's symmetric
+  // clip by max_distance with the vector score term; the fused kernel handles
+  // exactly the problems with FusedSupported() (src/attention.cc).
+  BucketMap buckets;
+  ScoreTerm score_term = ScoreTerm::kVector;
+  std::vector<double> alibi_slopes;  // kAlibi with key_term: heads entries
+  bool position_query_bias = false;  // implies key_term and kVector
+  bool scalar_table = false;         // key_term with kScalarTable (bias used)
+  int64_t table_rows = 0;            // nb of the bucket map
 
-  // Table row r(i,j) + k for query row i and key j.
+  int64_t TableRows() const {
+    return buckets.kind == BucketKind::kSymmetricClip ? 2 * max_distance + 1
+                                                      : table_rows;
+  }
+
+  // Table row b(r) of the bucket map for r = j - (i + off), query row i and
+  // key j (r + k for the symmetric clip).
   int64_t Bucket(int64_t i, int64_t j) const {
     const int64_t r = j - (i + query_offset);
+    switch (buckets.kind) {
+      case BucketKind::kClip:
+        return ClipBucket(r, buckets.clip);
+      case BucketKind::kT5:
+        return T5Bucket(r, buckets.t5);
+      case BucketKind::kSymmetricClip:
+        break;
+    }
     return std::clamp(r, -max_distance, max_distance) + max_distance;
+  }
+
+  // Whether the key-side term is Shaw's vector table (AK is read).
+  bool VectorScore() const {
+    return key_term && score_term == ScoreTerm::kVector;
+  }
+  bool AlibiScore() const { return key_term && score_term == ScoreTerm::kAlibi; }
+
+  // What the fused kernel implements today: the symmetric clip, with the
+  // vector score term or none, and no position query bias.
+  bool FusedSupported() const {
+    return buckets.kind == BucketKind::kSymmetricClip &&
+           (!key_term || score_term == ScoreTerm::kVector) &&
+           !position_query_bias;
   }
 
   // Keys visible to row i of batch item b are exactly [0, KeyEnd(b, i)):
