@@ -21,10 +21,15 @@ void Axpy(T alpha, const T* x, T* y, int64_t n) {
   for (int64_t t = 0; t < n; ++t) y[t] += alpha * x[t];
 }
 
-// Pointers to the data of one (batch, head) pair.
+// Pointers to the data of one (batch, head) pair. ak is set only for the
+// vector score term, bias (row h of [H, nb]) only for the scalar table, pb
+// (row h of [H, dk]) only with the position query bias; alibi is true for
+// the ALiBi score term with slope `slope`.
 template <typename T>
 struct HeadSlice {
-  const T *q, *k, *v, *ak, *av;
+  const T *q, *k, *v, *ak, *av, *bias, *pb;
+  bool alibi = false;
+  T slope = 0;
 };
 
 template <typename T>
@@ -35,24 +40,57 @@ HeadSlice<T> Slice(const AttentionProblem& p, const AttentionInputs<T>& in,
   s.q = in.q.data() + bh * p.q_len * p.dk;
   s.k = in.k.data() + bh * p.k_len * p.dk;
   s.v = in.v.data() + bh * p.k_len * p.dv;
-  s.ak = p.key_term ? in.ak.data() + p.TableOffset(h, p.dk) : nullptr;
+  s.ak = p.VectorScore() ? in.ak.data() + p.TableOffset(h, p.dk) : nullptr;
   s.av = p.value_term ? in.av.data() + p.TableOffset(h, p.dv) : nullptr;
+  s.bias = p.scalar_table ? in.bias.data() + h * p.TableRows() : nullptr;
+  s.pb = p.position_query_bias ? in.pb.data() + h * p.dk : nullptr;
+  s.alibi = p.AlibiScore();
+  if (s.alibi) s.slope = static_cast<T>(p.alibi_slopes[h]);
   return s;
 }
 
+// The position-term query of row i: q_i, or q_i + pb with the position
+// query bias (Transformer-XL), written to `biased`.
+template <typename T>
+const T* PositionQuery(const AttentionProblem& p, const HeadSlice<T>& s,
+                       int64_t i, std::vector<T>& biased) {
+  const T* qi = s.q + i * p.dk;
+  if (!s.pb) return qi;
+  for (int64_t t = 0; t < p.dk; ++t) biased[t] = qi[t] + s.pb[t];
+  return biased.data();
+}
+
+// The scaled score s_ij of docs/math.md section 8: the content term and the
+// vector term are divided by sqrt(dk), the scalar table and ALiBi are not.
+// qp is PositionQuery(i).
+template <typename T>
+T Score(const AttentionProblem& p, const HeadSlice<T>& s, int64_t i,
+        int64_t j, const T* qp, T scale) {
+  const T* qi = s.q + i * p.dk;
+  T score = Dot(qi, s.k + j * p.dk, p.dk);
+  if (s.ak) score += Dot(qp, s.ak + p.Bucket(i, j) * p.dk, p.dk);
+  score *= scale;
+  if (s.bias) score += s.bias[p.Bucket(i, j)];
+  if (s.alibi) {
+    // |r| in int64 (|r| <= 2^41), then -m |r| in the call's precision.
+    const int64_t r = j - (i + p.query_offset);
+    score -= s.slope * static_cast<T>(r < 0 ? -r : r);
+  }
+  return score;
+}
+
 // Probabilities p_ij of row i over its visible keys j < end (SPEC section 2):
-// s_ij = (q_i . k_j + q_i . AK[r(i,j)]) / sqrt(dk), p = softmax(s).
-// Returns the log-sum-exp of the scaled scores.
+// s_ij = (q_i . k_j + q_i . AK[r(i,j)]) / sqrt(dk) for Shaw, Score() for
+// every scheme; p = softmax(s). Returns the log-sum-exp of the scores.
 template <typename T>
 T RowProbabilities(const AttentionProblem& p, const HeadSlice<T>& s, int64_t i,
                    int64_t end, std::vector<T>& prob) {
   const T scale = T(1) / std::sqrt(static_cast<T>(p.dk));
-  const T* qi = s.q + i * p.dk;
+  std::vector<T> biased(s.pb ? p.dk : 0);
+  const T* qp = PositionQuery(p, s, i, biased);
   T max_score = -std::numeric_limits<T>::infinity();
   for (int64_t j = 0; j < end; ++j) {
-    T score = Dot(qi, s.k + j * p.dk, p.dk);
-    if (s.ak) score += Dot(qi, s.ak + p.Bucket(i, j) * p.dk, p.dk);
-    prob[j] = score * scale;
+    prob[j] = Score(p, s, i, j, qp, scale);
     max_score = std::max(max_score, prob[j]);
   }
   T sum = 0;
@@ -108,15 +146,17 @@ void ReferenceBackward(const AttentionProblem& p, const AttentionInputs<T>& in,
     return g.data();
   };
   const int64_t table_heads = p.per_head_tables ? p.heads : 1;
-  std::vector<T> sq, sk, sv, sak, sav;
+  std::vector<T> sq, sk, sv, sak, sav, sbias, spb;
   T* dq = target(grads.dq, sq, p.batch * p.heads * p.q_len * p.dk);
   T* dk = target(grads.dk, sk, p.batch * p.heads * p.k_len * p.dk);
   T* dv = target(grads.dv, sv, p.batch * p.heads * p.k_len * p.dv);
   T* dak = target(grads.dak, sak, table_heads * p.TableRows() * p.dk);
   T* dav = target(grads.dav, sav, table_heads * p.TableRows() * p.dv);
+  T* dbias = target(grads.dbias, sbias, p.heads * p.TableRows());
+  T* dpb = target(grads.dpb, spb, p.heads * p.dk);
 
   const T scale = T(1) / std::sqrt(static_cast<T>(p.dk));
-  std::vector<T> prob(p.k_len), dprob(p.k_len);
+  std::vector<T> prob(p.k_len), dprob(p.k_len), biased(p.dk);
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads; ++h) {
       const HeadSlice<T> s = Slice(p, in, b, h);
@@ -126,11 +166,14 @@ void ReferenceBackward(const AttentionProblem& p, const AttentionInputs<T>& in,
       T* dv_bh = dv + bh * p.k_len * p.dv;
       T* dak_h = dak + p.TableOffset(h, p.dk);
       T* dav_h = dav + p.TableOffset(h, p.dv);
+      T* dbias_h = dbias + h * p.TableRows();
+      T* dpb_h = dpb + h * p.dk;
       for (int64_t i = 0; i < p.q_len; ++i) {
         const int64_t end = p.KeyEnd(b, i);
         if (end == 0) continue;  // no key seen: zero gradient
         RowProbabilities(p, s, i, end, prob);
         const T* qi = s.q + i * p.dk;
+        const T* qp = PositionQuery(p, s, i, biased);  // q_i (+ pb)
         const T* doi = dout + (bh * p.q_len + i) * p.dv;
         // dP_ij = dO_i . v_j + dO_i . AV[r(i,j)];  D_i = sum_j p_ij dP_ij
         T d_row = 0;
@@ -144,14 +187,20 @@ void ReferenceBackward(const AttentionProblem& p, const AttentionInputs<T>& in,
           // dV_j += p_ij dO_i;  dAV[r] += p_ij dO_i
           Axpy(prob[j], doi, dv_bh + j * p.dv, p.dv);
           if (s.av) Axpy(prob[j], doi, dav_h + r * p.dv, p.dv);
-          // dS_ij = p_ij (dP_ij - D_i); the score carries 1/sqrt(dk).
-          const T ds = prob[j] * (dprob[j] - d_row) * scale;
-          // dQ_i += dS_ij (k_j + AK[r]);  dK_j += dS_ij q_i;  dAK[r] += dS_ij q_i
+          // dS_ij = p_ij (dP_ij - D_i); the scalar table enters the score
+          // unscaled: dB[h, r] += dS_ij.
+          const T ds_raw = prob[j] * (dprob[j] - d_row);
+          if (s.bias) dbias_h[r] += ds_raw;
+          // The vector terms carry 1/sqrt(dk).
+          const T ds = ds_raw * scale;
+          // dQ_i += dS_ij (k_j + AK[r]);  dK_j += dS_ij q_i;
+          // dAK[r] += dS_ij (q_i + pb);   dpb += dS_ij AK[r]
           Axpy(ds, s.k + j * p.dk, dq_bh + i * p.dk, p.dk);
           Axpy(ds, qi, dk_bh + j * p.dk, p.dk);
           if (s.ak) {
             Axpy(ds, s.ak + r * p.dk, dq_bh + i * p.dk, p.dk);
-            Axpy(ds, qi, dak_h + r * p.dk, p.dk);
+            Axpy(ds, qp, dak_h + r * p.dk, p.dk);
+            if (s.pb) Axpy(ds, s.ak + r * p.dk, dpb_h, p.dk);
           }
         }
       }
