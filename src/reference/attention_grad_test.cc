@@ -4,10 +4,16 @@
 // off, causal, padding with an empty batch item, Nq != Nk with default,
 // positive, zero and negative offsets, k = 0, k >= n, dk != dv, n = 1.
 //
+// The same checks run over the scheme family of docs/math.md section 8
+// (SchemeCases: asymmetric clip, T5 buckets with Shaw tables, T5 scalar
+// tables bidirectional and causal, ALiBi, the position query bias), which
+// adds the learned inputs bias (dB) and pb (dpb).
+//
 // The scalar loss is L = sum(out * R) for a fixed random R, so dL/dout = R and
 // the analytic gradients are AttentionBackward(dout = R). Every element of
-// every input (q, k, v, ak, av) is perturbed, and both the 2-point central
-// difference and the 4-point formula are compared with the analytic value.
+// every input (q, k, v, ak, av, bias, pb) is perturbed, and both the 2-point
+// central difference and the 4-point formula are compared with the analytic
+// value.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,11 +48,11 @@ double Loss(const AttentionData<double>& data, const std::vector<double>& r) {
   return loss;
 }
 
-// Table row of the pair (i, j): clip(j - (i + off), -k, k) + k (SPEC.md 1),
-// written here independently of src/core.
+// Table row of the pair (i, j): clip(j - (i + off), -k, k) + k (SPEC.md 1)
+// for Shaw, the scheme's bucket map otherwise, written independently of
+// src/core (AttentionCase::Bucket).
 int64_t Bucket(const AttentionCase& c, int64_t i, int64_t j) {
-  const int64_t k = c.options.max_distance;
-  return std::clamp(j - (i + c.QueryOffset()), -k, k) + k;
+  return c.Bucket(i, j);
 }
 
 // Per-element bounds on |d^n L / dx^n| (n = 3 for the 2-point rule, n = 5 for
@@ -63,11 +69,15 @@ int64_t Bucket(const AttentionCase& c, int64_t i, int64_t j) {
 //   q_i[t]      : a_ij = (k_j[t] + AK[r(i,j)][t]) / sqrt(dk), one row;
 //   k_j[t]      : a_ij = q_i[t] / sqrt(dk) for the pair (i, j), 0 for the
 //                 other keys of row i, for every row i that sees key j;
-//   AK[r][t]    : a_ij = q_i[t] / sqrt(dk) for the pairs in bucket r, summed
-//                 over the rows (and, when shared, the heads) that use r;
+//   AK[r][t]    : a_ij = (q_i[t] + pb[t]) / sqrt(dk) for the pairs in bucket
+//                 r, summed over the rows (and, when shared, the heads) that
+//                 use r (pb = 0 without the position query bias);
+//   bias[h][r]  : a_ij = 1 for the pairs of head h in bucket r, 0 otherwise
+//                 (range 1 in every row that uses r);
+//   pb[h][t]    : a_ij = AK[b(i,j)][t] / sqrt(dk), for every row of head h;
 //   v, AV       : L is linear in them, so f''' = f^(5) = 0.
 struct DerivativeBounds {
-  std::vector<double> q3, q5, k3, k5, ak3, ak5;
+  std::vector<double> q3, q5, k3, k5, ak3, ak5, bias3, bias5, pb3, pb5;
 };
 
 DerivativeBounds ComputeBounds(const AttentionData<double>& d,
@@ -81,6 +91,10 @@ DerivativeBounds ComputeBounds(const AttentionData<double>& d,
   bd.k5.assign(c.KNumel(), 0);
   bd.ak3.assign(d.ak.size(), 0);
   bd.ak5.assign(d.ak.size(), 0);
+  bd.bias3.assign(d.bias.size(), 0);
+  bd.bias5.assign(d.bias.size(), 0);
+  bd.pb3.assign(d.pb.size(), 0);
+  bd.pb5.assign(d.pb.size(), 0);
   auto add = [](double& b3, double& b5, double range, double w) {
     const double x = 2 * range;
     b3 += 6 * x * x * x * w;
@@ -105,8 +119,29 @@ DerivativeBounds ComputeBounds(const AttentionData<double>& d,
           }
           w = std::max(w, std::abs(dot));
         }
+        if (!d.bias.empty()) {
+          std::vector<bool> used(c.TableRows(), false);
+          for (int64_t j = 0; j < end; ++j) used[Bucket(c, i, j)] = true;
+          for (int64_t row = 0; row < c.TableRows(); ++row) {
+            const int64_t be = h * c.TableRows() + row;
+            if (used[row]) add(bd.bias3[be], bd.bias5[be], 1.0, w);
+          }
+        }
         for (int64_t t = 0; t < c.dk; ++t) {
+          const double pbt = d.pb.empty() ? 0 : d.pb[h * c.dk + t];
           const double qit = d.q[(bh * c.q_len + i) * c.dk + t] * inv_sqrt_dk;
+          const double qpt =
+              (d.q[(bh * c.q_len + i) * c.dk + t] + pbt) * inv_sqrt_dk;
+          if (!d.pb.empty()) {
+            double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+            for (int64_t j = 0; j < end; ++j) {
+              const double a =
+                  d.ak[(tab_h * c.TableRows() + Bucket(c, i, j)) * c.dk + t];
+              lo = std::min(lo, a * inv_sqrt_dk);
+              hi = std::max(hi, a * inv_sqrt_dk);
+            }
+            add(bd.pb3[h * c.dk + t], bd.pb5[h * c.dk + t], hi - lo, w);
+          }
           double lo = std::numeric_limits<double>::infinity(), hi = -lo;
           for (int64_t j = 0; j < end; ++j) {
             double a = d.k[(bh * c.k_len + j) * c.dk + t];
@@ -128,7 +163,7 @@ DerivativeBounds ComputeBounds(const AttentionData<double>& d,
             for (int64_t row = 0; row < c.TableRows(); ++row) {
               if (!used[row]) continue;
               const int64_t ae = (tab_h * c.TableRows() + row) * c.dk + t;
-              add(bd.ak3[ae], bd.ak5[ae], std::abs(qit), w);
+              add(bd.ak3[ae], bd.ak5[ae], std::abs(qpt), w);
             }
           }
         }
@@ -150,8 +185,16 @@ double RoundingDelta(const AttentionData<double>& d,
                      const std::vector<double>& r) {
   const AttentionCase& c = d.c;
   const double max_w = MaxAbs(d.v) + MaxAbs(d.av);
-  const double max_s = (MaxAbs(d.k) + MaxAbs(d.ak)) * MaxAbs(d.q) *
-                       std::sqrt(static_cast<double>(c.dk));
+  // Largest |r| a pair can have, for the ALiBi term.
+  const double max_r =
+      static_cast<double>(c.k_len + c.q_len + std::abs(c.QueryOffset()));
+  double max_slope = 0;
+  for (int64_t h = 0; h < c.heads; ++h)
+    max_slope = std::max(max_slope, std::abs(c.AlibiSlope(h)));
+  const double max_s = (MaxAbs(d.k) + MaxAbs(d.ak)) *
+                           (MaxAbs(d.q) + MaxAbs(d.pb)) *
+                           std::sqrt(static_cast<double>(c.dk)) +
+                       MaxAbs(d.bias) + max_slope * max_r;
   double r_l1 = 0;
   for (double x : r) r_l1 += std::abs(x);
   const double gamma =
@@ -178,13 +221,14 @@ TEST_P(AttentionGradTest, FiniteDifferencesMatchBackward) {
   const DerivativeBounds bd = ComputeBounds(data, r);
   const double delta = RoundingDelta(data, r);
   const std::vector<double> zero;
-  const std::vector<const std::vector<double>*> b3 = {&bd.q3, &bd.k3, &zero,
-                                                      &bd.ak3, &zero};
-  const std::vector<const std::vector<double>*> b5 = {&bd.q5, &bd.k5, &zero,
-                                                      &bd.ak5, &zero};
-  const char* names[] = {"dq", "dk", "dv", "dak", "dav"};
-  std::vector<std::vector<double>*> inputs = data.Tensors();
-  std::vector<std::vector<double>*> grads = g.Tensors();
+  const std::vector<const std::vector<double>*> b3 = {
+      &bd.q3, &bd.k3, &zero, &bd.ak3, &zero, &bd.bias3, &bd.pb3};
+  const std::vector<const std::vector<double>*> b5 = {
+      &bd.q5, &bd.k5, &zero, &bd.ak5, &zero, &bd.bias5, &bd.pb5};
+  const char* names[] = {"dq", "dk", "dv", "dak", "dav", "dbias", "dpb"};
+  std::vector<std::vector<double>*> inputs = data.AllTensors();
+  std::vector<std::vector<double>*> grads = g.AllTensors();
+  ASSERT_EQ(inputs.size(), b3.size());
   // For the log: max error and max error / tolerance of each rule.
   double worst2 = 0, worst4 = 0, max_err2 = 0, max_err4 = 0;
   for (size_t t = 0; t < inputs.size(); ++t) {
@@ -284,6 +328,9 @@ TEST_P(AttentionGradTest, UnseenElementsGetExactlyZeroGradient) {
 
 INSTANTIATE_TEST_SUITE_P(Standard, AttentionGradTest,
                          testing::ValuesIn(StandardCases()),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Schemes, AttentionGradTest,
+                         testing::ValuesIn(SchemeCases()),
                          [](const auto& info) { return info.param.name; });
 
 // A table passed for a term that is off does not enter the loss: its

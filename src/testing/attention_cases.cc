@@ -21,6 +21,38 @@ AttentionCase MakeCase(std::string name, int64_t batch, int64_t heads,
   return c;
 }
 
+int64_t AttentionCase::TableRows() const {
+  switch (options.buckets.kind) {
+    case BucketKind::kClip:
+      return ClipBucketCount(options.buckets.clip);
+    case BucketKind::kT5:
+      return options.buckets.t5.num_buckets;
+    case BucketKind::kSymmetricClip:
+      break;
+  }
+  return 2 * options.max_distance + 1;
+}
+
+int64_t AttentionCase::Bucket(int64_t i, int64_t j) const {
+  const int64_t r = j - (i + QueryOffset());
+  switch (options.buckets.kind) {
+    case BucketKind::kClip:
+      return ClipBucket(r, options.buckets.clip);
+    case BucketKind::kT5:
+      return T5Bucket(r, options.buckets.t5);
+    case BucketKind::kSymmetricClip:
+      break;
+  }
+  const int64_t k = options.max_distance;
+  return std::clamp(r, -k, k) + k;
+}
+
+double AttentionCase::AlibiSlope(int64_t h) const {
+  if (!options.key_term || options.score_term != ScoreTerm::kAlibi) return 0;
+  if (!options.alibi_slopes.empty()) return options.alibi_slopes[h];
+  return AlibiSlopes(heads)[h];
+}
+
 double AttentionCase::Flops() const {
   return 2.0 * batch * heads * q_len * k_len * (dk + dv);
 }
@@ -45,6 +77,30 @@ std::string AttentionCase::Describe() const {
      << " key_term=" << options.key_term << " value_term=" << options.value_term
      << " causal=" << options.causal << " offset=" << QueryOffset()
      << (options.query_offset ? " (explicit)" : " (default)");
+  switch (options.buckets.kind) {
+    case BucketKind::kClip:
+      os << " buckets=clip(" << options.buckets.clip.left << ","
+         << options.buckets.clip.right << ")";
+      break;
+    case BucketKind::kT5:
+      os << " buckets=t5(" << options.buckets.t5.num_buckets << ","
+         << options.buckets.t5.max_distance << ","
+         << (options.buckets.t5.bidirectional ? "bidirectional" : "causal")
+         << ")";
+      break;
+    case BucketKind::kSymmetricClip:
+      break;
+  }
+  static const char* kScore[] = {"vector", "scalar_table", "alibi"};
+  if (options.score_term != ScoreTerm::kVector)
+    os << " score=" << kScore[static_cast<int>(options.score_term)];
+  if (!options.alibi_slopes.empty()) {
+    os << " slopes={";
+    for (size_t h = 0; h < options.alibi_slopes.size(); ++h)
+      os << (h ? "," : "") << options.alibi_slopes[h];
+    os << "}";
+  }
+  if (options.position_query_bias) os << " pb";
   if (!options.key_lengths.empty()) {
     os << " key_lengths={";
     for (size_t b = 0; b < options.key_lengths.size(); ++b)
@@ -61,7 +117,6 @@ std::ostream& operator<<(std::ostream& os, const AttentionCase& c) {
 TermScales ComputeTermScales(const AttentionData<double>& d,
                              const std::vector<double>& dout) {
   const AttentionCase& c = d.c;
-  const int64_t k = c.options.max_distance;
   const double inv_sqrt_dk = 1.0 / std::sqrt(static_cast<double>(c.dk));
   TermScales ts;
   ts.dk_dim = c.dk;
@@ -71,18 +126,25 @@ TermScales ComputeTermScales(const AttentionData<double>& d,
     for (int64_t h = 0; h < c.heads; ++h) {
       const int64_t bh = b * c.heads + h;
       const int64_t tab = (c.options.per_head_tables ? h : 0) * c.TableRows();
+      const double slope = std::abs(c.AlibiSlope(h));
       for (int64_t i = 0; i < c.q_len; ++i) {
         const int64_t end = c.KeyEnd(b, i);
         double max_w = 0;
         for (int64_t j = 0; j < end; ++j) {
-          const int64_t r = std::clamp(j - (i + c.QueryOffset()), -k, k) + k;
+          const int64_t r = c.Bucket(i, j);
           double s_abs = 0;
           for (int64_t t = 0; t < c.dk; ++t) {
-            double kt = std::abs(d.k[(bh * c.k_len + j) * c.dk + t]);
-            if (!d.ak.empty()) kt += std::abs(d.ak[(tab + r) * c.dk + t]);
-            s_abs += std::abs(d.q[(bh * c.q_len + i) * c.dk + t]) * kt;
+            const double qt = std::abs(d.q[(bh * c.q_len + i) * c.dk + t]);
+            s_abs += qt * std::abs(d.k[(bh * c.k_len + j) * c.dk + t]);
+            if (!d.ak.empty()) {
+              const double pt = d.pb.empty() ? 0 : std::abs(d.pb[h * c.dk + t]);
+              s_abs += (qt + pt) * std::abs(d.ak[(tab + r) * c.dk + t]);
+            }
           }
-          ts.max_score_abs = std::max(ts.max_score_abs, s_abs * inv_sqrt_dk);
+          s_abs *= inv_sqrt_dk;
+          if (!d.bias.empty()) s_abs += std::abs(d.bias[h * c.TableRows() + r]);
+          s_abs += slope * std::abs(static_cast<double>(j - (i + c.QueryOffset())));
+          ts.max_score_abs = std::max(ts.max_score_abs, s_abs);
           for (int64_t t = 0; t < c.dv; ++t) {
             double w = std::abs(d.v[(bh * c.k_len + j) * c.dv + t]);
             if (!d.av.empty()) w += std::abs(d.av[(tab + r) * c.dv + t]);
@@ -107,8 +169,11 @@ TermScales ComputeTermScales(const AttentionData<double>& d,
   ts.lse = 1 + ts.max_score_abs;
   const double max_q = MaxAbs(d.q), max_kak = MaxAbs(d.k) + MaxAbs(d.ak);
   ts.dq = max_row_ds * max_kak;
-  ts.dk = ts.dak = sum_row_ds * max_q;
+  ts.dk = sum_row_ds * max_q;
+  ts.dak = sum_row_ds * (max_q + MaxAbs(d.pb));
   ts.dv = ts.dav = sum_row_dout;
+  ts.dbias = sum_row_ds * std::sqrt(static_cast<double>(c.dk));
+  ts.dpb = sum_row_ds * MaxAbs(d.ak);
   return ts;
 }
 
@@ -247,6 +312,89 @@ std::vector<AttentionCase> SizeSweepCases() {
     c.options.key_term = terms == 1;
     c.options.value_term = terms == 2;
     add(c, true);
+  }
+  return cases;
+}
+
+namespace {
+
+// Sets `c` to scheme `scheme` (docs/math.md section 8), small enough that the
+// bucket map's reach and its saturated rows are both visible at n ~ 7.
+void SetScheme(AttentionCase& c, const std::string& scheme) {
+  AttentionOptions& o = c.options;
+  if (scheme == "asym") {  // shaw-asym: more reach to the left
+    o.buckets.kind = BucketKind::kClip;
+    o.buckets.clip = {3, 1};
+  } else if (scheme == "asym0") {  // no left reach at all, values off
+    o.buckets.kind = BucketKind::kClip;
+    o.buckets.clip = {0, 2};
+    o.value_term = false;
+  } else if (scheme == "log") {  // shaw-log: T5 buckets, Shaw tables
+    o.buckets.kind = BucketKind::kT5;
+    o.buckets.t5 = {8, 6, true};  // exact |r| < 2, log up to 6, reach 6
+  } else if (scheme == "t5") {
+    o.buckets.kind = BucketKind::kT5;
+    o.buckets.t5 = {8, 6, true};
+    o.score_term = ScoreTerm::kScalarTable;
+    o.value_term = false;
+  } else if (scheme == "t5causal") {  // causal buckets, also without the mask
+    o.buckets.kind = BucketKind::kT5;
+    o.buckets.t5 = {6, 5, false};  // exact r in (-3, 0], log up to 5
+    o.score_term = ScoreTerm::kScalarTable;
+    o.value_term = false;
+  } else if (scheme == "alibi") {  // the paper's slopes
+    o.score_term = ScoreTerm::kAlibi;
+    o.value_term = false;
+  } else if (scheme == "alibiuser") {  // user slopes, one negative
+    o.score_term = ScoreTerm::kAlibi;
+    o.alibi_slopes.assign(c.heads, 0.0);
+    for (int64_t h = 0; h < c.heads; ++h)
+      o.alibi_slopes[h] = h % 2 == 0 ? 0.7 : -0.3;
+    o.value_term = false;
+  } else if (scheme == "xl") {  // unclipped key term with pb, no values
+    o.max_distance = 8;
+    o.position_query_bias = true;
+    o.value_term = false;
+  } else if (scheme == "xlv") {  // pb with a clipped key term and values
+    o.position_query_bias = true;
+  }
+}
+
+}  // namespace
+
+std::vector<AttentionCase> SchemeCases() {
+  std::vector<AttentionCase> cases;
+  for (const char* scheme : {"asym", "asym0", "log", "t5", "t5causal", "alibi",
+                             "alibiuser", "xl", "xlv"}) {
+    const std::string s = scheme;
+    auto add = [&](AttentionCase c, bool per_head, bool causal) {
+      c.name = s + "_" + c.name;
+      c.options.per_head_tables = per_head;
+      c.options.causal = causal;
+      SetScheme(c, s);
+      cases.push_back(std::move(c));
+    };
+    // The mask matrix on the lopsided shape of StandardCases.
+    for (int mask = 0; mask < 4; ++mask) {
+      static const char* kMasks[] = {"plain", "causal", "pad", "causalpad"};
+      AttentionCase c = MakeCase(kMasks[mask], 2, 2, 5, 7, 3, 4, 2);
+      if (mask >= 2) c.options.key_lengths = {4, 0};  // item 1 sees nothing
+      add(c, mask == 3, mask == 1 || mask == 3);
+    }
+    add(MakeCase("nq_gt_nk", 1, 2, 7, 4, 3, 2, 2), true, false);
+    {
+      AttentionCase c = MakeCase("offset_pos_causal", 1, 2, 3, 8, 2, 3, 2);
+      c.options.query_offset = 2;
+      add(c, false, true);
+    }
+    {  // Every distance far beyond every reach (the saturated last row).
+      AttentionCase c = MakeCase("offset_far_left", 1, 2, 3, 4, 2, 2, 2);
+      c.options.query_offset = -1000;
+      add(c, false, false);
+    }
+    add(MakeCase("n1", 2, 2, 1, 1, 3, 2, 2), false, false);
+    add(MakeCase("n2_lt_reach", 1, 2, 2, 2, 2, 3, 2), true, false);
+    add(MakeCase("dk_gt_dv_causal", 1, 2, 6, 6, 5, 2, 2), true, true);
   }
   return cases;
 }

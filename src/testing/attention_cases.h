@@ -45,6 +45,7 @@
 
 #include "core/rng.h"
 #include "relpos/attention.h"
+#include "relpos/position_schemes.h"
 #include "relpos/tensor_view.h"
 
 namespace relpos {
@@ -61,7 +62,22 @@ struct AttentionCase {
   // terms that are on).
   double RelativeFlops() const;
 
-  int64_t TableRows() const { return 2 * options.max_distance + 1; }
+  // Table rows nb of the bucket map (2k+1 by default; docs/math.md section 8).
+  int64_t TableRows() const;
+  // Row b(r) of the pair (query row i, key j), r = j - (i + off), computed
+  // here from the public bucket functions independently of src/core.
+  int64_t Bucket(int64_t i, int64_t j) const;
+  // Which optional inputs the scheme reads.
+  bool UsesAk() const {
+    return options.key_term && options.score_term == ScoreTerm::kVector;
+  }
+  bool UsesBias() const {
+    return options.key_term && options.score_term == ScoreTerm::kScalarTable;
+  }
+  bool UsesPb() const { return options.position_query_bias; }
+  // ALiBi slope of head h (options.alibi_slopes or the paper's rule); 0 when
+  // the score term is not ALiBi.
+  double AlibiSlope(int64_t h) const;
   // Number of table copies: H for per-head tables, 1 for shared ones.
   int64_t TableHeads() const { return options.per_head_tables ? heads : 1; }
   // Resolved query offset: options.query_offset or Nk - Nq (SPEC.md 1).
@@ -73,6 +89,8 @@ struct AttentionCase {
   int64_t VNumel() const { return batch * heads * k_len * dv; }
   int64_t AkNumel() const { return TableHeads() * TableRows() * dk; }
   int64_t AvNumel() const { return TableHeads() * TableRows() * dv; }
+  int64_t BiasNumel() const { return heads * TableRows(); }
+  int64_t PbNumel() const { return heads * dk; }
   int64_t OutNumel() const { return batch * heads * q_len * dv; }
   int64_t LseNumel() const { return batch * heads * q_len; }
   // Keys visible to row i of batch item b are exactly [0, KeyEnd(b, i))
@@ -100,6 +118,16 @@ AttentionCase MakeCase(std::string name, int64_t batch, int64_t heads,
 
 std::vector<AttentionCase> StandardCases();
 
+// The scheme family of docs/math.md section 8 over the awkward-size matrix
+// of StandardCases (same small sizes, for finite differences): shaw-asym
+// (clip left 3 / right 1, and left 0), shaw-log (T5 bidirectional buckets
+// with Shaw tables on both sides), t5 bidirectional and causal (scalar
+// table), alibi (paper's slopes and user slopes, causal and bidirectional),
+// xl (position query bias, vector key term, k >= n), each with causal,
+// padding with an empty item, Nq != Nk with explicit offset, Nq > Nk, n = 1,
+// n < reach, dk != dv, per-head tables where the scheme has tables.
+std::vector<AttentionCase> SchemeCases();
+
 // Awkward sizes for fast paths (tile boundaries 1, primes, 63/64/65, 127/129,
 // n < k, n = k, Nq != Nk, causal and padded), dk = dv = 64 and dk != dv; too
 // big for finite differences, fine for forward/backward comparisons against
@@ -110,6 +138,7 @@ template <typename T>
 struct AttentionData {
   AttentionCase c;
   std::vector<T> q, k, v, ak, av;  // ak / av empty when their term is off
+  std::vector<T> bias, pb;  // empty unless the scheme reads them
 
   // Views with the API's shapes; an empty vector gives an empty view.
   AttentionInputs<T> Inputs() const {
@@ -119,12 +148,19 @@ struct AttentionData {
     in.v = ConstView<T>(v.data(), {c.batch, c.heads, c.k_len, c.dv});
     in.ak = TableView(ak, c.dk);
     in.av = TableView(av, c.dv);
+    if (!bias.empty())
+      in.bias = ConstView<T>(bias.data(), {c.heads, c.TableRows()});
+    if (!pb.empty()) in.pb = ConstView<T>(pb.data(), {c.heads, c.dk});
     return in;
   }
 
   // Pointers to the five tensors in a fixed order (q, k, v, ak, av), for
   // loops that perturb every input element.
   std::vector<std::vector<T>*> Tensors() { return {&q, &k, &v, &ak, &av}; }
+  // The same followed by the scheme inputs (bias, pb), possibly empty.
+  std::vector<std::vector<T>*> AllTensors() {
+    return {&q, &k, &v, &ak, &av, &bias, &pb};
+  }
 
  private:
   ConstView<T> TableView(const std::vector<T>& t, int64_t d) const {
@@ -158,8 +194,11 @@ AttentionData<T> MakeRandomData(const AttentionCase& c, uint64_t seed,
   fill(d.q, c.QNumel(), 1.0);
   fill(d.k, c.KNumel(), 1.0);
   fill(d.v, c.VNumel(), 1.0);
-  if (c.options.key_term) fill(d.ak, c.AkNumel(), table_scale);
+  if (c.UsesAk()) fill(d.ak, c.AkNumel(), table_scale);
   if (c.options.value_term) fill(d.av, c.AvNumel(), table_scale);
+  // Drawn after the Shaw tables, so Shaw cases keep their numbers.
+  if (c.UsesBias()) fill(d.bias, c.BiasNumel(), table_scale);
+  if (c.UsesPb()) fill(d.pb, c.PbNumel(), table_scale);
   return d;
 }
 
@@ -177,6 +216,8 @@ AttentionData<U> CastData(const AttentionData<T>& d) {
   out.v = cast(d.v);
   out.ak = cast(d.ak);
   out.av = cast(d.av);
+  out.bias = cast(d.bias);
+  out.pb = cast(d.pb);
   return out;
 }
 
@@ -208,6 +249,7 @@ template <typename T>
 struct AttentionGradBuffers {
   AttentionCase c;
   std::vector<T> dq, dk, dv, dak, dav;
+  std::vector<T> dbias, dpb;  // empty exactly when data.bias / data.pb are
   AttentionGrads<T> Grads() {
     AttentionGrads<T> g;
     g.dq = {dq.data(), {c.batch, c.heads, c.q_len, c.dk}};
@@ -215,9 +257,15 @@ struct AttentionGradBuffers {
     g.dv = {dv.data(), {c.batch, c.heads, c.k_len, c.dv}};
     g.dak = Table(dak, c.dk);
     g.dav = Table(dav, c.dv);
+    if (!dbias.empty())
+      g.dbias = TensorView<T>(dbias.data(), {c.heads, c.TableRows()});
+    if (!dpb.empty()) g.dpb = TensorView<T>(dpb.data(), {c.heads, c.dk});
     return g;
   }
   std::vector<std::vector<T>*> Tensors() { return {&dq, &dk, &dv, &dak, &dav}; }
+  std::vector<std::vector<T>*> AllTensors() {
+    return {&dq, &dk, &dv, &dak, &dav, &dbias, &dpb};
+  }
 
  private:
   TensorView<T> Table(std::vector<T>& t, int64_t d) {
@@ -239,6 +287,8 @@ AttentionGradBuffers<T> MakeGrads(const AttentionCase& c,
   g.dv.assign(c.VNumel(), nan);
   if (!data.ak.empty()) g.dak.assign(c.AkNumel(), nan);
   if (!data.av.empty()) g.dav.assign(c.AvNumel(), nan);
+  if (!data.bias.empty()) g.dbias.assign(c.BiasNumel(), nan);
+  if (!data.pb.empty()) g.dpb.assign(c.PbNumel(), nan);
   return g;
 }
 
@@ -272,6 +322,9 @@ struct TermScales {
   // dQ: max_i of that times max|k + AK|; dK, dAK: the sum over all rows times
   // max|q|; dV, dAV: the sum over rows of max|dO_i|.
   double dq = 0, dk = 0, dv = 0, dak = 0, dav = 0;
+  // dbias: the sum over all rows of sum_j |dS_ij| (unscaled); dpb: that
+  // scaled by 1/sqrt(dk) times max|AK|.
+  double dbias = 0, dpb = 0;
   int64_t dk_dim = 1;
 
   double RelativeError(double u) const {
