@@ -8,6 +8,13 @@ those of the C++ API (SPEC.md sections 1-3)::
     p_ij    = softmax_j(s_ij)
     o_i     = sum_j p_ij v_j + sum_j p_ij av[r + k]
 
+The other schemes of docs/math.md section 8 are keyword choices of the same
+two functions: ``buckets=ClipBuckets(left, right)`` or ``T5Buckets(...)``
+(which table row a distance uses), ``bias=`` (T5's scalar table [H, nb]
+instead of ``ak``), ``alibi=True`` or a list of slopes (ALiBi instead of
+``ak``), ``pb=`` (Transformer-XL's position query bias [H, dk], with
+``ak``); ``av`` works with every bucket map.
+
 Functions:
     attention           forward pass (optionally also the log-sum-exp)
     attention_backward  gradients of q, k, v and both tables
@@ -33,6 +40,8 @@ __version__ = _ext.__version__
 
 __all__ = [
     "AttentionGrads",
+    "ClipBuckets",
+    "T5Buckets",
     "attention",
     "attention_backward",
     "init_relative_table",
@@ -42,18 +51,50 @@ __all__ = [
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-class AttentionGrads(NamedTuple):
-    """Gradients returned by :func:`attention_backward`.
-
-    Each has the shape of its input; ``dak`` / ``dav`` are None exactly when
-    the table ``ak`` / ``av`` was None (that term switched off).
-    """
-
+class _AttentionGrads5(NamedTuple):
     dq: np.ndarray
     dk: np.ndarray
     dv: np.ndarray
     dak: Optional[np.ndarray]
     dav: Optional[np.ndarray]
+
+
+class AttentionGrads(_AttentionGrads5):
+    """Gradients returned by :func:`attention_backward`.
+
+    Each has the shape of its input; ``dak`` / ``dav`` are None exactly when
+    the table ``ak`` / ``av`` was None (that term switched off). As a tuple
+    it is ``(dq, dk, dv, dak, dav)``; the gradients of the scheme inputs are
+    the attributes ``dbias`` (T5 scalar table, [H, nb]) and ``dpb``
+    (position query bias, [H, dk]), None when that input was None.
+    """
+
+    def __new__(cls, dq, dk, dv, dak, dav, dbias=None, dpb=None):
+        self = super().__new__(cls, dq, dk, dv, dak, dav)
+        self.dbias = dbias
+        self.dpb = dpb
+        return self
+
+
+class ClipBuckets(NamedTuple):
+    """Asymmetric clip: row ``clip(r, -left, right) + left`` of a table with
+    ``left + right + 1`` rows (r = key position - query position; row 0 is
+    ``left`` or more in the past). ``left == right == k`` is the default
+    symmetric clip. Wav2Vec2-BERT / w2v-BERT 2.0 use ``ClipBuckets(64, 8)``.
+    """
+
+    left: int
+    right: int
+
+
+class T5Buckets(NamedTuple):
+    """T5's logarithmic buckets (relpos.t5_bucket): ``num_buckets`` rows,
+    exact for short distances, logarithmic up to ``max_distance``;
+    bidirectional (encoders) or causal (decoders)."""
+
+    num_buckets: int = 32
+    max_distance: int = 128
+    bidirectional: bool = True
 
 
 def __getattr__(name):
@@ -131,11 +172,69 @@ def _key_lengths(fn, x):
     return [_int(fn, f"key_lengths[{i}]", int(v)) for i, v in enumerate(a)]
 
 
+def _scheme(fn, buckets, max_distance, bias, alibi, ak, pb):
+    """The SchemeArgs of a call and its resolved max_distance."""
+    s = _ext.SchemeArgs()
+    if buckets is None:
+        if max_distance is None:
+            raise TypeError(
+                f"relpos.{fn}: max_distance (the clipping distance k) is "
+                f"required unless buckets is given")
+        max_distance = _int(fn, "max_distance", max_distance)
+    else:
+        if max_distance is not None:
+            raise ValueError(
+                f"relpos.{fn}: max_distance applies to the default symmetric "
+                f"clip only; leave it out with buckets={buckets!r}")
+        max_distance = 0
+        if isinstance(buckets, ClipBuckets):
+            s.buckets = "clip"
+            s.clip_left = _int(fn, "buckets.left", buckets.left)
+            s.clip_right = _int(fn, "buckets.right", buckets.right)
+        elif isinstance(buckets, T5Buckets):
+            s.buckets = "t5"
+            s.t5_num_buckets = _int(fn, "buckets.num_buckets",
+                                    buckets.num_buckets)
+            s.t5_max_distance = _int(fn, "buckets.max_distance",
+                                     buckets.max_distance)
+            s.t5_bidirectional = _bool(fn, "buckets.bidirectional",
+                                       buckets.bidirectional)
+        else:
+            raise TypeError(
+                f"relpos.{fn}: buckets must be None, relpos.ClipBuckets or "
+                f"relpos.T5Buckets (got {type(buckets).__name__})")
+    use_alibi = not (alibi is None or alibi is False)
+    given = [name for name, on in (("ak", ak is not None),
+                                   ("bias", bias is not None),
+                                   ("alibi", use_alibi)) if on]
+    if len(given) > 1:
+        raise ValueError(
+            f"relpos.{fn}: ak, bias and alibi are alternative score terms; "
+            f"give at most one (got {', '.join(given)})")
+    if bias is not None:
+        s.score = "scalar_table"
+    elif use_alibi:
+        s.score = "alibi"
+        if alibi is not True:
+            slopes = np.asarray(alibi)
+            if slopes.ndim != 1 or slopes.dtype.kind not in "iuf":
+                raise TypeError(
+                    f"relpos.{fn}: alibi must be True, False, None or a "
+                    f"sequence of one slope per head (got {alibi!r})")
+            s.alibi_slopes = [float(m) for m in slopes]
+    if pb is not None and ak is None:
+        raise ValueError(
+            f"relpos.{fn}: pb (the position query bias) needs the key table "
+            f"ak (got ak=None)")
+    return s, max_distance
+
+
 class _Call:
     """The validated arguments of one attention call."""
 
     def __init__(self, fn, q, k, v, ak, av, max_distance, causal,
-                 key_lengths, query_offset):
+                 key_lengths, query_offset, buckets=None, bias=None,
+                 alibi=None, pb=None):
         dtype = _dtype_of(fn, "q", q).dtype
         self.dtype = dtype
         self.q = _array(fn, "q", q, dtype, (4,))
@@ -151,7 +250,11 @@ class _Call:
                 f"{self.av.shape}; both must be shared [2k+1, d] or both "
                 f"per-head [H, 2k+1, d]")
         self.per_head_tables = ranks == {3}
-        self.max_distance = _int(fn, "max_distance", max_distance)
+        self.bias = None if bias is None else _array(fn, "bias", bias, dtype,
+                                                     (2,))
+        self.pb = None if pb is None else _array(fn, "pb", pb, dtype, (2,))
+        self.scheme, self.max_distance = _scheme(
+            fn, buckets, max_distance, self.bias, alibi, self.ak, self.pb)
         self.causal = _bool(fn, "causal", causal)
         self.key_lengths = _key_lengths(fn, key_lengths)
         self.query_offset = _int(fn, "query_offset", query_offset,
@@ -163,7 +266,8 @@ class _Call:
                     per_head_tables=self.per_head_tables,
                     causal=self.causal,
                     key_lengths=self.key_lengths,
-                    query_offset=self.query_offset)
+                    query_offset=self.query_offset,
+                    bias=self.bias, pb=self.pb, scheme=self.scheme)
 
     def forward(self):
         b, h, nq, _ = self.q.shape
@@ -178,8 +282,9 @@ class _Call:
 # --- public API ------------------------------------------------------------
 
 
-def attention(q, k, v, ak=None, av=None, *, max_distance, causal=False,
-              key_lengths=None, query_offset=None, return_lse=False):
+def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
+              key_lengths=None, query_offset=None, return_lse=False,
+              buckets=None, bias=None, alibi=None, pb=None):
     """Relative-position self-attention, forward pass.
 
     Args:
@@ -201,6 +306,17 @@ def attention(q, k, v, ak=None, av=None, *, max_distance, causal=False,
         return_lse: also return the log-sum-exp [B, H, Nq] of each row's
             scaled scores (-inf for a row that sees no key), which
             :func:`attention_backward` can reuse instead of recomputing.
+        buckets: None (the symmetric clip by max_distance, Shaw),
+            ClipBuckets(left, right) or T5Buckets(num_buckets, max_distance,
+            bidirectional); tables then have left+right+1 or num_buckets
+            rows, and max_distance must be left out.
+        bias: T5's scalar table [H, nb] (instead of ak): bias[h, b(r)] is
+            added to the scaled score.
+        alibi: True (the paper's slopes, relpos.alibi_slopes(H)) or one
+            slope per head (instead of ak): -m_h |r| is added to the scaled
+            score. Nothing is learned.
+        pb: Transformer-XL's position query bias [H, dk] (needs ak): the
+            key-table term becomes (q_i + pb_h) . ak[b(r)] / sqrt(dk).
 
     Returns:
         out [B, H, Nq, dv], or (out, lse) if return_lse. A row that sees no
@@ -211,14 +327,15 @@ def attention(q, k, v, ak=None, av=None, *, max_distance, causal=False,
         ValueError: inconsistent shapes or out-of-range options.
     """
     call = _Call("attention", q, k, v, ak, av, max_distance, causal,
-                 key_lengths, query_offset)
+                 key_lengths, query_offset, buckets, bias, alibi, pb)
     out, lse = call.forward()
     return (out, lse) if _bool("attention", "return_lse", return_lse) else out
 
 
-def attention_backward(dout, q, k, v, ak=None, av=None, *, max_distance,
-                       causal=False, key_lengths=None, query_offset=None,
-                       out=None, lse=None):
+def attention_backward(dout, q, k, v, ak=None, av=None, *,
+                       max_distance=None, causal=False, key_lengths=None,
+                       query_offset=None, out=None, lse=None, buckets=None,
+                       bias=None, alibi=None, pb=None):
     """Gradients of :func:`attention` with respect to every input.
 
     Takes the gradient of the loss with respect to the output, dout
@@ -229,12 +346,13 @@ def attention_backward(dout, q, k, v, ak=None, av=None, *, max_distance,
 
     Returns:
         AttentionGrads(dq, dk, dv, dak, dav), each shaped like its input;
-        dak / dav are None when ak / av is None. Shared tables receive the
-        sum over batch and heads. Rows that see no key get zero gradient.
+        dak / dav are None when ak / av is None; .dbias / .dpb likewise
+        for bias / pb. Shared tables receive the sum over batch and heads.
+        Rows that see no key get zero gradient.
     """
     fn = "attention_backward"
     call = _Call(fn, q, k, v, ak, av, max_distance, causal, key_lengths,
-                 query_offset)
+                 query_offset, buckets, bias, alibi, pb)
     dout = _array(fn, "dout", dout, call.dtype, (4,))
     if (out is None) != (lse is None):
         raise ValueError(
@@ -251,11 +369,13 @@ def attention_backward(dout, q, k, v, ak=None, av=None, *, max_distance,
         dk=np.empty_like(call.k),
         dv=np.empty_like(call.v),
         dak=None if call.ak is None else np.empty_like(call.ak),
-        dav=None if call.av is None else np.empty_like(call.av))
+        dav=None if call.av is None else np.empty_like(call.av),
+        dbias=None if call.bias is None else np.empty_like(call.bias),
+        dpb=None if call.pb is None else np.empty_like(call.pb))
     getattr(_ext, "backward_" + call.suffix)(
         call.q, call.k, call.v, call.ak, call.av, out, lse, dout,
         grads.dq, grads.dk, grads.dv, grads.dak, grads.dav,
-        **call.options())
+        dbias=grads.dbias, dpb=grads.dpb, **call.options())
     return grads
 
 

@@ -60,25 +60,27 @@ class _AttentionFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, ak, av, options):
+    def forward(ctx, q, k, v, ak, av, bias, pb, options):
         out, lse = _relpos.attention(
             _numpy("q", q), _numpy("k", k), _numpy("v", v),
             _optional_numpy("ak", ak), _optional_numpy("av", av),
+            bias=_optional_numpy("bias", bias), pb=_optional_numpy("pb", pb),
             return_lse=True, **options)
         out_t = torch.from_numpy(out)
         ctx.options = options
         ctx.lse = lse  # not an output: plain state, never differentiated
-        ctx.save_for_backward(q, k, v, ak, av, out_t)
+        ctx.save_for_backward(q, k, v, ak, av, bias, pb, out_t)
         return out_t
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):
-        q, k, v, ak, av, out = ctx.saved_tensors
+        q, k, v, ak, av, bias, pb, out = ctx.saved_tensors
         grads = _relpos.attention_backward(
             _numpy("dout", dout), _numpy("q", q), _numpy("k", k),
             _numpy("v", v), _optional_numpy("ak", ak),
             _optional_numpy("av", av), out=out.numpy(), lse=ctx.lse,
+            bias=_optional_numpy("bias", bias), pb=_optional_numpy("pb", pb),
             **ctx.options)
 
         def wrap(g, needed):
@@ -87,11 +89,13 @@ class _AttentionFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         return (wrap(grads.dq, need[0]), wrap(grads.dk, need[1]),
                 wrap(grads.dv, need[2]), wrap(grads.dak, need[3]),
-                wrap(grads.dav, need[4]), None)
+                wrap(grads.dav, need[4]), wrap(grads.dbias, need[5]),
+                wrap(grads.dpb, need[6]), None)
 
 
-def attention(q, k, v, ak=None, av=None, *, max_distance, causal=False,
-              key_lengths=None, query_offset=None):
+def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
+              key_lengths=None, query_offset=None, buckets=None, bias=None,
+              alibi=None, pb=None):
     """Differentiable relative attention (see relpos.attention for the math).
 
     Args:
@@ -101,14 +105,20 @@ def attention(q, k, v, ak=None, av=None, *, max_distance, causal=False,
         av: None (value term off), [2k+1, dv] or [H, 2k+1, dv].
         max_distance: k >= 0. causal, key_lengths (a sequence or an integer
             tensor of B lengths), query_offset: as in relpos.attention.
+        buckets (relpos.ClipBuckets / relpos.T5Buckets), bias (T5 scalar
+            table [H, nb], a tensor), alibi (True or H slopes; fixed),
+            pb (position query bias [H, dk], a tensor): the schemes of
+            relpos.attention.
 
     Returns:
-        out [B, H, Nq, dv], with gradients for q, k, v, ak and av.
+        out [B, H, Nq, dv], with gradients for q, k, v, ak, av, bias and pb.
     """
+    if isinstance(alibi, torch.Tensor):
+        alibi = alibi.detach().cpu().numpy()
     options = dict(max_distance=max_distance, causal=causal,
                    key_lengths=_key_lengths(key_lengths),
-                   query_offset=query_offset)
-    return _AttentionFunction.apply(q, k, v, ak, av, options)
+                   query_offset=query_offset, buckets=buckets, alibi=alibi)
+    return _AttentionFunction.apply(q, k, v, ak, av, bias, pb, options)
 
 
 class RelativeMultiheadAttention(nn.Module):

@@ -65,6 +65,48 @@ ConstView<T> ToOptionalView(const std::optional<InArray<T>>& a,
 // float32 takes kAuto (the fused kernel once it is built, the reference
 // until then); float64 always takes the reference, which is what the
 // float64 gradient checks are meant to exercise.
+// The scheme of docs/math.md section 8, as relpos/__init__.py resolved it:
+// bucket map "symmetric" (max_distance), "clip" (clip_left, clip_right) or
+// "t5" (t5_num_buckets, t5_max_distance, t5_bidirectional); score term
+// "vector" (ak), "scalar_table" (bias) or "alibi" (alibi_slopes, empty =
+// the paper's rule). Anything else is an InvalidArgument.
+struct SchemeArgs {
+  std::string buckets = "symmetric";
+  int64_t clip_left = 0, clip_right = 0;
+  int64_t t5_num_buckets = 32, t5_max_distance = 128;
+  bool t5_bidirectional = true;
+  std::string score = "vector";
+  std::vector<double> alibi_slopes;
+};
+
+void ApplyScheme(const SchemeArgs& s, bool have_ak, bool have_bias,
+                 bool have_pb, AttentionOptions& o) {
+  if (s.buckets == "clip") {
+    o.buckets.kind = BucketKind::kClip;
+    o.buckets.clip = {s.clip_left, s.clip_right};
+  } else if (s.buckets == "t5") {
+    o.buckets.kind = BucketKind::kT5;
+    o.buckets.t5 = {s.t5_num_buckets, s.t5_max_distance, s.t5_bidirectional};
+  } else if (s.buckets != "symmetric") {
+    throw InvalidArgument("relpos: buckets must be 'symmetric', 'clip' or "
+                          "'t5' (got '" + s.buckets + "')");
+  }
+  if (s.score == "vector") {
+    o.key_term = have_ak;
+  } else if (s.score == "scalar_table") {
+    o.score_term = ScoreTerm::kScalarTable;
+    o.key_term = have_bias;
+  } else if (s.score == "alibi") {
+    o.score_term = ScoreTerm::kAlibi;
+    o.key_term = true;
+    o.alibi_slopes = s.alibi_slopes;
+  } else {
+    throw InvalidArgument("relpos: score must be 'vector', 'scalar_table' or "
+                          "'alibi' (got '" + s.score + "')");
+  }
+  o.position_query_bias = have_pb;
+}
+
 template <typename T>
 AttentionOptions MakeOptions(int64_t max_distance, bool per_head_tables,
                              bool key_term, bool value_term, bool causal,
@@ -83,16 +125,20 @@ AttentionOptions MakeOptions(int64_t max_distance, bool per_head_tables,
   return o;
 }
 
-// Views of the five inputs; each named in its error message.
+// Views of the seven inputs; each named in its error message.
 template <typename T>
 AttentionInputs<T> MakeInputs(InArray<T> q, InArray<T> k, InArray<T> v,
                               const std::optional<InArray<T>>& ak,
-                              const std::optional<InArray<T>>& av) {
+                              const std::optional<InArray<T>>& av,
+                              const std::optional<InArray<T>>& bias,
+                              const std::optional<InArray<T>>& pb) {
   return {.q = ToView<const T>(q, "q"),
           .k = ToView<const T>(k, "k"),
           .v = ToView<const T>(v, "v"),
           .ak = ToOptionalView<T>(ak, "ak"),
-          .av = ToOptionalView<T>(av, "av")};
+          .av = ToOptionalView<T>(av, "av"),
+          .bias = ToOptionalView<T>(bias, "bias"),
+          .pb = ToOptionalView<T>(pb, "pb")};
 }
 
 // out [B, H, Nq, dv] and lse [B, H, Nq] are written in place.
@@ -102,11 +148,14 @@ void Forward(InArray<T> q, InArray<T> k, InArray<T> v,
              OutArray<T> out, OutArray<T> lse, int64_t max_distance,
              bool per_head_tables, bool causal,
              std::vector<int64_t> key_lengths,
-             std::optional<int64_t> query_offset) {
-  const AttentionOptions o = MakeOptions<T>(
+             std::optional<int64_t> query_offset,
+             std::optional<InArray<T>> bias, std::optional<InArray<T>> pb,
+             const SchemeArgs& scheme) {
+  AttentionOptions o = MakeOptions<T>(
       max_distance, per_head_tables, ak.has_value(), av.has_value(), causal,
       std::move(key_lengths), query_offset);
-  const AttentionInputs<T> in = MakeInputs<T>(q, k, v, ak, av);
+  ApplyScheme(scheme, ak.has_value(), bias.has_value(), pb.has_value(), o);
+  const AttentionInputs<T> in = MakeInputs<T>(q, k, v, ak, av, bias, pb);
   const TensorView<T> out_view = ToView<T>(out, "out");
   const TensorView<T> lse_view = ToView<T>(lse, "lse");
   // The arrays stay alive (the caller holds them) and nothing below touches
@@ -115,8 +164,8 @@ void Forward(InArray<T> q, InArray<T> k, InArray<T> v,
   AttentionForward<T>(in, out_view, lse_view, o);
 }
 
-// Gradients are written in place; dak / dav are None exactly when their
-// table is.
+// Gradients are written in place; dak / dav / dbias / dpb are None exactly
+// when their input is.
 template <typename T>
 void Backward(InArray<T> q, InArray<T> k, InArray<T> v,
               std::optional<InArray<T>> ak, std::optional<InArray<T>> av,
@@ -125,22 +174,43 @@ void Backward(InArray<T> q, InArray<T> k, InArray<T> v,
               std::optional<OutArray<T>> dav, int64_t max_distance,
               bool per_head_tables, bool causal,
               std::vector<int64_t> key_lengths,
-              std::optional<int64_t> query_offset) {
-  const AttentionOptions o = MakeOptions<T>(
+              std::optional<int64_t> query_offset,
+              std::optional<InArray<T>> bias, std::optional<InArray<T>> pb,
+              std::optional<OutArray<T>> dbias,
+              std::optional<OutArray<T>> dpb, const SchemeArgs& scheme) {
+  AttentionOptions o = MakeOptions<T>(
       max_distance, per_head_tables, ak.has_value(), av.has_value(), causal,
       std::move(key_lengths), query_offset);
-  const AttentionInputs<T> in = MakeInputs<T>(q, k, v, ak, av);
+  ApplyScheme(scheme, ak.has_value(), bias.has_value(), pb.has_value(), o);
+  const AttentionInputs<T> in = MakeInputs<T>(q, k, v, ak, av, bias, pb);
   const AttentionGrads<T> grads{
       .dq = ToView<T>(dq, "dq"),
       .dk = ToView<T>(dk, "dk"),
       .dv = ToView<T>(dv, "dv"),
       .dak = dak ? ToView<T>(*dak, "dak") : TensorView<T>(),
-      .dav = dav ? ToView<T>(*dav, "dav") : TensorView<T>()};
+      .dav = dav ? ToView<T>(*dav, "dav") : TensorView<T>(),
+      .dbias = dbias ? ToView<T>(*dbias, "dbias") : TensorView<T>(),
+      .dpb = dpb ? ToView<T>(*dpb, "dpb") : TensorView<T>()};
   const ConstView<T> out_view = ToView<const T>(out, "out");
   const ConstView<T> lse_view = ToView<const T>(lse, "lse");
   const ConstView<T> dout_view = ToView<const T>(dout, "dout");
   nb::gil_scoped_release release;
   AttentionBackward<T>(in, out_view, lse_view, dout_view, grads, o);
+}
+
+// SchemeArgs as a Python class (relpos._relpos_ext.SchemeArgs), bound once.
+void BindSchemeArgs(nb::module_& m) {
+  nb::class_<SchemeArgs>(m, "SchemeArgs",
+                         "Internal: the scheme options of one call.")
+      .def(nb::init<>())
+      .def_rw("buckets", &SchemeArgs::buckets)
+      .def_rw("clip_left", &SchemeArgs::clip_left)
+      .def_rw("clip_right", &SchemeArgs::clip_right)
+      .def_rw("t5_num_buckets", &SchemeArgs::t5_num_buckets)
+      .def_rw("t5_max_distance", &SchemeArgs::t5_max_distance)
+      .def_rw("t5_bidirectional", &SchemeArgs::t5_bidirectional)
+      .def_rw("score", &SchemeArgs::score)
+      .def_rw("alibi_slopes", &SchemeArgs::alibi_slopes);
 }
 
 template <typename T>
@@ -149,13 +219,16 @@ void BindAttention(nb::module_& m, const std::string& suffix) {
   m.def(("forward_" + suffix).c_str(), &Forward<T>, "q"_a, "k"_a, "v"_a,
         "ak"_a.none(), "av"_a.none(), "out"_a, "lse"_a, "max_distance"_a,
         "per_head_tables"_a, "causal"_a, "key_lengths"_a,
-        "query_offset"_a.none(),
+        "query_offset"_a.none(), "bias"_a.none() = nb::none(),
+        "pb"_a.none() = nb::none(), "scheme"_a = SchemeArgs(),
         "Internal: fills out and lse. Use relpos.attention instead.");
   m.def(("backward_" + suffix).c_str(), &Backward<T>, "q"_a, "k"_a, "v"_a,
         "ak"_a.none(), "av"_a.none(), "out"_a, "lse"_a, "dout"_a, "dq"_a,
         "dk"_a, "dv"_a, "dak"_a.none(), "dav"_a.none(), "max_distance"_a,
         "per_head_tables"_a, "causal"_a, "key_lengths"_a,
-        "query_offset"_a.none(),
+        "query_offset"_a.none(), "bias"_a.none() = nb::none(),
+        "pb"_a.none() = nb::none(), "dbias"_a.none() = nb::none(),
+        "dpb"_a.none() = nb::none(), "scheme"_a = SchemeArgs(),
         "Internal: fills the gradients. Use relpos.attention_backward.");
 }
 
@@ -201,6 +274,7 @@ NB_MODULE(_relpos_ext, m) {
         }
       });
 
+  relpos::BindSchemeArgs(m);
   relpos::BindAttention<float>(m, "f32");
   relpos::BindAttention<double>(m, "f64");
   m.def("init_relative_table", &relpos::InitTable, nb::arg("table"),

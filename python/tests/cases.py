@@ -140,3 +140,106 @@ def assert_close(actual, expected, magnitude, tol, what):
             f"{what}: {bad.sum()} of {bad.size} elements off; first at "
             f"{idx}: got {actual[idx]!r}, want {expected[idx]!r}, error "
             f"{err[idx]:.3e} > bound {bound[idx]:.3e}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemeCase(Case):
+    """A case of the scheme family (docs/math.md section 8).
+
+    buckets: None (symmetric clip by k), relpos.ClipBuckets or
+    relpos.T5Buckets. score: "ak" (Shaw's vector table, with pb if pb),
+    "bias" (T5's scalar table), "alibi" (slopes `alibi`, None for the
+    paper's) or "none". value_term as in Case (av with the bucket map).
+    """
+
+    buckets: object = None
+    score: str = "ak"
+    alibi: Optional[Sequence[float]] = None
+    pb: bool = False
+
+    def rows(self):
+        if self.buckets is None:
+            return 2 * self.k + 1
+        if hasattr(self.buckets, "left"):
+            return self.buckets.left + self.buckets.right + 1
+        return self.buckets.num_buckets
+
+    def kwargs(self):
+        kw = dict(causal=self.causal, key_lengths=self.key_lengths,
+                  query_offset=self.query_offset, buckets=self.buckets)
+        if self.buckets is None:
+            kw["max_distance"] = self.k
+        if self.score == "alibi":
+            kw["alibi"] = True if self.alibi is None else list(self.alibi)
+        return kw
+
+    def inputs(self, dtype, seed=0):
+        """(q, k, v, ak, av); ak only for the "ak" score term."""
+        rng = np.random.default_rng(seed)
+
+        def randn(*shape):
+            return rng.standard_normal(shape).astype(dtype)
+
+        rows = self.rows()
+        table = ((lambda d: randn(self.h, rows, d)) if self.per_head
+                 else (lambda d: randn(rows, d)))
+        return (randn(self.b, self.h, self.nq, self.dk),
+                randn(self.b, self.h, self.nk, self.dk),
+                randn(self.b, self.h, self.nk, self.dv),
+                table(self.dk) if self.score == "ak" else None,
+                table(self.dv) if self.value_term else None)
+
+    def extra(self, dtype, seed=1):
+        """dict(bias=..., pb=...): the scheme inputs (None when unused)."""
+        rng = np.random.default_rng(seed)
+        bias = (rng.standard_normal((self.h, self.rows())).astype(dtype)
+                if self.score == "bias" else None)
+        pb = (rng.standard_normal((self.h, self.dk)).astype(dtype)
+              if self.pb else None)
+        return dict(bias=bias, pb=pb)
+
+    def longest_sum(self, backward=False):
+        return max(super().longest_sum(backward), self.rows())
+
+
+def _scheme_matrix():
+    # Built lazily from relpos's NamedTuples so that importing cases.py does
+    # not need the compiled extension.
+    import relpos
+    asym = relpos.ClipBuckets(3, 1)
+    t5 = relpos.T5Buckets(8, 6, True)
+    t5c = relpos.T5Buckets(6, 5, False)
+    schemes = [
+        ("asym", dict(buckets=asym)),
+        ("asym_keyonly_perhead", dict(buckets=relpos.ClipBuckets(0, 2),
+                                      value_term=False, per_head=True)),
+        ("shawlog", dict(buckets=t5)),
+        ("shawlog_perhead", dict(buckets=t5, per_head=True)),
+        ("t5", dict(buckets=t5, score="bias", value_term=False)),
+        ("t5causal", dict(buckets=t5c, score="bias", value_term=False)),
+        ("t5_values", dict(buckets=t5, score="bias")),
+        ("alibi", dict(score="alibi", value_term=False)),
+        ("alibi_user", dict(score="alibi", alibi=(0.7, -0.3, 0.0),
+                            value_term=False)),
+        ("xl", dict(k=9, pb=True, value_term=False)),
+        ("xl_values_perhead", dict(pb=True, per_head=True)),
+    ]
+    shapes = [
+        ("plain", dict()),
+        ("causal_padding", dict(causal=True, key_lengths=(0, 5))),
+        ("offset", dict(nq=4, nk=9, query_offset=2, causal=True)),
+        ("nq_gt_nk", dict(nq=6, nk=4)),
+        ("n1", dict(nq=1, nk=1)),
+        ("dk_ne_dv", dict(dk=3, dv=7, causal=True)),
+    ]
+    cases = []
+    for sname, sargs in schemes:
+        for shname, shargs in shapes:
+            cases.append(SchemeCase(f"{sname}_{shname}", **{**sargs,
+                                                           **shargs}))
+    return cases
+
+
+def scheme_cases():
+    """The scheme matrix: every scheme on every awkward shape."""
+    return _scheme_matrix()

@@ -5,19 +5,78 @@ the relative tables are gathered into full [H, Nq, Nk, d] tensors
 (a[r(i, j)] for every pair) instead of the bucketed G / W / E form relpos
 uses, so the two share no structure. Everything runs in float64 whatever the
 input dtype. Only for small sizes (memory is O(H Nq Nk d)).
+
+The scheme family of docs/math.md section 8 is here too, from its equations:
+``buckets`` (an object with ``left`` / ``right``: asymmetric clip; with
+``num_buckets`` / ``max_distance`` / ``bidirectional``: T5's log buckets),
+``bias`` (T5 scalar table [H, nb], added unscaled), ``alibi`` (True: the
+paper's slopes, or H slopes; -m_h |r| added unscaled) and ``pb`` (position
+query bias [H, dk]: the ak term uses q + pb).
 """
+
+import math
 
 import numpy as np
 
 
-def _setup(q, k, ak, av, max_distance, causal, key_lengths, query_offset):
+def t5_rows(r, num_buckets, max_distance, bidirectional):
+    """T5's _relative_position_bucket (Mesh TensorFlow / Hugging Face) with
+    the float32 steps of docs/math.md section 8; the float32 logarithm is
+    the float64 one rounded to float32 (the correctly rounded value up to
+    double rounding)."""
+    r = np.asarray(r, dtype=np.int64)
+    if bidirectional:
+        half = num_buckets // 2
+        base = np.where(r > 0, half, 0)
+        a = np.abs(r)
+    else:
+        half = num_buckets
+        base = np.zeros_like(r)
+        a = np.maximum(-r, 0)
+    exact = half // 2
+    quot = (a.astype(np.float32) / np.float32(exact)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        lg = np.log(quot.astype(np.float64)).astype(np.float32)
+    denom = np.float32(math.log(max_distance / exact))
+    far = (lg / denom).astype(np.float32) * np.float32(half - exact)
+    # trunc toward zero (a >= exact, so the value is >= 0 where it is used)
+    far = exact + np.trunc(np.where(a >= exact, far, 0)).astype(np.int64)
+    return base + np.where(a < exact, a, np.minimum(far, half - 1))
+
+
+def alibi_slopes(h):
+    """The ALiBi paper's slope rule (its reference code's get_slopes)."""
+    def power_of_2(n):
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start ** i for i in range(n)]
+    if math.log2(h).is_integer():
+        return power_of_2(h)
+    p = 2 ** math.floor(math.log2(h))
+    return power_of_2(p) + alibi_slopes(2 * p)[0::2][:h - p]
+
+
+def _rows(r, max_distance, buckets):
+    """(table row of every distance r, number of rows)."""
+    if buckets is None:
+        # SPEC 1: r(i, j) = clip(j - (i + off), -k, k); table row r + k.
+        return (np.clip(r, -max_distance, max_distance) + max_distance,
+                2 * max_distance + 1)
+    if hasattr(buckets, "left"):
+        return (np.clip(r, -buckets.left, buckets.right) + buckets.left,
+                buckets.left + buckets.right + 1)
+    return (t5_rows(r, buckets.num_buckets, buckets.max_distance,
+                    buckets.bidirectional), buckets.num_buckets)
+
+
+def _setup(q, k, ak, av, max_distance, causal, key_lengths, query_offset,
+           buckets=None):
     b, h, nq, _ = q.shape
     nk = k.shape[2]
     off = nk - nq if query_offset is None else query_offset
     i = np.arange(nq)[:, None]
     j = np.arange(nk)[None, :]
-    # SPEC 1: r(i, j) = clip(j - (i + off), -k, k); table row r + k.
-    rows = np.clip(j - (i + off), -max_distance, max_distance) + max_distance
+    dist = j - (i + off)
+    rows, nrows = _rows(dist, max_distance, buckets)
     visible = np.ones((b, 1, nq, nk), dtype=bool)
     if causal:
         visible &= (j <= i + off)[None, None]
@@ -31,22 +90,32 @@ def _setup(q, k, ak, av, max_distance, causal, key_lengths, query_offset):
         t = np.asarray(table, dtype=np.float64)
         return np.broadcast_to(t, (h,) + t.shape) if t.ndim == 2 else t
 
-    return rows, visible, per_head(ak), per_head(av)
+    return rows, nrows, dist, visible, per_head(ak), per_head(av)
 
 
 def _softmax(q, k, v, ak, av, max_distance, causal, key_lengths,
-             query_offset):
+             query_offset, buckets=None, bias=None, alibi=None, pb=None):
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    rows, visible, akh, avh = _setup(q, k, ak, av, max_distance, causal,
-                                     key_lengths, query_offset)
+    rows, nrows, dist, visible, akh, avh = _setup(
+        q, k, ak, av, max_distance, causal, key_lengths, query_offset,
+        buckets)
     scale = 1.0 / np.sqrt(q.shape[3])
-    # SPEC 2: s_ij = (q_i . k_j + q_i . AK[r(i,j)]) / sqrt(dk)
+    # The position-term query: q, or q + pb (Transformer-XL).
+    qp = q if pb is None else q + np.asarray(pb, np.float64)[None, :, None]
+    # SPEC 2: s_ij = (q_i . k_j + qp_i . AK[r(i,j)]) / sqrt(dk)
     s = np.einsum("bhid,bhjd->bhij", q, k)
     ak_ij = None
     if akh is not None:
         ak_ij = akh[:, rows]  # [H, Nq, Nk, dk]
-        s = s + np.einsum("bhid,hijd->bhij", q, ak_ij)
+        s = s + np.einsum("bhid,hijd->bhij", qp, ak_ij)
     s = s * scale
+    if bias is not None:  # T5: + B[h, b(r)], unscaled
+        s = s + np.asarray(bias, np.float64)[:, rows][None]
+    if alibi is not None and alibi is not False:  # ALiBi: - m_h |r|
+        h = q.shape[1]
+        m = np.asarray(alibi_slopes(h) if alibi is True else alibi,
+                       np.float64)
+        s = s - m[None, :, None, None] * np.abs(dist)[None, None]
     s = np.where(visible, s, -np.inf)
     any_visible = visible.any(axis=3, keepdims=True)
     m = np.where(any_visible, s.max(axis=3, keepdims=True, initial=-np.inf),
@@ -58,11 +127,12 @@ def _softmax(q, k, v, ak, av, max_distance, causal, key_lengths,
     lse = np.where(any_visible[..., 0], np.log(np.where(z > 0, z, 1.0))[..., 0]
                    + m[..., 0], -np.inf)
     av_ij = None if avh is None else avh[:, rows]  # [H, Nq, Nk, dv]
-    return q, k, v, rows, p, lse, scale, ak_ij, av_ij
+    return q, k, v, rows, nrows, qp, p, lse, scale, ak_ij, av_ij
 
 
-def forward(q, k, v, ak=None, av=None, *, max_distance, causal=False,
-            key_lengths=None, query_offset=None, magnitudes=False):
+def forward(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
+            key_lengths=None, query_offset=None, magnitudes=False,
+            buckets=None, bias=None, alibi=None, pb=None):
     """Returns (out [B, H, Nq, dv], lse [B, H, Nq]) in float64.
 
     With magnitudes=True also the sum of the absolute values of the terms
@@ -70,8 +140,9 @@ def forward(q, k, v, ak=None, av=None, *, max_distance, causal=False,
     natural scale of its rounding error, which a plain |out| underestimates
     when terms cancel.
     """
-    q, k, v, rows, p, lse, scale, ak_ij, av_ij = _softmax(
-        q, k, v, ak, av, max_distance, causal, key_lengths, query_offset)
+    q, k, v, rows, nrows, qp, p, lse, scale, ak_ij, av_ij = _softmax(
+        q, k, v, ak, av, max_distance, causal, key_lengths, query_offset,
+        buckets, bias, alibi, pb)
     # SPEC 2: o_i = sum_j p_ij v_j + sum_j p_ij AV[r(i,j)]
     out = np.einsum("bhij,bhjd->bhid", p, v)
     mag = np.einsum("bhij,bhjd->bhid", p, np.abs(v))
@@ -81,9 +152,13 @@ def forward(q, k, v, ak=None, av=None, *, max_distance, causal=False,
     return (out, lse, mag) if magnitudes else (out, lse)
 
 
-def backward(dout, q, k, v, ak=None, av=None, *, max_distance, causal=False,
-             key_lengths=None, query_offset=None, magnitudes=False):
-    """Returns (dq, dk, dv, dak, dav) in float64 (dak/dav None if no table).
+def backward(dout, q, k, v, ak=None, av=None, *, max_distance=None,
+             causal=False, key_lengths=None, query_offset=None,
+             magnitudes=False, buckets=None, bias=None, alibi=None, pb=None,
+             scheme_grads=False):
+    """Returns (dq, dk, dv, dak, dav) in float64 (dak/dav None if no table);
+    with scheme_grads=True, (dq, dk, dv, dak, dav, dbias, dpb) (None for an
+    absent bias / pb).
 
     With magnitudes=True returns (grads, mags): mags holds, per gradient
     element, the same sums taken over absolute values (|dS| replaced by
@@ -91,8 +166,9 @@ def backward(dout, q, k, v, ak=None, av=None, *, max_distance, causal=False,
     dAK at k = 0 are exact cancellations (sum_j dS_ij = 0), so only this
     scale, not the result, says how large their rounding error may be.
     """
-    q, k, v, rows, p, lse, scale, ak_ij, av_ij = _softmax(
-        q, k, v, ak, av, max_distance, causal, key_lengths, query_offset)
+    q, k, v, rows, nrows, qp, p, lse, scale, ak_ij, av_ij = _softmax(
+        q, k, v, ak, av, max_distance, causal, key_lengths, query_offset,
+        buckets, bias, alibi, pb)
     do = np.asarray(dout, dtype=np.float64)
     # SPEC 3: dV_j = sum_i p_ij dO_i
     dv = np.einsum("bhij,bhid->bhjd", p, do)
@@ -117,18 +193,34 @@ def backward(dout, q, k, v, ak=None, av=None, *, max_distance, causal=False,
             return None
         table = np.asarray(table)
         h, nq, nk = weights.shape[1], weights.shape[2], weights.shape[3]
-        grad = np.zeros((h, 2 * max_distance + 1, vectors.shape[3]))
+        grad = np.zeros((h, nrows, vectors.shape[3]))
         contrib = np.einsum("bhij,bhid->hijd", weights, vectors)
         for hh in range(h):
             np.add.at(grad[hh], rows.reshape(-1),
                       contrib[hh].reshape(nq * nk, -1))
         return grad.sum(axis=0) if table.ndim == 2 else grad
 
-    # dAK[r] = sum_{(i,j): r(i,j)=r} dS_ij q_i / sqrt(dk)   (= E^T Q / sqrt(dk))
-    dak = scatter(ds * scale, q, ak)
+    def scalar_scatter(weights):
+        # dB[h, r] = sum over (b, i, j) with row(i, j) = r of weights.
+        h = weights.shape[1]
+        grad = np.zeros((h, nrows))
+        per_head = weights.sum(axis=0)  # [H, Nq, Nk]
+        for hh in range(h):
+            np.add.at(grad[hh], rows.reshape(-1), per_head[hh].reshape(-1))
+        return grad
+
+    # dAK[r] = sum_{(i,j): r(i,j)=r} dS_ij qp_i / sqrt(dk) (= E^T Q' / sqrt(dk))
+    dak = scatter(ds * scale, qp, ak)
     # dAV[r] = sum_{(i,j): r(i,j)=r} p_ij dO_i              (= W^T dO)
     dav = scatter(p, do, av)
+    # dB[h, r] = sum_{(b,i,j): r(i,j)=r} dS_ij (unscaled)
+    dbias = None if bias is None else scalar_scatter(ds)
+    # dpb_h = sum_{(b,i,j)} dS_ij AK[r(i,j)] / sqrt(dk)
+    dpb = None if pb is None else np.einsum("bhij,hijd->hd", ds * scale,
+                                            ak_ij)
     grads = (dq, dk, dv, dak, dav)
+    if scheme_grads:
+        grads += (dbias, dpb)
     if not magnitudes:
         return grads
 
@@ -145,6 +237,10 @@ def backward(dout, q, k, v, ak=None, av=None, *, max_distance, causal=False,
     mags = (dq_mag,
             np.einsum("bhij,bhid->bhjd", ds_mag, np.abs(q)) * scale,
             np.einsum("bhij,bhid->bhjd", p, ado),
-            scatter(ds_mag * scale, np.abs(q), ak),
+            scatter(ds_mag * scale, np.abs(qp), ak),
             scatter(p, ado, av))
+    if scheme_grads:
+        mags += (None if bias is None else scalar_scatter(ds_mag),
+                 None if pb is None else np.einsum(
+                     "bhij,hijd->hd", ds_mag * scale, np.abs(ak_ij)))
     return grads, mags
