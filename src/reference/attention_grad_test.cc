@@ -275,7 +275,7 @@ TEST_P(AttentionGradTest, FiniteDifferencesMatchBackward) {
 }
 
 // Rows that see no key get zero dQ; keys no row sees get zero dK and dV;
-// table rows no visible pair uses get zero dAK and dAV. Exact zeros: these
+// table rows no visible pair uses get zero dAK and dAV (and dB entries). Exact zeros: these
 // elements never enter the loss.
 TEST_P(AttentionGradTest, UnseenElementsGetExactlyZeroGradient) {
   const AttentionCase& c = GetParam();
@@ -288,6 +288,7 @@ TEST_P(AttentionGradTest, UnseenElementsGetExactlyZeroGradient) {
   AttentionBackward<double>(data.Inputs(), fwd.Out(), fwd.Lse(),
                             OutShaped(c, r), g.Grads(), c.options);
   std::vector<bool> row_used(c.TableHeads() * c.TableRows(), false);
+  std::vector<bool> bias_used(c.heads * c.TableRows(), false);  // [H, nb]
   for (int64_t b = 0; b < c.batch; ++b) {
     for (int64_t h = 0; h < c.heads; ++h) {
       const int64_t bh = b * c.heads + h;
@@ -298,6 +299,7 @@ TEST_P(AttentionGradTest, UnseenElementsGetExactlyZeroGradient) {
           key_seen[j] = true;
           row_used[(c.options.per_head_tables ? h : 0) * c.TableRows() +
                    Bucket(c, i, j)] = true;
+          bias_used[h * c.TableRows() + Bucket(c, i, j)] = true;
         }
         if (end > 0) continue;
         EXPECT_EQ(fwd.lse[bh * c.q_len + i],
@@ -324,6 +326,8 @@ TEST_P(AttentionGradTest, UnseenElementsGetExactlyZeroGradient) {
     for (int64_t t = 0; t < c.dv && !g.dav.empty(); ++t)
       EXPECT_EQ(g.dav[row * c.dv + t], 0.0) << "table row " << row;
   }
+  for (size_t e = 0; e < g.dbias.size(); ++e)
+    if (!bias_used[e]) EXPECT_EQ(g.dbias[e], 0.0) << "bias entry " << e;
 }
 
 INSTANTIATE_TEST_SUITE_P(Standard, AttentionGradTest,

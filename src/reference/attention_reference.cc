@@ -30,13 +30,29 @@ struct HeadSlice {
   const T *q, *k, *v, *ak, *av, *bias, *pb;
   bool alibi = false;
   T slope = 0;
+  // rows[j - i + Nq - 1] is the table row of the pair (i, j): the bucket
+  // map depends on j - i only, so it is evaluated once per distance (T5's
+  // takes a logarithm).
+  const int64_t* rows = nullptr;
+  int64_t Row(int64_t q_len, int64_t i, int64_t j) const {
+    return rows[j - i + q_len - 1];
+  }
 };
+
+// The table row of every distance j - i in [-(Nq - 1), Nk - 1].
+std::vector<int64_t> DistanceRows(const AttentionProblem& p) {
+  std::vector<int64_t> rows(p.q_len + p.k_len - 1);
+  for (int64_t d = 0; d < static_cast<int64_t>(rows.size()); ++d)
+    rows[d] = p.Bucket(p.q_len - 1, d);  // j - i = d - (Nq - 1)
+  return rows;
+}
 
 template <typename T>
 HeadSlice<T> Slice(const AttentionProblem& p, const AttentionInputs<T>& in,
-                   int64_t b, int64_t h) {
+                   int64_t b, int64_t h, const std::vector<int64_t>& rows) {
   const int64_t bh = b * p.heads + h;
   HeadSlice<T> s;
+  s.rows = rows.data();
   s.q = in.q.data() + bh * p.q_len * p.dk;
   s.k = in.k.data() + bh * p.k_len * p.dk;
   s.v = in.v.data() + bh * p.k_len * p.dv;
@@ -68,9 +84,9 @@ T Score(const AttentionProblem& p, const HeadSlice<T>& s, int64_t i,
         int64_t j, const T* qp, T scale) {
   const T* qi = s.q + i * p.dk;
   T score = Dot(qi, s.k + j * p.dk, p.dk);
-  if (s.ak) score += Dot(qp, s.ak + p.Bucket(i, j) * p.dk, p.dk);
+  if (s.ak) score += Dot(qp, s.ak + s.Row(p.q_len, i, j) * p.dk, p.dk);
   score *= scale;
-  if (s.bias) score += s.bias[p.Bucket(i, j)];
+  if (s.bias) score += s.bias[s.Row(p.q_len, i, j)];
   if (s.alibi) {
     // |r| in int64 (|r| <= 2^41), then -m |r| in the call's precision.
     const int64_t r = j - (i + p.query_offset);
@@ -107,10 +123,11 @@ T RowProbabilities(const AttentionProblem& p, const HeadSlice<T>& s, int64_t i,
 template <typename T>
 void ReferenceForward(const AttentionProblem& p, const AttentionInputs<T>& in,
                       T* out, T* lse) {
+  const std::vector<int64_t> rows = DistanceRows(p);
   std::vector<T> prob(p.k_len);
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads; ++h) {
-      const HeadSlice<T> s = Slice(p, in, b, h);
+      const HeadSlice<T> s = Slice(p, in, b, h, rows);
       const int64_t bh = b * p.heads + h;
       for (int64_t i = 0; i < p.q_len; ++i) {
         T* oi = out + (bh * p.q_len + i) * p.dv;
@@ -125,7 +142,7 @@ void ReferenceForward(const AttentionProblem& p, const AttentionInputs<T>& in,
         // o_i = sum_j p_ij v_j + sum_j p_ij AV[r(i,j)]
         for (int64_t j = 0; j < end; ++j) {
           Axpy(prob[j], s.v + j * p.dv, oi, p.dv);
-          if (s.av) Axpy(prob[j], s.av + p.Bucket(i, j) * p.dv, oi, p.dv);
+          if (s.av) Axpy(prob[j], s.av + s.Row(p.q_len, i, j) * p.dv, oi, p.dv);
         }
       }
     }
@@ -156,10 +173,11 @@ void ReferenceBackward(const AttentionProblem& p, const AttentionInputs<T>& in,
   T* dpb = target(grads.dpb, spb, p.heads * p.dk);
 
   const T scale = T(1) / std::sqrt(static_cast<T>(p.dk));
+  const std::vector<int64_t> rows = DistanceRows(p);
   std::vector<T> prob(p.k_len), dprob(p.k_len), biased(p.dk);
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads; ++h) {
-      const HeadSlice<T> s = Slice(p, in, b, h);
+      const HeadSlice<T> s = Slice(p, in, b, h, rows);
       const int64_t bh = b * p.heads + h;
       T* dq_bh = dq + bh * p.q_len * p.dk;
       T* dk_bh = dk + bh * p.k_len * p.dk;
@@ -179,11 +197,11 @@ void ReferenceBackward(const AttentionProblem& p, const AttentionInputs<T>& in,
         T d_row = 0;
         for (int64_t j = 0; j < end; ++j) {
           dprob[j] = Dot(doi, s.v + j * p.dv, p.dv);
-          if (s.av) dprob[j] += Dot(doi, s.av + p.Bucket(i, j) * p.dv, p.dv);
+          if (s.av) dprob[j] += Dot(doi, s.av + s.Row(p.q_len, i, j) * p.dv, p.dv);
           d_row += prob[j] * dprob[j];
         }
         for (int64_t j = 0; j < end; ++j) {
-          const int64_t r = p.Bucket(i, j);
+          const int64_t r = s.Row(p.q_len, i, j);
           // dV_j += p_ij dO_i;  dAV[r] += p_ij dO_i
           Axpy(prob[j], doi, dv_bh + j * p.dv, p.dv);
           if (s.av) Axpy(prob[j], doi, dav_h + r * p.dv, p.dv);
