@@ -326,8 +326,11 @@ TEST_P(AttentionGradTest, UnseenElementsGetExactlyZeroGradient) {
     for (int64_t t = 0; t < c.dv && !g.dav.empty(); ++t)
       EXPECT_EQ(g.dav[row * c.dv + t], 0.0) << "table row " << row;
   }
-  for (size_t e = 0; e < g.dbias.size(); ++e)
-    if (!bias_used[e]) EXPECT_EQ(g.dbias[e], 0.0) << "bias entry " << e;
+  for (size_t e = 0; e < g.dbias.size(); ++e) {
+    if (!bias_used[e]) {
+      EXPECT_EQ(g.dbias[e], 0.0) << "bias entry " << e;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Standard, AttentionGradTest,
