@@ -433,6 +433,43 @@ TEST(SchemeProperty, ZeroPositionQueryBiasIsShawBitForBit) {
   EXPECT_GT(max_dpb, 1e-3);
 }
 
+// The float reference against the double reference within the rounding
+// bounds of TermScales (src/testing/attention_cases.h), extended to the
+// scheme terms: the bounds a fused path for these schemes will be held to.
+class SchemeFloatTest : public testing::TestWithParam<AttentionCase> {};
+
+TEST_P(SchemeFloatTest, FloatMatchesDoubleWithinTermScales) {
+  const AttentionCase& c = GetParam();
+  SCOPED_TRACE(c.Describe());
+  AttentionOptions o = c.options;
+  o.path = AttentionPath::kReference;
+  const AttentionData<double> d = MakeRandomData<double>(c, 15);
+  const RunT<double> want = ForwardBackward<double>(d, o);
+  const RunT<float> got = ForwardBackward<float>(CastData<float>(d), o);
+  const std::vector<double> r = RandomVector<double>(c.OutNumel(), 77);
+  const TermScales ts = ComputeTermScales(d, r);
+  const double u = std::numeric_limits<float>::epsilon() / 2;
+  EXPECT_LE(MaxAbsError(got.fwd.out, want.fwd.out), ts.Tolerance(u, ts.out));
+  EXPECT_LE(MaxAbsError(got.fwd.lse, want.fwd.lse), ts.Tolerance(u, ts.lse));
+  RunT<float> g = got;
+  RunT<double> w = want;
+  const std::vector<std::vector<float>*> gt = g.grads.AllTensors();
+  const std::vector<std::vector<double>*> wt = w.grads.AllTensors();
+  const double scale[] = {ts.dq, ts.dk,    ts.dv, ts.dak,
+                          ts.dav, ts.dbias, ts.dpb};
+  const char* names[] = {"dq", "dk", "dv", "dak", "dav", "dbias", "dpb"};
+  for (size_t t = 0; t < gt.size(); ++t)
+    EXPECT_LE(MaxAbsError(*gt[t], *wt[t]), ts.Tolerance(u, scale[t]))
+        << names[t];
+}
+
+INSTANTIATE_TEST_SUITE_P(Small, SchemeFloatTest,
+                         testing::ValuesIn(SchemeCases()),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Sweep, SchemeFloatTest,
+                         testing::ValuesIn(SchemeSweepCases()),
+                         [](const auto& info) { return info.param.name; });
+
 // Float calls of schemes the fused kernel lacks run the reference under
 // kAuto: identical to an explicit kReference call.
 TEST(SchemeDispatch, AutoRunsTheReferenceForUnsupportedSchemes) {

@@ -399,4 +399,69 @@ std::vector<AttentionCase> SchemeCases() {
   return cases;
 }
 
+std::vector<AttentionCase> SchemeSweepCases() {
+  std::vector<AttentionCase> cases;
+  struct Scheme {
+    const char* name;
+    void (*set)(AttentionOptions&);
+  };
+  static const Scheme kSchemes[] = {
+      {"asym64_8",
+       [](AttentionOptions& o) {
+         o.buckets.kind = BucketKind::kClip;
+         o.buckets.clip = {64, 8};
+       }},
+      {"shawlog32_128",
+       [](AttentionOptions& o) {
+         o.buckets.kind = BucketKind::kT5;
+         o.buckets.t5 = {32, 128, true};
+       }},
+      {"t5_32_128",
+       [](AttentionOptions& o) {
+         o.buckets.kind = BucketKind::kT5;
+         o.buckets.t5 = {32, 128, true};
+         o.score_term = ScoreTerm::kScalarTable;
+         o.value_term = false;
+       }},
+      {"t5causal_32_128",
+       [](AttentionOptions& o) {
+         o.buckets.kind = BucketKind::kT5;
+         o.buckets.t5 = {32, 128, false};
+         o.score_term = ScoreTerm::kScalarTable;
+         o.value_term = false;
+       }},
+      {"alibi",
+       [](AttentionOptions& o) {
+         o.score_term = ScoreTerm::kAlibi;
+         o.value_term = false;
+       }},
+      {"xl",
+       [](AttentionOptions& o) {
+         o.max_distance = 256;  // >= every distance below: nothing clipped
+         o.position_query_bias = true;
+         o.value_term = false;
+       }},
+  };
+  for (const Scheme& s : kSchemes) {
+    auto add = [&](AttentionCase c, bool causal) {
+      c.name = std::string(s.name) + "_" + c.name;
+      c.options.causal = causal;
+      s.set(c.options);
+      cases.push_back(std::move(c));
+    };
+    add(MakeCase("sq63", 1, 2, 63, 63, 64, 64, 16), false);
+    add(MakeCase("sq65_causal", 1, 2, 65, 65, 64, 64, 16), true);
+    add(MakeCase("sq129_causal", 1, 2, 129, 129, 32, 32, 16), true);
+    add(MakeCase("chunk_17x130", 2, 2, 17, 130, 64, 64, 16), true);
+    add(MakeCase("decode_1x200", 1, 2, 1, 200, 64, 64, 16), true);
+    add(MakeCase("nq_gt_nk_100x37", 1, 2, 100, 37, 32, 32, 16), false);
+    AttentionCase c =
+        MakeCase("perhead_pad_dk64_dv32", 2, 3, 129, 129, 64, 32, 16);
+    c.options.per_head_tables = true;
+    c.options.key_lengths = {129, 50};
+    add(c, false);
+  }
+  return cases;
+}
+
 }  // namespace relpos

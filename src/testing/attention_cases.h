@@ -128,6 +128,14 @@ std::vector<AttentionCase> StandardCases();
 // n < reach, dk != dv, per-head tables where the scheme has tables.
 std::vector<AttentionCase> SchemeCases();
 
+// The schemes at realistic settings (clip 64 / 8 as w2v-BERT 2.0, T5 with
+// 32 buckets and max distance 128 bidirectional and causal, shaw-log with
+// those buckets, ALiBi with the paper's slopes, XL with k >= n) on sizes
+// around the fused kernel's tiles (63/64/65/129, Nq != Nk, decoding, dk !=
+// dv, padding, per-head tables): for comparing a fast path against the
+// reference in float. Each case well under 1e8 FLOPs.
+std::vector<AttentionCase> SchemeSweepCases();
+
 // Awkward sizes for fast paths (tile boundaries 1, primes, 63/64/65, 127/129,
 // n < k, n = k, Nq != Nk, causal and padded), dk = dv = 64 and dk != dv; too
 // big for finite differences, fine for forward/backward comparisons against
