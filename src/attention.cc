@@ -30,12 +30,12 @@ bool UseFused(const AttentionProblem& p, AttentionPath path) {
           p.buckets.kind == BucketKind::kSymmetricClip,
           "path: the fused kernel supports only the symmetric clip bucket map "
           "(got buckets.kind = "
-              << static_cast<int>(p.buckets.kind)
+              << BucketKindName(p.buckets.kind)
               << "); use kAuto or kReference");
       RELPOS_CHECK_ARG(!p.key_term || p.score_term == ScoreTerm::kVector,
                        "path: the fused kernel supports only the vector score "
                        "term (got score_term = "
-                           << static_cast<int>(p.score_term)
+                           << ScoreTermName(p.score_term)
                            << "); use kAuto or kReference");
       RELPOS_CHECK_ARG(!p.position_query_bias,
                        "path: the fused kernel does not support "

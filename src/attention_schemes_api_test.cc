@@ -135,7 +135,7 @@ TEST(SchemeValidation, PositionQueryBias) {
   o = c.options;
   o.score_term = ScoreTerm::kAlibi;
   ExpectInvalid([&] { Forward(c, d, o); },
-                {"position_query_bias", "score_term = 2"});
+                {"position_query_bias", "score_term = kAlibi"});
   // A pb of the wrong shape is reported even when unused.
   AttentionCase wrong_c = c;
   wrong_c.dk = 5;
@@ -178,6 +178,7 @@ TEST(SchemeValidation, GradientShapes) {
 TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
   struct Bad {
     const char* needle;
+    const char* got;
     AttentionCase c;
   };
   std::vector<Bad> bad;
@@ -185,19 +186,19 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
     AttentionCase c = Base();
     c.options.buckets.kind = BucketKind::kClip;
     c.options.buckets.clip = {3, 1};
-    bad.push_back({"symmetric clip", c});
-    bad.push_back({"symmetric clip", T5Case()});
+    bad.push_back({"symmetric clip", "kClip", c});
+    bad.push_back({"symmetric clip", "kT5", T5Case()});
     c = Base();
     c.options.score_term = ScoreTerm::kScalarTable;  // bias [H, 2k+1]
     c.options.value_term = false;
-    bad.push_back({"vector score term", c});
+    bad.push_back({"vector score term", "kScalarTable", c});
     c = Base();
     c.options.score_term = ScoreTerm::kAlibi;
     c.options.value_term = false;
-    bad.push_back({"vector score term", c});
+    bad.push_back({"vector score term", "kAlibi", c});
     c = Base();
     c.options.position_query_bias = true;
-    bad.push_back({"position_query_bias", c});
+    bad.push_back({"position_query_bias", "use kAuto", c});
   }
   for (Bad& b : bad) {
     SCOPED_TRACE(b.c.Describe());
@@ -206,7 +207,7 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
     AttentionOptions o = b.c.options;
     o.path = AttentionPath::kFused;
     ExpectInvalid([&] { Forward<float>(b.c, d, o); },
-                  {"fused kernel", b.needle, "kAuto or kReference"});
+                  {"fused kernel", b.needle, b.got, "kAuto or kReference"});
     o.path = AttentionPath::kAuto;
     EXPECT_NO_THROW(Forward<float>(b.c, d, o));
   }

@@ -120,12 +120,37 @@ void ResolveScheme(const AttentionOptions& options, AttentionProblem& p) {
     RELPOS_CHECK_ARG(p.key_term && p.score_term == ScoreTerm::kVector,
                      "position_query_bias needs key_term = true and "
                      "score_term = kVector (got key_term = "
-                         << p.key_term << ", score_term = " << term << ")");
+                         << p.key_term << ", score_term = "
+                         << ScoreTermName(p.score_term) << ")");
   }
   p.position_query_bias = options.position_query_bias;
 }
 
 }  // namespace
+
+const char* BucketKindName(BucketKind kind) {
+  switch (kind) {
+    case BucketKind::kSymmetricClip:
+      return "kSymmetricClip";
+    case BucketKind::kClip:
+      return "kClip";
+    case BucketKind::kT5:
+      return "kT5";
+  }
+  return "invalid";
+}
+
+const char* ScoreTermName(ScoreTerm term) {
+  switch (term) {
+    case ScoreTerm::kVector:
+      return "kVector";
+    case ScoreTerm::kScalarTable:
+      return "kScalarTable";
+    case ScoreTerm::kAlibi:
+      return "kAlibi";
+  }
+  return "invalid";
+}
 
 template <typename T>
 AttentionProblem MakeAttentionProblem(const AttentionInputs<T>& in,

@@ -13,6 +13,11 @@
 
 namespace relpos {
 
+// "kSymmetricClip", "kClip", "kT5" / "kVector", "kScalarTable", "kAlibi"
+// (the enumerator's name, for messages); "invalid" for any other value.
+const char* BucketKindName(BucketKind kind);
+const char* ScoreTermName(ScoreTerm term);
+
 struct AttentionProblem {
   int64_t batch = 0, heads = 0, q_len = 0, k_len = 0, dk = 0, dv = 0;
   int64_t max_distance = 0;  // k
