@@ -27,7 +27,7 @@ bool UseFused(const AttentionProblem& p, AttentionPath path) {
     if (path == AttentionPath::kReference) return false;
     if (path == AttentionPath::kFused) {
       RELPOS_CHECK_ARG(
-          p.buckets.kind == BucketKind::kSymmetricClip,
+          p.buckets.kind == BucketKind::kSymmetricClip || !p.UsesBuckets(),
           "path: the fused kernel supports only the symmetric clip bucket map "
           "(got buckets.kind = "
               << BucketKindName(p.buckets.kind)

@@ -211,7 +211,8 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
     o.path = AttentionPath::kAuto;
     EXPECT_NO_THROW(Forward<float>(b.c, d, o));
   }
-  // ALiBi with its term off is plain attention, which the kernel runs.
+  // ALiBi with its term off, or T5 buckets with no term that uses them, is
+  // plain attention, which the kernel runs.
   AttentionCase c = Base();
   c.options.score_term = ScoreTerm::kAlibi;
   c.options.key_term = c.options.value_term = false;
@@ -219,6 +220,17 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
   AttentionOptions o = c.options;
   o.path = AttentionPath::kFused;
   EXPECT_NO_THROW(Forward<float>(c, d, o));
+  o.buckets.kind = BucketKind::kT5;
+  o.buckets.t5 = {8, 10, true};
+  EXPECT_NO_THROW(Forward<float>(c, d, o));
+  // With ALiBi on, the clip bucket map is unused but the score term is not
+  // supported.
+  o = c.options;
+  o.key_term = true;
+  o.buckets.kind = BucketKind::kClip;
+  o.path = AttentionPath::kFused;
+  ExpectInvalid([&] { Forward<float>(c, d, o); },
+                {"vector score term", "kAlibi"});
 }
 
 // A bias or pb passed to a call that does not use it gets a zero gradient on

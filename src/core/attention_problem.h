@@ -65,10 +65,16 @@ struct AttentionProblem {
   }
   bool AlibiScore() const { return key_term && score_term == ScoreTerm::kAlibi; }
 
-  // What the fused kernel implements today: the symmetric clip, with the
-  // vector score term or none, and no position query bias.
+  // Whether any table is indexed by the bucket map.
+  bool UsesBuckets() const {
+    return value_term || (key_term && score_term != ScoreTerm::kAlibi);
+  }
+
+  // What the fused kernel implements today: the symmetric clip (or no
+  // bucketed term at all), with the vector score term or none, and no
+  // position query bias.
   bool FusedSupported() const {
-    return buckets.kind == BucketKind::kSymmetricClip &&
+    return (buckets.kind == BucketKind::kSymmetricClip || !UsesBuckets()) &&
            (!key_term || score_term == ScoreTerm::kVector) &&
            !position_query_bias;
   }
