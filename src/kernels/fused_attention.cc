@@ -246,18 +246,28 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
         }
       }
     }
+    // Per-thread table gradients summed in thread order, in blocks of
+    // contiguous floats (vectorisable; the sum order per element does not
+    // depend on the block split).
     auto reduce_table = [&](bool want, int64_t offset_in_thread, int64_t width,
                             float* dst_all) {
       if (!want) return;
-      const int64_t rows = lay.range.count * width;
-#pragma omp for schedule(static) collapse(2)
-      for (int64_t th = 0; th < lay.table_heads; ++th) {
-        for (int64_t e = 0; e < rows; ++e) {
-          float s = 0.0f;
-          for (int t = 0; t < threads; ++t) {
-            s += thread_buf[per_thread * t + offset_in_thread + th * rows + e];
-          }
-          dst_all[th * p.TableRows() * width + lay.range.lo * width + e] = s;
+      const int64_t rows = lay.range.count * width;  // floats per table head
+      constexpr int64_t kBlock = 1024;
+      const int64_t blocks = (rows + kBlock - 1) / kBlock;
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < lay.table_heads * blocks; ++item) {
+        const int64_t th = item / blocks;
+        const int64_t e0 = (item % blocks) * kBlock;
+        const int64_t n = std::min(kBlock, rows - e0);
+        float* dst =
+            dst_all + th * p.TableRows() * width + lay.range.lo * width + e0;
+        const float* src0 =
+            thread_buf.get() + offset_in_thread + th * rows + e0;
+        std::copy(src0, src0 + n, dst);
+        for (int t = 1; t < threads; ++t) {
+          const float* src = src0 + per_thread * t;
+          for (int64_t e = 0; e < n; ++e) dst[e] += src[e];
         }
       }
     };
