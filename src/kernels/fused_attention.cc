@@ -128,7 +128,7 @@ void FusedForward(const AttentionProblem& p, const AttentionInputs<float>& in,
   if (items == 0) return;
   const int64_t per_thread = PaddedFloats(fused::ForwardScratch(p).Floats());
   auto scratch = AllocateFloats(per_thread * threads, "forward scratch");
-  std::fill(scratch.get(), scratch.get() + per_thread * threads, 0.0f);
+  // No zero fill: every tile body writes its scratch before reading it.
   // Resolve the dispatch target once, outside the parallel region.
   (void)HWY_DYNAMIC_DISPATCH(TargetName)();
 
@@ -183,7 +183,12 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
   const int64_t items = bh_count * chunks;
   const int64_t per_thread = lay.ThreadFloats();
   auto thread_buf = AllocateFloats(per_thread * threads, "backward scratch");
-  std::fill(thread_buf.get(), thread_buf.get() + per_thread * threads, 0.0f);
+  // Only the dAK / dAV accumulators need zeros; the tile bodies write the
+  // rest of their scratch before reading it.
+  for (int th = 0; th < threads; ++th) {
+    float* acc = thread_buf.get() + per_thread * th + lay.scratch_floats;
+    std::fill(acc, acc + lay.dak_floats + lay.dav_floats, 0.0f);
+  }
   hwy::AlignedFreeUniquePtr<float[]> chunk_buf;
   const int64_t chunk_count = bh_count * (chunks - 1);
   if (lay.chunk_floats > 0) {
