@@ -15,8 +15,10 @@
 //     column sums to one row of W^T; for a band tile and a fixed key j the
 //     query columns split into three contiguous runs: d = j - i - off >= k
 //     (bucket 2k), |d| < k (bucket d + k, at most 2k - 1 columns) and
-//     d <= -k (bucket 0). The two clamped runs are contiguous vector adds;
-//     only the (< 2k)-wide diagonal strip is element-wise.
+//     d <= -k (bucket 0). The two clamped runs are contiguous vector adds,
+//     and so is the diagonal strip: it reads a skewed copy of G^T / U^T
+//     (SkewTable) in which the bucket that falls by one per column is one
+//     row.
 // All tile products go through one register-blocked micro-kernel
 // (MatMul below) with arbitrary row / inner strides for A, so P V, dS K and
 // W AV read the transposed tiles directly, without transposing them.
@@ -222,6 +224,24 @@ HWY_INLINE void AddRange(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src,
   }
 }
 
+// dst[0, n) += a[0, n) - b[0, n)
+HWY_INLINE void AddDiffRange(float* HWY_RESTRICT dst,
+                             const float* HWY_RESTRICT a,
+                             const float* HWY_RESTRICT b, int64_t n) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const VF diff = hn::Sub(hn::LoadU(d, a + i), hn::LoadU(d, b + i));
+    hn::StoreU(hn::Add(hn::LoadU(d, dst + i), diff), d, dst + i);
+  }
+  if (i < n) {
+    const size_t rest = static_cast<size_t>(n - i);
+    const VF diff = hn::Sub(LoadN(d, a + i, rest), LoadN(d, b + i, rest));
+    StoreN(hn::Add(LoadN(d, dst + i, rest), diff), d, dst + i, rest);
+  }
+}
+
 // dst[0, kLd) = a[0, kLd) - b[0, kLd)
 HWY_INLINE void SubRow(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
                        float* HWY_RESTRICT dst) {
@@ -231,8 +251,32 @@ HWY_INLINE void SubRow(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
   }
 }
 
-HWY_INLINE void FillRange(float* dst, float value, int64_t n) {
-  std::fill(dst, dst + n, value);
+// dst[0, n) = value, with vector stores (never a libc memset call: the fills
+// here are short and many).
+HWY_INLINE void FillRange(float* HWY_RESTRICT dst, float value, int64_t n) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const VF v = hn::Set(d, value);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(v, d, dst + i);
+  if (i < n) StoreN(v, d, dst + i, static_cast<size_t>(n - i));
+}
+
+// Skewed copy of a bucket-major table slice (G^T or U^T, `buckets` rows of
+// kLd query columns): sk[(r + i) * kLd + i] = table[r * kLd + i]. Row c of
+// `sk` holds, in column i, bucket c - i: exactly the values a band tile's key
+// row with c = rel + k - bucket_lo needs along its diagonal strip (the bucket
+// falls by one per column), so that strip becomes one contiguous vector run
+// instead of a gather with stride 1 - kLd. Entries with c - i outside
+// [0, buckets) are never read. One pass per query tile; every band tile of
+// the query tile reads it.
+HWY_INLINE void SkewTable(const float* HWY_RESTRICT table, int64_t buckets,
+                          float* HWY_RESTRICT sk) {
+  for (int64_t r = 0; r < buckets; ++r) {
+    const float* HWY_RESTRICT src = table + r * kLd;
+    float* HWY_RESTRICT dst = sk + r * kLd;
+    for (int64_t i = 0; i < kLd; ++i) dst[i * (kLd + 1)] = src[i];
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -273,19 +317,43 @@ HWY_INLINE BandRuns MakeBandRuns(const AttentionProblem& p,
   return r;
 }
 
-// The base bucket of a tile pair: the bucket whose table row (G[i, base],
-// U[i, base]) is folded into per-column constants of the exponent, and into
-// which the column sums of P / dS go, minus whatever lands elsewhere. A far
-// tile is entirely in its base bucket, so it costs exactly a vanilla tile; a
-// band tile only touches, pair by pair, the pairs outside its base: the
-// diagonal strip |d| < k and the clamped run at the other end. The base is
-// the end bucket on the tile's side of the diagonal (for causal attention
-// always bucket 0: pairs in bucket 2k are masked), when reachable.
+// sum over x in [a, a + n) of clamp(x, 0, hi), in O(1); n >= 0, hi >= 0.
+HWY_INLINE int64_t SumClamped(int64_t a, int64_t n, int64_t hi) {
+  const int64_t last = a + n - 1;
+  int64_t sum = 0;
+  const int64_t mid_lo = std::max<int64_t>(a, 0);
+  const int64_t mid_hi = std::min(last, hi);
+  if (mid_lo <= mid_hi) sum += (mid_lo + mid_hi) * (mid_hi - mid_lo + 1) / 2;
+  const int64_t top_lo = std::max(a, hi + 1);
+  if (top_lo <= last) sum += hi * (last - top_lo + 1);
+  return sum;
+}
+
+// How a tile pair handles the relative terms. Far tiles and most band tiles
+// are FOLDED: a base bucket's table row (G[i, base], U[i, base]) is folded
+// into per-column constants of the exponent, and the column sums of P / dS go
+// to the base bucket, minus whatever lands elsewhere. A far tile is entirely
+// in its base bucket, so it costs exactly a vanilla tile; a folded band tile
+// touches, pair by pair, only the pairs outside its base: the diagonal strip
+// |d| < k and the clamped run at the other end. The base is the end bucket
+// on the tile's side of the diagonal (for causal attention always bucket 0:
+// pairs in bucket 2k are masked), when reachable. A band tile whose pairs lie
+// mostly outside any one end bucket (the tile on the diagonal, or every band
+// tile when 2k approaches the tile size) is DIRECT instead: nothing is
+// folded, and every visible pair adds its own table entry and goes to its
+// own bucket, each key row as at most three contiguous runs. Folding costs
+// about 3.25 vector passes per non-base pair (the difference to the base in
+// the scores, then both the bucket and the `moved` sum), direct 2 per pair,
+// so direct wins once more than ~60% of the pairs are outside the base.
 struct TileBase {
-  int64_t bucket = 0;     // base bucket, in [bucket_lo, bucket_lo + buckets)
-  bool band = false;      // some pair lies outside the base bucket
+  int64_t bucket = 0;     // folded: base bucket, in [lo, lo + buckets)
+  bool band = false;      // some pair lies outside one end bucket
+  bool folded = true;     // false: direct band tile (no base bucket)
   bool do_left = false;   // bucket-0 run is not the base: handle pair-wise
   bool do_right = false;  // bucket-2k run is not the base (and not masked)
+  // Key rows [row_begin, row_end) of the tile have pair-wise work (folded
+  // tiles beside the diagonal: only the rows that reach the strip).
+  int64_t row_begin = 0, row_end = 0;
 };
 
 HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
@@ -305,6 +373,9 @@ HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
   b.band = true;
   const bool left_ok = t.bucket_lo == 0;
   const bool right_ok = t.bucket_lo + t.buckets - 1 == 2 * kk;
+  // Causal: every pair with d >= k >= 1 is masked, so the bucket-2k run
+  // needs nothing. (k = 0: buckets 0 and 2k coincide.)
+  const bool right_visible = right_ok && !(p.causal && kk > 0);
   // Sign of the tile's mean distance (times 2, to stay in integers).
   const int64_t center2 =
       (2 * j0 + kn - 1) - (2 * t.i0 + t.rows - 1) - 2 * p.query_offset;
@@ -316,10 +387,45 @@ HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
   } else {
     b.bucket = t.bucket_lo;  // no clamped run at all: only the diagonal
   }
-  b.do_left = left_ok && b.bucket != 0;
-  // Causal: every pair with d >= k >= 1 is masked, so the bucket-2k run
-  // needs nothing. (k = 0: buckets 0 and 2k coincide with the base.)
-  b.do_right = right_ok && b.bucket != 2 * kk && !(p.causal && kk > 0);
+  // Pair counts of the three runs over the tile's key rows (MakeBandRuns:
+  // right_end = clamp(rel - k + 1), left_begin = clamp(rel + k), or
+  // right_end for k = 0).
+  const int64_t rel0 = j0 - t.i0 - p.query_offset;
+  const int64_t pairs = kn * t.rows;
+  const int64_t right = SumClamped(rel0 - kk + 1, kn, t.rows);
+  const int64_t left =
+      kk > 0 ? pairs - SumClamped(rel0 + kk, kn, t.rows) : pairs - right;
+  const int64_t diag = pairs - right - left;
+  const bool right_work = right_visible && right > 0;
+  const bool left_work = left_ok && left > 0;
+  if (kk > 0) {
+    const int64_t visible = diag + left + (right_visible ? right : 0);
+    int64_t outside = diag;
+    if (b.bucket != 0) outside += left;
+    if (b.bucket != 2 * kk && right_visible) outside += right;
+    if (13 * outside > 8 * visible) b.folded = false;
+  }
+  b.do_left = left_work && (!b.folded || b.bucket != 0);
+  b.do_right = right_work && (!b.folded || b.bucket != 2 * kk);
+  // Key rows with pair-wise work: the union of the rows where an active run
+  // is non-empty (right: rel - k + 1 > 0; strip: rel - k + 1 < rows and
+  // rel + k > 0; left: rel + k < rows). The intervals overlap, so their
+  // union is one interval.
+  int64_t first = kn, last = 0;
+  if (kk > 0) {
+    first = std::min(first, 1 - kk - rel0);
+    last = std::max(last, t.rows + kk - 1 - rel0);
+  }
+  if (b.do_right) {
+    first = std::min(first, kk - rel0);
+    last = kn;
+  }
+  if (b.do_left) {
+    first = 0;
+    last = std::max(last, t.rows - kk - rel0);
+  }
+  b.row_begin = std::clamp<int64_t>(first, 0, kn);
+  b.row_end = std::clamp<int64_t>(last, b.row_begin, kn);
   return b;
 }
 
@@ -331,31 +437,65 @@ HWY_INLINE int64_t DiagBegin(const AttentionProblem& p, const BandRuns& r) {
                   : r.right_end;
 }
 
-// Band tile: xt[jj][i] += T[bucket(j, i)][i] - T[base][i] for every pair
-// outside the base bucket (T = G^T: the key-side score term; T = U^T: the
-// value-side dP term, SPEC sections 2-3). `delta` is scratch for two rows.
+// One relative term of a band tile: the table slice T (G^T for the key-side
+// score term, U^T for the value-side dP term, SPEC sections 2-3), its skewed
+// copy (SkewTable) and the score-shaped tile it is added to.
+struct BandTerm {
+  const float* table;
+  const float* skew;
+  float* xt;
+};
+
+// Band tile, for each of the `count` terms (the backward does G and U in
+// one pass over the key rows): folded, xt[jj][i] += T[bucket(j, i)][i] -
+// T[base][i] for every pair outside the base bucket; direct, xt[jj][i] +=
+// T[bucket(j, i)][i] for every visible pair. Per key row everything is a
+// contiguous vector run: the clamped runs add a table row (folded: its
+// difference to the base row, precomputed), the diagonal strip reads the
+// skewed copy. `delta` is scratch for 2 * count rows.
 HWY_INLINE void AddBandDelta(const AttentionProblem& p,
-                             const fused::QueryTile& t, int64_t j0, int64_t kn,
-                             const TileBase& base, const float* table,
-                             float* delta, float* xt) {
+                             const fused::QueryTile& t, int64_t j0,
+                             const TileBase& base, const BandTerm* terms,
+                             int count, float* delta) {
   const int64_t kk = p.max_distance;
-  const float* base_row = table + (base.bucket - t.bucket_lo) * kLd;
-  float* d_right = delta;
-  float* d_left = delta + kLd;
-  if (base.do_right)
-    SubRow(table + (2 * kk - t.bucket_lo) * kLd, base_row, d_right);
-  if (base.do_left) SubRow(table + (0 - t.bucket_lo) * kLd, base_row, d_left);
-  for (int64_t jj = 0; jj < kn; ++jj) {
-    float* x = xt + jj * kLd;
-    const BandRuns r = MakeBandRuns(p, t, j0 + jj);
-    if (base.do_right) AddRange(x, d_right, r.right_end);
-    // Diagonal strip: the bucket index falls by one per column.
-    const float* diag = table + (r.rel + kk - t.bucket_lo) * kLd;
-    for (int64_t i = DiagBegin(p, r); i < r.left_begin; ++i) {
-      x[i] += diag[i - i * kLd] - base_row[i];
+  const float* base_row[2] = {nullptr, nullptr};
+  const float* right_src[2] = {nullptr, nullptr};
+  const float* left_src[2] = {nullptr, nullptr};
+  for (int e = 0; e < count; ++e) {
+    const float* table = terms[e].table;
+    const float* right_row = table + (2 * kk - t.bucket_lo) * kLd;
+    const float* left_row = table + (0 - t.bucket_lo) * kLd;
+    if (!base.folded) {
+      right_src[e] = right_row;
+      left_src[e] = left_row;
+      continue;
     }
-    if (base.do_left) {
-      AddRange(x + r.left_begin, d_left + r.left_begin, t.rows - r.left_begin);
+    base_row[e] = table + (base.bucket - t.bucket_lo) * kLd;
+    right_src[e] = delta + 2 * e * kLd;
+    left_src[e] = delta + (2 * e + 1) * kLd;
+    if (base.do_right) SubRow(right_row, base_row[e], delta + 2 * e * kLd);
+    if (base.do_left) SubRow(left_row, base_row[e], delta + (2 * e + 1) * kLd);
+  }
+  for (int64_t jj = base.row_begin; jj < base.row_end; ++jj) {
+    const BandRuns r = MakeBandRuns(p, t, j0 + jj);
+    const int64_t begin = DiagBegin(p, r);
+    const int64_t left_n = t.rows - r.left_begin;
+    for (int e = 0; e < count; ++e) {
+      float* x = terms[e].xt + jj * kLd;
+      if (base.do_right) AddRange(x, right_src[e], r.right_end);
+      if (begin < r.left_begin) {
+        // Skewed row rel + k - lo holds bucket rel - i + k in column i.
+        const float* diag = terms[e].skew + (r.rel + kk - t.bucket_lo) * kLd;
+        if (base.folded) {
+          AddDiffRange(x + begin, diag + begin, base_row[e] + begin,
+                       r.left_begin - begin);
+        } else {
+          AddRange(x + begin, diag + begin, r.left_begin - begin);
+        }
+      }
+      if (base.do_left) {
+        AddRange(x + r.left_begin, left_src[e] + r.left_begin, left_n);
+      }
     }
   }
 }
@@ -379,9 +519,10 @@ HWY_INLINE BucketAcc CarveBucketAcc(float* buf, int64_t buckets) {
   return {buf, buf + (buckets + kLd - 1) * kLd};
 }
 
+// Whole rows of full vectors: cheaper than zeroing only the parallelogram
+// (0 <= c - i < buckets in skewed row c) that the readers use.
 HWY_INLINE void ZeroBucketAcc(const BucketAcc& acc, int64_t buckets) {
-  std::fill(acc.skew, acc.ends + 3 * kLd, 0.0f);
-  (void)buckets;
+  FillRange(acc.skew, 0.0f, (buckets + kLd - 1 + 3) * kLd);
 }
 
 // The plain row collecting bucket `bucket` (0, 2k, or bucket_lo).
@@ -408,49 +549,70 @@ HWY_INLINE void FoldEnds(const AttentionProblem& p, const fused::QueryTile& t,
     fold(t.bucket_lo, acc.ends + 2 * kLd);
 }
 
-// Adds one tile pair's bucketed sums: pairs outside the base bucket pair by
-// pair (vector runs), and the base bucket the column sum minus them.
-// `moved` is scratch for one row.
+// One bucketed sum to accumulate from a tile pair: the score-shaped tile
+// (P^T or dS^T), its column sums, a scratch row and the accumulator.
+struct AccTerm {
+  const float* xt;
+  const float* colsum;
+  float* moved;
+  const BucketAcc* acc;
+};
+
+// Adds one tile pair's bucketed sums for each of the `count` terms (the
+// backward does W and E in one pass). Folded: pairs outside the base bucket
+// pair by pair (vector runs), and the base bucket the column sum minus them.
+// Direct: every run to its own bucket.
 HWY_INLINE void AccumulateTile(const AttentionProblem& p,
                                const fused::QueryTile& t, int64_t j0,
-                               int64_t kn, const TileBase& base,
-                               const float* xt, const float* colsum,
-                               float* moved, const BucketAcc& acc) {
+                               const TileBase& base, const AccTerm* terms,
+                               int count) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  float* base_row = EndRow(p, acc, base.bucket);
   if (!base.band) {
-    AddRange(base_row, colsum, kLd);
+    for (int e = 0; e < count; ++e) {
+      AddRange(EndRow(p, *terms[e].acc, base.bucket), terms[e].colsum, kLd);
+    }
     return;
   }
   const int64_t kk = p.max_distance;
-  float* right = EndRow(p, acc, 2 * kk);
-  float* left = EndRow(p, acc, 0);
-  std::fill(moved, moved + kLd, 0.0f);
-  for (int64_t jj = 0; jj < kn; ++jj) {
-    const float* x = xt + jj * kLd;
+  const bool folded = base.folded;
+  if (folded) {
+    for (int e = 0; e < count; ++e) FillRange(terms[e].moved, 0.0f, kLd);
+  }
+  for (int64_t jj = base.row_begin; jj < base.row_end; ++jj) {
     const BandRuns r = MakeBandRuns(p, t, j0 + jj);
-    if (base.do_right) {
-      AddRange(right, x, r.right_end);
-      AddRange(moved, x, r.right_end);
-    }
     const int64_t begin = DiagBegin(p, r);
-    if (begin < r.left_begin) {
-      float* row = acc.skew + (r.rel + kk - t.bucket_lo) * kLd;
-      AddRange(row + begin, x + begin, r.left_begin - begin);
-      AddRange(moved + begin, x + begin, r.left_begin - begin);
-    }
-    if (base.do_left) {
-      const int64_t n = t.rows - r.left_begin;
-      AddRange(left + r.left_begin, x + r.left_begin, n);
-      AddRange(moved + r.left_begin, x + r.left_begin, n);
+    const int64_t left_n = t.rows - r.left_begin;
+    for (int e = 0; e < count; ++e) {
+      const float* x = terms[e].xt + jj * kLd;
+      const BucketAcc& acc = *terms[e].acc;
+      float* moved = terms[e].moved;
+      if (base.do_right) {
+        AddRange(EndRow(p, acc, 2 * kk), x, r.right_end);
+        if (folded) AddRange(moved, x, r.right_end);
+      }
+      if (begin < r.left_begin) {
+        float* row = acc.skew + (r.rel + kk - t.bucket_lo) * kLd;
+        AddRange(row + begin, x + begin, r.left_begin - begin);
+        if (folded) AddRange(moved + begin, x + begin, r.left_begin - begin);
+      }
+      if (base.do_left) {
+        AddRange(EndRow(p, acc, 0) + r.left_begin, x + r.left_begin, left_n);
+        if (folded) AddRange(moved + r.left_begin, x + r.left_begin, left_n);
+      }
     }
   }
-  for (int64_t i = 0; i < kLd; i += lanes) {
-    hn::StoreU(
-        hn::Add(hn::LoadU(d, base_row + i),
-                hn::Sub(hn::LoadU(d, colsum + i), hn::LoadU(d, moved + i))),
-        d, base_row + i);
+  if (!folded) return;
+  for (int e = 0; e < count; ++e) {
+    float* base_row = EndRow(p, *terms[e].acc, base.bucket);
+    const float* colsum = terms[e].colsum;
+    const float* moved = terms[e].moved;
+    for (int64_t i = 0; i < kLd; i += lanes) {
+      hn::StoreU(
+          hn::Add(hn::LoadU(d, base_row + i),
+                  hn::Sub(hn::LoadU(d, colsum + i), hn::LoadU(d, moved + i))),
+          d, base_row + i);
+    }
   }
 }
 
@@ -518,7 +680,8 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
   float* qt = scratch;
   float* st = qt + sz.qt;
   float* gt = st + sz.st;
-  float* wt = gt + sz.gt;
+  float* gsk = gt + sz.gt;
+  float* wt = gsk + sz.gsk;
   float* oacc = wt + sz.wt;
   float* m = oacc + sz.oacc;
   float* l = m + kLd;
@@ -538,9 +701,10 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
   }
   const BucketAcc w_acc = CarveBucketAcc(wt, t.buckets);
   if (p.value_term) ZeroBucketAcc(w_acc, t.buckets);
-  std::fill(oacc, oacc + rows * dv, 0.0f);
-  std::fill(m, m + kLd, neg_inf);
-  std::fill(l, l + kLd, 0.0f);
+  FillRange(oacc, 0.0f, rows * dv);
+  FillRange(m, neg_inf, kLd);
+  FillRange(l, 0.0f, kLd);
+  bool skewed = false;  // gsk built (lazily: only band tiles read it)
 
   const VF v_neg_inf = hn::Set(d, neg_inf);
   const VF v_slack = hn::Set(d, kMaxSlack);
@@ -554,8 +718,14 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
     // for the pairs outside the base.
     const float* g_base = nullptr;
     if (p.key_term) {
-      g_base = gt + (base.bucket - t.bucket_lo) * kLd;
-      if (base.band) AddBandDelta(p, t, j0, kn, base, gt, delta, st);
+      if (base.folded) g_base = gt + (base.bucket - t.bucket_lo) * kLd;
+      if (base.band) {
+        // k = 0 has no diagonal strip (and no skewed copy).
+        if (!skewed && p.max_distance > 0) SkewTable(gt, t.buckets, gsk);
+        skewed = true;
+        const BandTerm term{gt, gsk, st};
+        AddBandDelta(p, t, j0, base, &term, 1, delta);
+      }
     }
     ApplyCausalMask(p, t, j0, kn, st);
 
@@ -607,7 +777,8 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
     // O_I += P V_J: A(i, jj) = P^T[jj][i].
     MatMul(rows, dv, kn, st, 1, kLd, hd.v + j0 * dv, dv, oacc, dv, 1.0f, true);
     if (p.value_term) {
-      AccumulateTile(p, t, j0, kn, base, st, colsum, moved, w_acc);
+      const AccTerm term{st, colsum, moved, &w_acc};
+      AccumulateTile(p, t, j0, base, &term, 1);
     }
   }
   if (p.value_term) {
@@ -666,15 +837,17 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   float* dpt = st + sz.st;
   float* gt = dpt + sz.dpt;
   float* ut = gt + sz.gt;
-  float* et = ut + sz.ut;
+  float* gsk = ut + sz.ut;
+  float* usk = gsk + sz.gsk;
+  float* et = usk + sz.usk;
   float* wt = et + sz.et;
   float* dqacc = wt + sz.wt;
   float* drow = dqacc + sz.dqacc;
   float* lse_row = drow + kLd;
   float* p_colsum = lse_row + kLd;
   float* ds_colsum = p_colsum + kLd;
-  float* delta = ds_colsum + kLd;  // two rows
-  float* moved = delta + 2 * kLd;
+  float* delta = ds_colsum + kLd;  // four rows
+  float* moved = delta + 4 * kLd;  // two rows
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   const float* q = hd.q + t.i0 * dk;
@@ -712,7 +885,8 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
            kLd, 1.0f, false);
   }
   if (want_w) ZeroBucketAcc(w_acc, t.buckets);
-  if (hd.dq) std::fill(dqacc, dqacc + rows * dk, 0.0f);
+  if (hd.dq) FillRange(dqacc, 0.0f, rows * dk);
+  bool skewed = false;  // gsk / usk built (lazily: only band tiles read them)
 
   for (int64_t j0 = key_tile_first * kKeyTile; j0 < t.key_end;
        j0 += key_tile_step * kKeyTile) {
@@ -726,13 +900,23 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     // base]; band tiles add the differences for pairs outside the base.
     const float* g_base = nullptr;
     const float* u_base = nullptr;
+    BandTerm terms[2];
+    int count = 0;
     if (p.key_term) {
-      g_base = gt + (base.bucket - t.bucket_lo) * kLd;
-      if (base.band) AddBandDelta(p, t, j0, kn, base, gt, delta, st);
+      if (base.folded) g_base = gt + (base.bucket - t.bucket_lo) * kLd;
+      terms[count++] = {gt, gsk, st};
     }
     if (p.value_term) {
-      u_base = ut + (base.bucket - t.bucket_lo) * kLd;
-      if (base.band) AddBandDelta(p, t, j0, kn, base, ut, delta, dpt);
+      if (base.folded) u_base = ut + (base.bucket - t.bucket_lo) * kLd;
+      terms[count++] = {ut, usk, dpt};
+    }
+    if (base.band && count > 0) {
+      if (!skewed && p.max_distance > 0) {  // k = 0: no diagonal strip
+        if (p.key_term) SkewTable(gt, t.buckets, gsk);
+        if (p.value_term) SkewTable(ut, t.buckets, usk);
+      }
+      skewed = true;
+      AddBandDelta(p, t, j0, base, terms, count, delta);
     }
     ApplyCausalMask(p, t, j0, kn, st);
     for (int64_t c0 = 0; c0 < kLd; c0 += lanes) {
@@ -755,10 +939,13 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       hn::StoreU(p_sum, d, p_colsum + c0);
       hn::StoreU(ds_sum, d, ds_colsum + c0);
     }
-    if (want_w) AccumulateTile(p, t, j0, kn, base, st, p_colsum, moved, w_acc);
+    AccTerm acc_terms[2];
+    int acc_count = 0;
+    if (want_w) acc_terms[acc_count++] = {st, p_colsum, moved, &w_acc};
     if (p.key_term) {
-      AccumulateTile(p, t, j0, kn, base, dpt, ds_colsum, moved, e_acc);
+      acc_terms[acc_count++] = {dpt, ds_colsum, moved + kLd, &e_acc};
     }
+    if (acc_count > 0) AccumulateTile(p, t, j0, base, acc_terms, acc_count);
     if (hd.dv) {
       MatMul(kn, dv, rows, st, kLd, 1, dout, dv, hd.dv + j0 * dv, dv, 1.0f,
              true);

@@ -128,7 +128,7 @@ void FusedForward(const AttentionProblem& p, const AttentionInputs<float>& in,
   if (items == 0) return;
   const int64_t per_thread = PaddedFloats(fused::ForwardScratch(p).Floats());
   auto scratch = AllocateFloats(per_thread * threads, "forward scratch");
-  std::fill(scratch.get(), scratch.get() + per_thread * threads, 0.0f);
+  // No zero fill: every tile body writes its scratch before reading it.
   // Resolve the dispatch target once, outside the parallel region.
   (void)HWY_DYNAMIC_DISPATCH(TargetName)();
 
@@ -183,7 +183,12 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
   const int64_t items = bh_count * chunks;
   const int64_t per_thread = lay.ThreadFloats();
   auto thread_buf = AllocateFloats(per_thread * threads, "backward scratch");
-  std::fill(thread_buf.get(), thread_buf.get() + per_thread * threads, 0.0f);
+  // Only the dAK / dAV accumulators need zeros; the tile bodies write the
+  // rest of their scratch before reading it.
+  for (int th = 0; th < threads; ++th) {
+    float* acc = thread_buf.get() + per_thread * th + lay.scratch_floats;
+    std::fill(acc, acc + lay.dak_floats + lay.dav_floats, 0.0f);
+  }
   hwy::AlignedFreeUniquePtr<float[]> chunk_buf;
   const int64_t chunk_count = bh_count * (chunks - 1);
   if (lay.chunk_floats > 0) {
@@ -246,18 +251,28 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
         }
       }
     }
+    // Per-thread table gradients summed in thread order, in blocks of
+    // contiguous floats (vectorisable; the sum order per element does not
+    // depend on the block split).
     auto reduce_table = [&](bool want, int64_t offset_in_thread, int64_t width,
                             float* dst_all) {
       if (!want) return;
-      const int64_t rows = lay.range.count * width;
-#pragma omp for schedule(static) collapse(2)
-      for (int64_t th = 0; th < lay.table_heads; ++th) {
-        for (int64_t e = 0; e < rows; ++e) {
-          float s = 0.0f;
-          for (int t = 0; t < threads; ++t) {
-            s += thread_buf[per_thread * t + offset_in_thread + th * rows + e];
-          }
-          dst_all[th * p.TableRows() * width + lay.range.lo * width + e] = s;
+      const int64_t rows = lay.range.count * width;  // floats per table head
+      constexpr int64_t kBlock = 1024;
+      const int64_t blocks = (rows + kBlock - 1) / kBlock;
+#pragma omp for schedule(static)
+      for (int64_t item = 0; item < lay.table_heads * blocks; ++item) {
+        const int64_t th = item / blocks;
+        const int64_t e0 = (item % blocks) * kBlock;
+        const int64_t n = std::min(kBlock, rows - e0);
+        float* dst =
+            dst_all + th * p.TableRows() * width + lay.range.lo * width + e0;
+        const float* src0 =
+            thread_buf.get() + offset_in_thread + th * rows + e0;
+        std::copy(src0, src0 + n, dst);
+        for (int t = 1; t < threads; ++t) {
+          const float* src = src0 + per_thread * t;
+          for (int64_t e = 0; e < n; ++e) dst[e] += src[e];
         }
       }
     };

@@ -195,6 +195,10 @@ std::vector<AttentionCase> CoveringCases() {
       {"perhead_causal", 2, 2, 64, 64, 64, 64, 16, true, true, true, true, {}, {}},
       {"n128_k64_key_only_perhead", 1, 2, 128, 128, 80, 80, 64, true, true, false, false, {}, {}},
       {"q1_decode", 2, 2, 1, 129, 64, 64, 16, false, true, true, true, {}, {}},
+      // Band tiles of both kinds (direct on the diagonal, folded beside it,
+      // with only the key rows that reach the strip), the diagonal crossing
+      // tiles off their corners (offset 7).
+      {"q300_k280_k16_off7", 1, 1, 300, 280, 64, 64, 16, false, true, true, false, {}, 7},
       // Widths that are no multiple of any vector length (partial vectors).
       {"odd_dims_causal", 1, 2, 70, 67, 17, 9, 5, false, true, true, true, {}, {}},
   };
@@ -221,18 +225,20 @@ INSTANTIATE_TEST_SUITE_P(SizeSweep, FusedVsReference,
                          [](const auto& info) { return info.param.name; });
 
 // Every compiled Highway target (AVX2, SSE4, EMU128, ... as this CPU allows)
-// on a handful of cases that hit far and band tiles, masks, partial vectors
-// (dk = 17, dv = 9) and every table-gradient path.
+// on a handful of cases that hit far and band tiles (folded and direct),
+// masks, partial vectors (dk = 17, dv = 9) and every table-gradient path.
 TEST(FusedTargets, EveryCompiledTarget) {
   std::vector<AttentionCase> cases;
   for (const AttentionCase& c : CoveringCases()) {
     if (c.name == "n129_pad" || c.name == "q64_k65_offneg10_causal" ||
         c.name == "n7_pad_value_only" || c.name == "q129_k63_k200" ||
-        c.name == "n129_k0_causal" || c.name == "odd_dims_causal") {
+        c.name == "n129_k0_causal" || c.name == "odd_dims_causal" ||
+        c.name == "q300_k280_k16_off7" || c.name == "q129_k1000_pad" ||
+        c.name == "n1000_causal") {
       cases.push_back(c);
     }
   }
-  ASSERT_EQ(cases.size(), 6u);
+  ASSERT_EQ(cases.size(), 9u);
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     EXPECT_STREQ(FusedTargetName(), hwy::TargetName(target));

@@ -68,6 +68,13 @@ inline int64_t BucketAccFloats(const AttentionProblem& p) {
   return (MaxTileBuckets(p) + kQueryTile - 1 + 3) * kQueryTile;
 }
 
+// A skewed copy of a G^T or U^T slice (SkewTable in fused_attention-inl.h):
+// buckets + kQueryTile - 1 rows. Not needed when k = 0 (no diagonal strip).
+inline int64_t SkewTableFloats(const AttentionProblem& p) {
+  if (p.max_distance == 0) return 0;
+  return (MaxTileBuckets(p) + kQueryTile - 1) * kQueryTile;
+}
+
 // Table rows any pair of the whole problem can reach: [lo, lo + count).
 // The per-thread dAK / dAV accumulators cover only this range.
 struct BucketRange {
@@ -85,23 +92,24 @@ inline BucketRange ReachableBuckets(const AttentionProblem& p) {
 // Per-thread scratch of the forward pass, in floats. Every transposed tile
 // has leading dimension kQueryTile (one column per query row of the tile).
 struct ForwardScratch {
-  int64_t qt, st, gt, wt, oacc, stats;  // sizes in floats
+  int64_t qt, st, gt, gsk, wt, oacc, stats;  // sizes in floats
   explicit ForwardScratch(const AttentionProblem& p) {
     const int64_t nb = MaxTileBuckets(p);
     qt = p.dk * kQueryTile;                      // (Q_I / sqrt(dk))^T
     st = kKeyTile * kQueryTile;                  // S^T, then P^T
     gt = p.key_term ? nb * kQueryTile : 0;       // G^T slice
+    gsk = p.key_term ? SkewTableFloats(p) : 0;   // G^T slice, skewed
     wt = p.value_term ? BucketAccFloats(p) : 0;  // W, skewed + 3 end rows
     oacc = kQueryTile * p.dv;                    // unnormalised output
     // m, l, alpha, m_use, column sum, two delta rows, moved sums
     stats = 8 * kQueryTile;
   }
-  int64_t Floats() const { return qt + st + gt + wt + oacc + stats; }
+  int64_t Floats() const { return qt + st + gt + gsk + wt + oacc + stats; }
 };
 
 // Per-thread scratch of the backward pass, in floats.
 struct BackwardScratch {
-  int64_t qt, dot, st, dpt, gt, ut, et, wt, dqacc, stats;
+  int64_t qt, dot, st, dpt, gt, ut, gsk, usk, et, wt, dqacc, stats;
   explicit BackwardScratch(const AttentionProblem& p) {
     const int64_t nb = MaxTileBuckets(p);
     qt = p.dk * kQueryTile;                      // (Q_I / sqrt(dk))^T
@@ -110,14 +118,16 @@ struct BackwardScratch {
     dpt = kKeyTile * kQueryTile;                 // dP^T, then dS^T
     gt = p.key_term ? nb * kQueryTile : 0;       // G^T slice
     ut = p.value_term ? nb * kQueryTile : 0;     // U^T = (dO AV^T)^T slice
+    gsk = p.key_term ? SkewTableFloats(p) : 0;   // skewed copies of both
+    usk = p.value_term ? SkewTableFloats(p) : 0;
     et = p.key_term ? BucketAccFloats(p) : 0;    // E, skewed + 3 end rows
     wt = p.value_term ? BucketAccFloats(p) : 0;  // W, skewed + 3 end rows
     dqacc = kQueryTile * p.dk;                   // dQ_I before the 1/sqrt(dk)
-    // D, lse (finite), P and dS column sums, two delta rows, moved sums
-    stats = 7 * kQueryTile;
+    // D, lse (finite), P and dS column sums, four delta rows, two moved sums
+    stats = 10 * kQueryTile;
   }
   int64_t Floats() const {
-    return qt + dot + st + dpt + gt + ut + et + wt + dqacc + stats;
+    return qt + dot + st + dpt + gt + ut + gsk + usk + et + wt + dqacc + stats;
   }
 };
 
