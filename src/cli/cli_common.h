@@ -26,6 +26,7 @@ void AddTrainVerb(CLI::App& app, std::ostream& out);
 void AddEvalVerb(CLI::App& app, std::ostream& out);
 void AddDemoVerb(CLI::App& app, std::ostream& out);
 void AddSweepVerb(CLI::App& app, std::ostream& out);
+void AddSettingsVerb(CLI::App& app, std::ostream& out);
 
 // Builds the whole command line, parses `args` (args[0] is the program name),
 // runs the chosen verb. Never throws: returns the exit code and prints the

@@ -24,6 +24,8 @@
 #include "train/progress.h"
 #include "train/signals.h"
 #include "train/svg_plot.h"
+#include "train/evaluation.h"
+#include "train/lengths.h"
 #include "train/trainer.h"
 
 namespace relpos::cli {
@@ -141,10 +143,7 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
   fs::create_directories(f.out, ec);
   if (ec) RELPOS_THROW(IoError, "--out '" << f.out << "': " << ec.message());
 
-  train::ProgressMode mode = train::ProgressMode::kAuto;
-  if (f.progress == "bar") mode = train::ProgressMode::kTerminal;
-  if (f.progress == "lines") mode = train::ProgressMode::kLines;
-  if (f.progress == "none") mode = train::ProgressMode::kQuiet;
+  const train::ProgressMode mode = ParseProgressMode(f.progress);
 
   out << "relpos demo: does a model trained on short sequences keep working on "
          "longer ones?\n"
@@ -331,8 +330,7 @@ void AddDemoVerb(CLI::App& app, std::ostream& out) {
   sub->add_option("--seed", flags->seed, "Seed of initialisation and data");
   sub->add_option("--threads", flags->threads, "OpenMP threads (default 1)")
       ->check(CLI::Range(1, 1024));
-  sub->add_option("--progress", flags->progress, "auto, bar, lines or none")
-      ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
+  AddProgressFlag(sub, &flags->progress);
   sub->add_option("--positions", flags->positions,
                   "Position schemes to compare, comma-separated (default "
                   "sinusoidal,relative; learned and none are slower to train)");

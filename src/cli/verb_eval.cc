@@ -11,6 +11,8 @@
 #include "core/check.h"
 #include "train/checkpoint.h"
 #include "train/progress.h"
+#include "train/evaluation.h"
+#include "train/lengths.h"
 #include "train/trainer.h"
 
 namespace relpos::cli {
@@ -43,10 +45,7 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
   ec.seed = f.seed;
   const int64_t batches_per_length =
       (f.sequences + f.batch_size - 1) / f.batch_size;
-  train::ProgressMode mode = train::ProgressMode::kAuto;
-  if (f.progress == "bar") mode = train::ProgressMode::kTerminal;
-  if (f.progress == "lines") mode = train::ProgressMode::kLines;
-  if (f.progress == "none") mode = train::ProgressMode::kQuiet;
+  const train::ProgressMode mode = ParseProgressMode(f.progress);
   train::Progress progress(
       std::cerr, "eval",
       batches_per_length * static_cast<int64_t>(lengths.size()), mode);
@@ -125,8 +124,7 @@ void AddEvalVerb(CLI::App& app, std::ostream& out) {
   sub->add_option("--threads", flags->threads,
                   "OpenMP threads (default: the checkpoint's)")
       ->check(CLI::Range(1, 1024));
-  sub->add_option("--progress", flags->progress, "auto, bar, lines or none")
-      ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
+  AddProgressFlag(sub, &flags->progress);
   sub->callback([flags, &out] { RunEval(*flags, out); });
 }
 

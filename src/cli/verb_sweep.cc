@@ -20,6 +20,8 @@
 #include "io/file_io.h"
 #include "train/progress.h"
 #include "train/signals.h"
+#include "train/evaluation.h"
+#include "train/lengths.h"
 #include "train/trainer.h"
 
 namespace relpos::cli {
@@ -70,7 +72,7 @@ std::vector<std::string> ParseTerms(const std::string& spec) {
     const size_t end = std::min(spec.find(',', start), spec.size());
     const std::string item = spec.substr(start, end - start);
     model::ModelConfig probe;
-    ApplyTerms(item, &probe);  // validates the name
+    model::ApplyTerms(item, &probe);  // validates the name
     terms.push_back(item);
     start = end + 1;
   }
@@ -102,7 +104,7 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
   for (const Run& r : runs) {
     model::ModelConfig m = base_model;
     m.max_distance = r.k;
-    ApplyTerms(r.terms, &m);
+    model::ApplyTerms(r.terms, &m);
     model::Validate(m);  // e.g. a huge k: refused before any training
   }
 
@@ -161,7 +163,7 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
   for (size_t i = 0; i < runs.size(); ++i) {
     model::ModelConfig m = base_model;
     m.max_distance = runs[i].k;
-    ApplyTerms(runs[i].terms, &m);
+    model::ApplyTerms(runs[i].terms, &m);
     train::Trainer trainer(m, base_train);
     train::RunOptions opts;
     opts.progress_out = &std::cerr;

@@ -14,6 +14,8 @@
 #include "core/check.h"
 #include "train/checkpoint.h"
 #include "train/signals.h"
+#include "train/evaluation.h"
+#include "train/lengths.h"
 #include "train/trainer.h"
 
 namespace relpos::cli {
@@ -64,7 +66,9 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
     }
     trainer =
         std::make_unique<train::Trainer>(train::Trainer::Resume(f.resume));
-    if (steps_given) trainer->set_total_steps(f.exp.steps_flag());
+    if (steps_given) {
+      trainer->set_total_steps(std::stoll(f.exp.GivenText("--steps")));
+    }
     dir = f.resume;
   } else {
     RELPOS_CHECK_ARG(!f.out.empty(), "--out DIR is required (or --resume DIR)");

@@ -257,9 +257,7 @@ Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer) {
     ck.model_config = model::ModelConfigFromJson(j["model"]);
     ck.train_config = TrainConfigFromJson(j["train"]);
   } catch (const Error& e) {
-    std::string msg = e.what();
-    if (msg.rfind("relpos: ", 0) == 0) msg.erase(0, 8);
-    Bad(source, msg);
+    Bad(source, MessageBody(e));
   }
 
   const nlohmann::json& st = j["state"];
