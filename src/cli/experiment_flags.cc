@@ -2,20 +2,22 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <system_error>
-#include <nlohmann/json.hpp>
-#include <set>
 
-#include "core/check.h"
-#include "io/file_io.h"
-#include "train/checkpoint.h"
+#include "cli/cli_common.h"
+#include "relpos/error.h"
+#include "relpos/model.h"
 
 namespace relpos::cli {
+namespace {
 
-using model::ModelConfig;
-using train::TrainConfig;
+// "--max-distance,-k" -> "--max-distance".
+std::string LongName(const std::string& flag) {
+  return flag.substr(0, flag.find(','));
+}
+
+}  // namespace
 
 CLI::Option* AddProgressFlag(CLI::App* sub, std::string* storage) {
   return sub
@@ -25,18 +27,11 @@ CLI::Option* AddProgressFlag(CLI::App* sub, std::string* storage) {
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
 }
 
-train::ProgressMode ParseProgressMode(const std::string& name) {
-  if (name == "bar") return train::ProgressMode::kTerminal;
-  if (name == "lines") return train::ProgressMode::kLines;
-  if (name == "none") return train::ProgressMode::kQuiet;
-  return train::ProgressMode::kAuto;
-}
-
-std::string PositionLabel(const ModelConfig& c) {
-  std::string s = model::ToString(c.position);
-  if (c.position == model::PositionScheme::kRelative) {
-    const std::string terms = model::TermsName(c);
-    s += " (k=" + std::to_string(c.max_distance);
+std::string PositionLabel(const ExperimentConfig& c) {
+  std::string s = c.Get("model", "position");
+  if (s == "relative") {
+    const std::string terms = c.Get("model", "--terms");
+    s += " (k=" + c.Get("model", "max_distance");
     if (terms != "both") s += ", " + terms + " term";
     if (terms == "neither") s += "s";
     s += ")";
@@ -44,79 +39,48 @@ std::string PositionLabel(const ModelConfig& c) {
   return s;
 }
 
-namespace {
-
-// Applies `text` given for `s` on the command line to `c`: parsed as the
-// setting's type, checked against its declared range or choices, stored.
-// InvalidArgument naming the flag.
-template <typename C>
-void ApplyText(const io::Setting<C>& s, const std::string& flag,
-               const std::string& text, C& c) {
-  const io::SettingValue v = io::ParseSettingText(s.type, text, flag);
-  io::CheckSetting(s, v, flag);
-  s.set(c, v, flag);
-}
-
-// The first name of a CLI11 spelling: "--max-distance,-k" -> "--max-distance".
-std::string LongName(const std::string& flag) {
-  return flag.substr(0, flag.find(','));
-}
-
-}  // namespace
-
-template <typename C>
-void ExperimentFlags::Bind(CLI::App* sub, const io::Setting<C>& s,
-                           const FlagGroups& groups) {
-  if (s.flag.empty()) return;
-  if (s.group == model::kPositionGroup && !groups.position) return;
-  Bound& b = bound_.emplace_back();
-  const std::string flag = LongName(s.flag);
-  const io::Setting<C>* setting = &s;  // the tables are static
-  if (s.type == io::SettingType::kBool) {
-    b.option = sub->add_flag(s.flag, b.on, s.help);
-    b.apply = [setting, &b](ModelConfig& m, TrainConfig& t) {
-      if constexpr (std::is_same_v<C, ModelConfig>) {
-        setting->set(m, b.on, "");
-      } else {
-        setting->set(t, b.on, "");
-      }
-    };
-    return;
-  }
-  static const char* kTypeNames[] = {"INT", "UINT", "FLOAT", "BOOL", "TEXT"};
-  b.option = sub->add_option(s.flag, b.text, s.help)
-                 ->type_name(kTypeNames[static_cast<int>(s.type)]);
-  // Checked while parsing, on a scratch config, so a bad value is a usage
-  // error naming the flag before anything runs.
-  b.option->check(CLI::Validator(
-      [setting, flag](std::string& text) -> std::string {
-        try {
-          C scratch;
-          ApplyText(*setting, flag, text, scratch);
-        } catch (const Error& e) {
-          // CLI11 puts the flag in front already.
-          std::string message = MessageBody(e);
-          if (message.rfind(flag + " ", 0) == 0) {
-            message.erase(0, flag.size() + 1);
-          }
-          return message;
-        }
-        return "";
-      },
-      io::DescribeValid(s.type, s.range, s.choices)));
-  b.apply = [setting, flag, &b](ModelConfig& m, TrainConfig& t) {
-    if constexpr (std::is_same_v<C, ModelConfig>) {
-      ApplyText(*setting, flag, b.text, m);
-    } else {
-      ApplyText(*setting, flag, b.text, t);
-    }
-  };
-}
-
 void ExperimentFlags::Add(CLI::App* sub, FlagGroups groups) {
+  static const char* kTypeNames[] = {"INT", "UINT", "FLOAT", "TEXT"};
   // Train settings first: --task and --train-lengths lead the help.
-  for (const auto& s : train::TrainSettings()) Bind(sub, s, groups);
-  for (const auto& s : model::ModelSettings()) Bind(sub, s, groups);
+  for (const char* section : {"train", "model"}) {
+    for (const SettingInfo& s : ExperimentConfig::Settings()) {
+      if (s.section != section || s.flag.empty()) continue;
+      if (s.group == "position" && !groups.position) continue;
+      Bound& b = bound_.emplace_back();
+      b.setting = &s;
+      b.flag = LongName(s.flag);
+      b.key = s.key.empty() ? b.flag : s.key;
+      if (s.is_switch) {
+        b.option = sub->add_flag(s.flag, b.on, s.help);
+        continue;
+      }
+      const char* type = s.type == "integer"        ? kTypeNames[0]
+                         : s.type == "integer >= 0" ? kTypeNames[1]
+                         : s.type == "number"       ? kTypeNames[2]
+                                                    : kTypeNames[3];
+      b.option = sub->add_option(s.flag, b.text, s.help)->type_name(type);
+      // Checked while parsing, on a scratch config, so a bad value is a
+      // usage error naming the flag before anything runs.
+      const Bound* bound = &b;
+      b.option->check(CLI::Validator(
+          [bound](std::string& text) -> std::string {
+            try {
+              ExperimentConfig scratch;
+              scratch.Set(bound->setting->section, bound->key, text,
+                          bound->flag);
+            } catch (const Error& e) {
+              // CLI11 puts the flag in front already.
+              std::string message = MessageBody(e);
+              if (message.rfind(bound->flag + " ", 0) == 0) {
+                message.erase(0, bound->flag.size() + 1);
+              }
+              return message;
+            }
+            return "";
+          },
+          s.valid));
+    }
+  }
   if (groups.config_file) {
     config_option_ = sub->add_option(
         "--config", config_file_,
@@ -129,7 +93,7 @@ void ExperimentFlags::Add(CLI::App* sub, FlagGroups groups) {
 const ExperimentFlags::Bound* ExperimentFlags::Find(
     const std::string& flag) const {
   for (const Bound& b : bound_) {
-    if (b.option->check_name(flag)) return &b;
+    if (b.flag == flag) return &b;
   }
   return nullptr;
 }
@@ -152,110 +116,48 @@ std::vector<std::string> ExperimentFlags::GivenNames() const {
   return names;
 }
 
-void ExperimentFlags::Build(const ModelConfig& model_defaults,
-                            const TrainConfig& train_defaults,
-                            ModelConfig* model, TrainConfig* train) const {
-  ModelConfig m = model_defaults;
-  TrainConfig t = train_defaults;
-  bool arch_set = !GivenText("--arch").empty();
-  bool config_warmup_set = false;
-  const int64_t default_warmup = t.warmup_steps;
+ExperimentConfig ExperimentFlags::Build(
+    const ExperimentConfig& defaults) const {
+  ExperimentConfig c = defaults;
   if (config_option_ && config_option_->count() > 0) {
-    // Untrusted file: size-capped read, strict parse; unknown sections and
-    // fields are errors (a typo must not be silently ignored).
-    const std::string text =
-        io::ReadFileBounded(config_file_, int64_t{1} << 20);
-    nlohmann::json j;
     try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      RELPOS_THROW(FormatError, "--config " << config_file_
-                                            << ": not valid JSON (" << e.what()
-                                            << ")");
-    }
-    if (!j.is_object()) {
-      RELPOS_THROW(FormatError,
-                   "--config " << config_file_ << ": must hold a JSON object");
-    }
-    static const std::set<std::string> known = {"model",   "train", "format",
-                                                "version", "state", "files"};
-    for (const auto& [key, value] : j.items()) {
-      if (!known.count(key)) {
-        RELPOS_THROW(FormatError, "--config " << config_file_
-                                              << ": unknown section '" << key
-                                              << "' (expected model, train)");
-      }
-    }
-    try {
-      if (j.contains("model")) {
-        if (!j["model"].is_object()) {
-          RELPOS_THROW(FormatError, "section 'model' must be an object");
-        }
-        nlohmann::json merged = model::ToJson(m);
-        merged["vocab_size"] = 1;  // placeholder: the task decides it below
-        merged.update(j["model"]);
-        arch_set = arch_set || j["model"].contains("arch");
-        m = model::ModelConfigFromJson(merged);
-      }
-      if (j.contains("train")) {
-        if (!j["train"].is_object()) {
-          RELPOS_THROW(FormatError, "section 'train' must be an object");
-        }
-        nlohmann::json merged = train::ToJson(t);
-        merged.update(j["train"]);
-        config_warmup_set = j["train"].contains("warmup_steps");
-        // An unset warm-up is resolved below (after the flags), so the
-        // default must not fail validation against a short `steps` here.
-        if (!config_warmup_set) merged["warmup_steps"] = 0;
-        t = train::TrainConfigFromJson(merged);
-      }
+      c.MergeJsonFile(config_file_);
     } catch (const FormatError& e) {
-      RELPOS_THROW(FormatError,
-                   "--config " << config_file_ << ": " << MessageBody(e));
+      throw FormatError("--config " + MessageBody(e));
     }
   }
   for (const Bound& b : bound_) {
-    if (b.option->count() > 0) b.apply(m, t);
+    if (b.option->count() == 0) continue;
+    c.Set(b.setting->section, b.key,
+          b.setting->is_switch ? (b.on ? "true" : "false") : b.text, b.flag);
   }
-  const bool warmup_set =
-      config_warmup_set || !GivenText("--warmup-steps").empty();
-  // Unless set, the warm-up is the default's (100 updates) but at most a
-  // tenth of the run, so that `--steps 50` works without more flags.
-  if (!warmup_set) t.warmup_steps = std::min(default_warmup, t.steps / 10);
-  train::Validate(t);
-  // The data decides the vocabulary and, unless set, the architecture.
-  const std::unique_ptr<train::DataSource> data = train::MakeDataSource(t.data);
-  m.vocab_size = data->vocab_size();
-  if (!arch_set) m.arch = data->default_arch();
-  model::Validate(m);
-  train::CheckModelAndData(m, t, *data);
-  *model = m;
-  *train = t;
+  c.Resolve();
+  return c;
 }
 
 void CheckOutDir(const std::string& out, bool refuse_checkpoint) {
   namespace fs = std::filesystem;
-  RELPOS_CHECK_ARG(!out.empty(), "--out must not be empty");
+  RELPOS_CLI_CHECK(!out.empty(), "--out must not be empty");
   std::error_code ec;
   const fs::path p(out);
   if (fs::exists(p, ec)) {
-    RELPOS_CHECK_ARG(fs::is_directory(p, ec),
+    RELPOS_CLI_CHECK(fs::is_directory(p, ec),
                      "--out '" << out << "' exists and is not a folder");
-    RELPOS_CHECK_ARG(!refuse_checkpoint || !train::HasCheckpoint(out),
+    RELPOS_CLI_CHECK(!refuse_checkpoint || !HasCheckpoint(out),
                      "--out '"
                          << out
                          << "' already holds a checkpoint (continue it with "
                             "--resume, or choose another folder)");
-    RELPOS_CHECK_ARG(access(out.c_str(), W_OK | X_OK) == 0,
+    RELPOS_CLI_CHECK(access(out.c_str(), W_OK | X_OK) == 0,
                      "--out '" << out << "' is not writable");
     return;
   }
   fs::path parent = p.parent_path();
   if (parent.empty()) parent = ".";
-  RELPOS_CHECK_ARG(fs::is_directory(parent, ec),
+  RELPOS_CLI_CHECK(fs::is_directory(parent, ec),
                    "--out '" << out << "': parent folder '" << parent.string()
                              << "' does not exist");
-  RELPOS_CHECK_ARG(access(parent.c_str(), W_OK | X_OK) == 0,
+  RELPOS_CLI_CHECK(access(parent.c_str(), W_OK | X_OK) == 0,
                    "--out '" << out << "': parent folder '" << parent.string()
                              << "' is not writable");
 }

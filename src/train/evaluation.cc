@@ -10,16 +10,16 @@ namespace relpos::train {
 
 void CheckEvalLengths(const model::ModelConfig& m, const DataSource& data,
                       const std::vector<int64_t>& lengths) {
-  RELPOS_CHECK_ARG(!lengths.empty(), "eval lengths must name at least one length");
+  RELPOS_CHECK_ARG(!lengths.empty(), "lengths must name at least one length");
   for (int64_t n : lengths) {
     RELPOS_CHECK_ARG(n >= data.min_length() && n <= data.max_length(),
-                     "eval lengths: " << n << " is outside [" << data.min_length()
+                     "lengths: " << n << " is outside [" << data.min_length()
                                    << ", " << data.max_length()
                                    << "] for task '" << data.name() << "'");
     const int64_t tokens = data.SequenceLength(n);
     RELPOS_CHECK_ARG(
         m.position != model::PositionScheme::kLearned || tokens <= m.max_len,
-        "eval lengths: length " << n << " needs " << tokens
+        "lengths: length " << n << " needs " << tokens
                              << " positions but the learned table "
                                 "has max_len "
                              << m.max_len << " rows");
