@@ -72,6 +72,8 @@ constexpr const char* kColors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
 
 }  // namespace
 
+// Over 100 lines on purpose: it writes the SVG document top to bottom (axes,
+// grid, training-range marker, series, legend) in the order it appears.
 std::string RenderSvg(const std::vector<PlotSeries>& series,
                       const PlotOptions& o) {
   RELPOS_CLI_CHECK(!series.empty(), "plot: no series");

@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
@@ -82,8 +84,10 @@ std::string Fixed(double v, int digits) {
   return buf;
 }
 
-void RunDemo(const DemoFlags& f, std::ostream& out) {
-  const auto wall_start = std::chrono::steady_clock::now();
+int DemoThreads(const DemoFlags& f) { return f.threads > 0 ? f.threads : 1; }
+
+// The training run both models share.
+ExperimentConfig DemoTrainConfig(const DemoFlags& f) {
   ExperimentConfig tc;
   tc.Set("train", "task", kDemoTask);
   tc.Set("train", "--train-lengths",
@@ -94,103 +98,19 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
   tc.Set("train", "warmup_steps",
          std::to_string(std::min<int64_t>(80, f.steps / 10)));
   tc.Set("train", "seed", std::to_string(f.seed));
-  const int threads = f.threads > 0 ? f.threads : 1;
-  tc.Set("train", "threads", std::to_string(threads));
+  tc.Set("train", "threads", std::to_string(DemoThreads(f)));
   tc.Set("train", "checkpoint_every", "0");
-  const std::vector<int64_t> lengths =
-      ParseLengths(kDemoEvalLengths, "eval lengths");
-  std::vector<DemoModel> models;
-  for (const std::string& name : SplitList(f.positions)) {
-    for (const DemoModel& m : models) {
-      RELPOS_CLI_CHECK(m.folder != name,
-                       "--positions lists '" << name << "' twice");
-    }
-    models.push_back({DemoName(name), name, DemoConfig(tc, name)});
-    CheckEvalLengths(models.back().config, lengths);
-  }
-  CheckOutDir(f.out, /*refuse_checkpoint=*/false);
-  std::error_code ec;
-  fs::create_directories(f.out, ec);
-  if (ec) throw IoError("--out '" + f.out + "': " + ec.message());
-  const DataInfo data = DescribeData(tc);
-  auto tokens = [&](int64_t length) { return SequenceLength(tc, length); };
+  return tc;
+}
 
-  out << "relpos demo: does a model trained on short sequences keep working on "
-         "longer ones?\n"
-      << "task " << kDemoTask << ": " << data.metric
-      << "; the answer at each output position depends only on the tokens 1 "
-         "and "
-         "3 places back.\n"
-      << "training on lengths " << kDemoTrainMin << "-" << kDemoTrainMax << " ("
-      << tokens(kDemoTrainMin) << "-" << tokens(kDemoTrainMax) << " tokens), "
-      << f.steps
-      << " steps each; testing on lengths " << lengths.front() << "-"
-      << lengths.back() << " (up to " << tokens(lengths.back())
-      << " tokens)\n"
-      << std::flush;
-
-  ScopedStopSignals signals;
-  constexpr int64_t kEvalBatch = 64;
-  nlohmann::ordered_json results_models = nlohmann::ordered_json::array();
-  std::vector<std::vector<LengthMetrics>> all;
-  for (size_t k = 0; k < models.size(); ++k) {
-    const DemoModel& m = models[k];
-    const std::string label = "[" + std::to_string(k + 1) + "/" +
-                              std::to_string(models.size()) + "] " + m.name;
-    Training training(m.config);
-    const std::string checkpoint = (fs::path(f.out) / m.folder).string();
-    const TrainSummary r = training.Run(
-        {.checkpoint_dir = checkpoint,
-         .progress = {.out = &std::cerr, .mode = f.progress,
-                      .label = label + " train"},
-         .stop_flag = signals.flag()});
-    if (r.interrupted) {
-      std::cerr << "demo: stopped by signal " << signals.signal_number()
-                << " while training " << m.name << "; its checkpoint is in "
-                << checkpoint << "\n";
-      signals.Reraise();
-      return;
-    }
-    const auto eval_start = std::chrono::steady_clock::now();
-    std::vector<LengthMetrics> res = Evaluate(
-        training.model(), {.lengths = lengths,
-                           .sequences_per_length = f.sequences,
-                           .batch_size = kEvalBatch,
-                           .threads = threads,
-                           .progress = {.out = &std::cerr, .mode = f.progress,
-                                        .label = label + " eval"}});
-    const double eval_s = std::chrono::duration<double>(
-                              std::chrono::steady_clock::now() - eval_start)
-                              .count();
-    nlohmann::ordered_json acc = nlohmann::ordered_json::object(),
-                           seq = nlohmann::ordered_json::object(),
-                           loss = nlohmann::ordered_json::object();
-    for (const auto& x : res) {
-      acc[std::to_string(x.length)] = x.token_accuracy;
-      seq[std::to_string(x.length)] = x.sequence_accuracy;
-      loss[std::to_string(x.length)] = x.loss;
-    }
-    const ExperimentConfig& trained = training.config();
-    results_models.push_back({
-        {"name", m.name},
-        {"position", trained.Get("model", "position")},
-        {"max_distance", std::stoll(trained.Get("model", "max_distance"))},
-        {"checkpoint", m.folder},
-        {"parameters", training.model().NumParameters()},
-        {"final_train_loss", r.final_loss},
-        {"train_seconds", r.seconds},
-        {"eval_seconds", eval_s},
-        {"accuracy_by_length", acc},
-        {"sequence_accuracy_by_length", seq},
-        {"loss_by_length", loss},
-        {"model_config",
-         nlohmann::ordered_json::parse(trained.ToJson())["model"]},
-    });
-    all.push_back(std::move(res));
-  }
-
-  // The table: one row per length, one column per model.
-  out << "\nper-token accuracy on the output positions (" << f.sequences
+// The table: one row per length, one column per model; then the means
+// inside and beyond the training range.
+void PrintTable(const std::vector<DemoModel>& models,
+                const std::vector<std::vector<LengthMetrics>>& all,
+                const std::vector<int64_t>& lengths, int64_t sequences,
+                const std::function<int64_t(int64_t)>& tokens,
+                std::ostream& out) {
+  out << "\nper-token accuracy on the output positions (" << sequences
       << " sequences per length; chance = 0.25):\n";
   std::string header = "length  tokens";
   for (const DemoModel& m : models) {
@@ -239,6 +159,141 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
     out << "\n";
   }
 
+}
+
+// accuracy.svg: accuracy against length, one line per model.
+std::string DemoPlot(const std::vector<DemoModel>& models,
+                     const std::vector<std::vector<LengthMetrics>>& all) {
+  std::vector<PlotSeries> series;
+  for (size_t k = 0; k < models.size(); ++k) {
+    PlotSeries s{models[k].name, {}};
+    for (const auto& x : all[k]) {
+      s.points.emplace_back(static_cast<double>(x.length), x.token_accuracy);
+    }
+    series.push_back(std::move(s));
+  }
+  PlotOptions po;
+  po.title = std::string("relpos demo: ") + kDemoTask +
+             ", trained on lengths " + std::to_string(kDemoTrainMin) + "-" +
+             std::to_string(kDemoTrainMax);
+  po.x_label = "length (input symbols)";
+  po.y_label = "per-token accuracy";
+  po.train_max_x = static_cast<double>(kDemoTrainMax);
+  return RenderSvg(series, po);
+}
+
+// Trains one model (checkpoint in --out/<scheme>) and evaluates it at every
+// length; its entry of results.json goes to `json`. Nothing when a signal
+// stopped the training (its checkpoint is kept and the signal re-raised).
+std::optional<std::vector<LengthMetrics>> TrainAndEvaluate(
+    const DemoModel& m, const std::string& label, const DemoFlags& f,
+    const std::vector<int64_t>& lengths, ScopedStopSignals& signals,
+    nlohmann::ordered_json* json) {
+  constexpr int64_t kEvalBatch = 64;
+  Training training(m.config);
+  const std::string checkpoint = (fs::path(f.out) / m.folder).string();
+  TrainOptions options;
+  options.checkpoint_dir = checkpoint;
+  options.progress = {.out = &std::cerr, .mode = f.progress,
+                      .label = label + " train"};
+  options.stop_flag = signals.flag();
+  const TrainSummary r = training.Run(options);
+  if (r.interrupted) {
+    std::cerr << "demo: stopped by signal " << signals.signal_number()
+              << " while training " << m.name << "; its checkpoint is in "
+              << checkpoint << "\n";
+    signals.Reraise();
+    return std::nullopt;
+  }
+  const auto eval_start = std::chrono::steady_clock::now();
+  std::vector<LengthMetrics> res = Evaluate(
+      training.model(), {.lengths = lengths,
+                         .sequences_per_length = f.sequences,
+                         .batch_size = kEvalBatch,
+                         .threads = DemoThreads(f),
+                         .progress = {.out = &std::cerr, .mode = f.progress,
+                                      .label = label + " eval"}});
+  const double eval_s = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - eval_start)
+                            .count();
+  nlohmann::ordered_json acc = nlohmann::ordered_json::object(),
+                         seq = nlohmann::ordered_json::object(),
+                         loss = nlohmann::ordered_json::object();
+  for (const auto& x : res) {
+    acc[std::to_string(x.length)] = x.token_accuracy;
+    seq[std::to_string(x.length)] = x.sequence_accuracy;
+    loss[std::to_string(x.length)] = x.loss;
+  }
+  const ExperimentConfig& trained = training.config();
+  json->push_back({
+      {"name", m.name},
+      {"position", trained.Get("model", "position")},
+      {"max_distance", std::stoll(trained.Get("model", "max_distance"))},
+      {"checkpoint", m.folder},
+      {"parameters", training.model().NumParameters()},
+      {"final_train_loss", r.final_loss},
+      {"train_seconds", r.seconds},
+      {"eval_seconds", eval_s},
+      {"accuracy_by_length", acc},
+      {"sequence_accuracy_by_length", seq},
+      {"loss_by_length", loss},
+      {"model_config",
+       nlohmann::ordered_json::parse(trained.ToJson())["model"]},
+  });
+  return res;
+}
+
+void RunDemo(const DemoFlags& f, std::ostream& out) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const ExperimentConfig tc = DemoTrainConfig(f);
+  const int threads = DemoThreads(f);
+  const std::vector<int64_t> lengths =
+      ParseLengths(kDemoEvalLengths, "eval lengths");
+  std::vector<DemoModel> models;
+  for (const std::string& name : SplitList(f.positions)) {
+    for (const DemoModel& m : models) {
+      RELPOS_CLI_CHECK(m.folder != name,
+                       "--positions lists '" << name << "' twice");
+    }
+    models.push_back({DemoName(name), name, DemoConfig(tc, name)});
+    CheckEvalLengths(models.back().config, lengths);
+  }
+  CheckOutDir(f.out, /*refuse_checkpoint=*/false);
+  std::error_code ec;
+  fs::create_directories(f.out, ec);
+  if (ec) throw IoError("--out '" + f.out + "': " + ec.message());
+  const DataInfo data = DescribeData(tc);
+  auto tokens = [&](int64_t length) { return SequenceLength(tc, length); };
+
+  out << "relpos demo: does a model trained on short sequences keep working on "
+         "longer ones?\n"
+      << "task " << kDemoTask << ": " << data.metric
+      << "; the answer at each output position depends only on the tokens 1 "
+         "and "
+         "3 places back.\n"
+      << "training on lengths " << kDemoTrainMin << "-" << kDemoTrainMax << " ("
+      << tokens(kDemoTrainMin) << "-" << tokens(kDemoTrainMax) << " tokens), "
+      << f.steps
+      << " steps each; testing on lengths " << lengths.front() << "-"
+      << lengths.back() << " (up to " << tokens(lengths.back())
+      << " tokens)\n"
+      << std::flush;
+
+  ScopedStopSignals signals;
+  nlohmann::ordered_json results_models = nlohmann::ordered_json::array();
+  std::vector<std::vector<LengthMetrics>> all;
+  for (size_t k = 0; k < models.size(); ++k) {
+    const DemoModel& m = models[k];
+    const std::string label = "[" + std::to_string(k + 1) + "/" +
+                              std::to_string(models.size()) + "] " + m.name;
+    std::optional<std::vector<LengthMetrics>> res = TrainAndEvaluate(
+        m, label, f, lengths, signals, &results_models);
+    if (!res) return;  // stopped by a signal
+    all.push_back(std::move(*res));
+  }
+
+  PrintTable(models, all, lengths, f.sequences, tokens, out);
+
   // results.json and the plot, each written atomically.
   const double wall_s = std::chrono::duration<double>(
                             std::chrono::steady_clock::now() - wall_start)
@@ -256,23 +311,8 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
   const fs::path json_path = fs::path(f.out) / "results.json";
   WriteFileAtomically(json_path.string(), results.dump(2) + "\n");
 
-  std::vector<PlotSeries> series;
-  for (size_t k = 0; k < models.size(); ++k) {
-    PlotSeries s{models[k].name, {}};
-    for (const auto& x : all[k]) {
-      s.points.emplace_back(static_cast<double>(x.length), x.token_accuracy);
-    }
-    series.push_back(std::move(s));
-  }
-  PlotOptions po;
-  po.title = std::string("relpos demo: ") + kDemoTask +
-             ", trained on lengths " + std::to_string(kDemoTrainMin) + "-" +
-             std::to_string(kDemoTrainMax);
-  po.x_label = "length (input symbols)";
-  po.y_label = "per-token accuracy";
-  po.train_max_x = static_cast<double>(kDemoTrainMax);
   const fs::path svg_path = fs::path(f.out) / "accuracy.svg";
-  WriteFileAtomically(svg_path.string(), RenderSvg(series, po));
+  WriteFileAtomically(svg_path.string(), DemoPlot(models, all));
 
   out << "\nwrote " << json_path.string() << ", " << svg_path.string()
       << " and the checkpoints";

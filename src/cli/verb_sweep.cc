@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <system_error>
 #include <vector>
 
@@ -79,17 +80,9 @@ ExperimentConfig RunConfig(const ExperimentConfig& base, const Run& r) {
   return c;
 }
 
-void RunSweep(SweepFlags& f, std::ostream& out) {
-  ExperimentConfig defaults;
-  defaults.SetDefault("train", "steps", "400");
-  defaults.SetDefault("train", "warmup_steps", "40");
-  defaults.SetDefault("train", "lr", "2e-3");
-  defaults.SetDefault("model", "position", "relative");
-  const ExperimentConfig base = f.exp.Build(defaults);
-  const DataInfo data = DescribeData(base);
-
-  // Runs: every k with both terms (Shaw et al. Table 3), then the other term
-  // settings at k = terms_k (Table 4).
+// Every k with both terms (Shaw et al. Table 3), then the other term
+// settings at k = terms_k (Table 4).
+std::vector<Run> SweepRuns(const SweepFlags& f) {
   std::vector<Run> runs;
   const std::vector<int64_t> ks = ParseKs(f.ks);
   const std::vector<std::string> terms = ParseTerms(f.terms);
@@ -99,6 +92,90 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
     for (const Run& r : runs) have |= r.k == f.terms_k && r.terms == t;
     if (!have) runs.push_back({f.terms_k, t});
   }
+  return runs;
+}
+
+// Evaluation lengths: a few inside the training range [lo, hi], and by
+// default beyond it up to 3x the longest.
+struct SweepLengths {
+  std::string in_spec, beyond_spec;
+  std::vector<int64_t> beyond, all;
+};
+
+SweepLengths MakeSweepLengths(const SweepFlags& f, int64_t lo, int64_t hi) {
+  SweepLengths sl;
+  sl.in_spec =
+      FormatLengthRange(lo, hi) + ":" +
+      std::to_string(std::max<int64_t>(1, (hi - lo) / 3));
+  sl.beyond_spec =
+      f.eval_lengths.empty()
+          ? std::to_string(hi + 1) + "-" + std::to_string(3 * hi) + ":" +
+                std::to_string(std::max<int64_t>(1, hi / 2))
+          : f.eval_lengths;
+  const std::vector<int64_t> in_lengths =
+      ParseLengths(sl.in_spec, "train lengths");
+  sl.beyond =
+      ParseLengths(sl.beyond_spec, "--eval-lengths");
+  sl.all = in_lengths;
+  sl.all.insert(sl.all.end(), sl.beyond.begin(), sl.beyond.end());
+  std::sort(sl.all.begin(), sl.all.end());
+  sl.all.erase(std::unique(sl.all.begin(), sl.all.end()), sl.all.end());
+  return sl;
+}
+
+// --out (optional, for sweep.json): an existing writable folder, or one
+// created in an existing writable parent.
+void PrepareOutDir(const std::string& out) {
+  std::error_code ec;
+  const fs::path p(out);
+  if (!fs::exists(p, ec)) {
+    fs::path parent = p.parent_path();
+    if (parent.empty()) parent = ".";
+    RELPOS_CLI_CHECK(
+        fs::is_directory(parent, ec) &&
+            access(parent.c_str(), W_OK | X_OK) == 0,
+        "--out '" << out << "': parent folder is missing or not writable");
+    fs::create_directory(p, ec);
+    if (ec) throw IoError("--out '" + out + "': " + ec.message());
+  } else {
+    RELPOS_CLI_CHECK(
+        fs::is_directory(p, ec) && access(out.c_str(), W_OK | X_OK) == 0,
+        "--out '" << out << "' is not a writable folder");
+  }
+}
+
+// Mean token accuracy over lengths <= hi, and mean token and sequence
+// accuracy over the longer ones.
+std::tuple<double, double, double> Means(const std::vector<LengthMetrics>& res,
+                                         int64_t hi) {
+  double in_acc = 0, out_acc = 0, out_seq = 0;
+  int n_in = 0, n_out = 0;
+  for (const auto& x : res) {
+    if (x.length <= hi) {
+      in_acc += x.token_accuracy;
+      ++n_in;
+    } else {
+      out_acc += x.token_accuracy;
+      out_seq += x.sequence_accuracy;
+      ++n_out;
+    }
+  }
+  in_acc /= std::max(n_in, 1);
+  out_acc /= std::max(n_out, 1);
+  out_seq /= std::max(n_out, 1);
+  return {in_acc, out_acc, out_seq};
+}
+
+void RunSweep(SweepFlags& f, std::ostream& out) {
+  ExperimentConfig defaults;
+  defaults.SetDefault("train", "steps", "400");
+  defaults.SetDefault("train", "warmup_steps", "40");
+  defaults.SetDefault("train", "lr", "2e-3");
+  defaults.SetDefault("model", "position", "relative");
+  const ExperimentConfig base = f.exp.Build(defaults);
+  const DataInfo data = DescribeData(base);
+
+  const std::vector<Run> runs = SweepRuns(f);
   std::vector<ExperimentConfig> configs;
   for (const Run& r : runs) configs.push_back(RunConfig(base, r));
 
@@ -106,44 +183,15 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
   // beyond it up to 3x the longest.
   const int64_t lo = std::stoll(base.Get("train", "train_min_length")),
                 hi = std::stoll(base.Get("train", "train_max_length"));
-  const std::string in_spec =
-      FormatLengthRange(lo, hi) + ":" +
-      std::to_string(std::max<int64_t>(1, (hi - lo) / 3));
-  const std::string beyond_spec =
-      f.eval_lengths.empty()
-          ? std::to_string(hi + 1) + "-" + std::to_string(3 * hi) + ":" +
-                std::to_string(std::max<int64_t>(1, hi / 2))
-          : f.eval_lengths;
-  const std::vector<int64_t> in_lengths =
-      ParseLengths(in_spec, "train lengths");
-  const std::vector<int64_t> beyond =
-      ParseLengths(beyond_spec, "--eval-lengths");
-  std::vector<int64_t> all_lengths = in_lengths;
-  all_lengths.insert(all_lengths.end(), beyond.begin(), beyond.end());
-  std::sort(all_lengths.begin(), all_lengths.end());
-  all_lengths.erase(std::unique(all_lengths.begin(), all_lengths.end()),
-                    all_lengths.end());
+  const SweepLengths sl = MakeSweepLengths(f, lo, hi);
+  const std::string& in_spec = sl.in_spec;
+  const std::string& beyond_spec = sl.beyond_spec;
+  const std::vector<int64_t>& beyond = sl.beyond;
+  const std::vector<int64_t>& all_lengths = sl.all;
   AsFlag("--eval-lengths", "lengths",
          [&] { CheckEvalLengths(base, all_lengths); });
 
-  if (!f.out.empty()) {
-    std::error_code ec;
-    const fs::path p(f.out);
-    if (!fs::exists(p, ec)) {
-      fs::path parent = p.parent_path();
-      if (parent.empty()) parent = ".";
-      RELPOS_CLI_CHECK(
-          fs::is_directory(parent, ec) &&
-              access(parent.c_str(), W_OK | X_OK) == 0,
-          "--out '" << f.out << "': parent folder is missing or not writable");
-      fs::create_directory(p, ec);
-      if (ec) throw IoError("--out '" + f.out + "': " + ec.message());
-    } else {
-      RELPOS_CLI_CHECK(
-          fs::is_directory(p, ec) && access(f.out.c_str(), W_OK | X_OK) == 0,
-          "--out '" << f.out << "' is not a writable folder");
-    }
-  }
+  if (!f.out.empty()) PrepareOutDir(f.out);
 
   std::cerr << "sweep: task " << base.Get("train", "task") << ", "
             << runs.size() << " runs of " << base.Get("train", "steps")
@@ -174,21 +222,7 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
     const std::vector<LengthMetrics> res =
         Evaluate(training.model(),
                  {.lengths = all_lengths, .sequences_per_length = f.sequences});
-    double in_acc = 0, out_acc = 0, out_seq = 0;
-    int n_in = 0, n_out = 0;
-    for (const auto& x : res) {
-      if (x.length <= hi) {
-        in_acc += x.token_accuracy;
-        ++n_in;
-      } else {
-        out_acc += x.token_accuracy;
-        out_seq += x.sequence_accuracy;
-        ++n_out;
-      }
-    }
-    in_acc /= std::max(n_in, 1);
-    out_acc /= std::max(n_out, 1);
-    out_seq /= std::max(n_out, 1);
+    const auto [in_acc, out_acc, out_seq] = Means(res, hi);
     char line[160];
     std::snprintf(line, sizeof line,
                   "%5lld  %-7s  %8lld  %10.4f  %9.4f  %10.4f  %10.4f\n",

@@ -91,11 +91,12 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
             << c.Get("train", "threads") << "\n";
 
   ScopedStopSignals signals;
-  const TrainSummary r = training->Run(
-      {.checkpoint_dir = dir,
-       .progress = {.out = &std::cerr, .mode = f.exp.progress(),
-                    .label = "train"},
-       .stop_flag = signals.flag()});
+  TrainOptions options;
+  options.checkpoint_dir = dir;
+  options.progress = {.out = &std::cerr, .mode = f.exp.progress(),
+                      .label = "train"};
+  options.stop_flag = signals.flag();
+  const TrainSummary r = training->Run(options);
   if (guard) guard->Release();
 
   if (r.interrupted) {

@@ -210,6 +210,9 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& ck) {
   }
 }
 
+// Over 100 lines on purpose: one straight sequence of checks of an untrusted
+// folder (config.json, state, file names, tensors), each failing with its own
+// message; split up, the order of the checks would be harder to audit.
 Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer) {
   std::error_code ec;
   const fs::path d(dir);
