@@ -6,10 +6,12 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "model/transformer.h"
 #include "relpos/config.h"
 #include "relpos/model.h"
+#include "relpos/tensor_view.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -34,6 +36,21 @@ struct Model::Impl {
   std::shared_ptr<model::Transformer> transformer;
   const train::TrainState* state = nullptr;
 };
+
+// A view of a tensor of rank 1 to 4 held as data + shape (parameters).
+template <typename T>
+TensorView<T> ViewOf(T* data, const std::vector<int64_t>& shape) {
+  switch (shape.size()) {
+    case 1:
+      return {data, {shape[0]}};
+    case 2:
+      return {data, {shape[0], shape[1]}};
+    case 3:
+      return {data, {shape[0], shape[1], shape[2]}};
+    default:
+      return {data, {shape.at(0), shape.at(1), shape.at(2), shape.at(3)}};
+  }
+}
 
 // A non-owning Model of a trainer's transformer.
 Model BorrowModel(train::Trainer& trainer);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "api/internal.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "nn/multi_head_attention.h"
@@ -64,13 +65,6 @@ void CheckInput(const char* what, int rank, int64_t d, int64_t want_d) {
                    what << " must be [B, N, d_model=" << want_d << "]");
 }
 
-ConstView<float> ViewOf(const std::vector<float>& data,
-                        const std::vector<int64_t>& shape) {
-  if (shape.size() == 1) return {data.data(), {shape[0]}};
-  if (shape.size() == 2) return {data.data(), {shape[0], shape[1]}};
-  return {data.data(), {shape[0], shape[1], shape[2]}};
-}
-
 }  // namespace
 
 RelativeAttentionLayer::RelativeAttentionLayer(const LayerConfig& c)
@@ -100,11 +94,7 @@ RelativeAttentionLayer::RelativeAttentionLayer(const LayerConfig& c)
       continue;
     }
     Impl::Tensor& t = impl_->Add(name, table);
-    TensorView<float> view =
-        table.size() == 3 ? TensorView<float>(t.value.data(),
-                                              {table[0], table[1], table[2]})
-                          : TensorView<float>(t.value.data(), {rows, dh});
-    InitRelativeTable(view, {.seed = table_seed});
+    InitRelativeTable(ViewOf(t.value.data(), table), {.seed = table_seed});
   }
   impl_->options.max_distance = c.max_distance;
   impl_->options.per_head_tables = c.per_head_tables;
@@ -161,11 +151,7 @@ TensorView<float> RelativeAttentionLayer::Parameter(const std::string& name) {
   auto it = impl_->params.find(name);
   RELPOS_CHECK_ARG(it != impl_->params.end(),
                    "the layer has no parameter '" << name << "'");
-  const auto& shape = it->second.shape;
-  float* p = it->second.value.data();
-  if (shape.size() == 1) return {p, {shape[0]}};
-  if (shape.size() == 2) return {p, {shape[0], shape[1]}};
-  return {p, {shape[0], shape[1], shape[2]}};
+  return ViewOf(it->second.value.data(), it->second.shape);
 }
 
 ConstView<float> RelativeAttentionLayer::Gradient(
@@ -173,7 +159,7 @@ ConstView<float> RelativeAttentionLayer::Gradient(
   auto it = impl_->params.find(name);
   RELPOS_CHECK_ARG(it != impl_->params.end(),
                    "the layer has no parameter '" << name << "'");
-  return ViewOf(it->second.grad, it->second.shape);
+  return ViewOf<const float>(it->second.grad.data(), it->second.shape);
 }
 
 }  // namespace relpos

@@ -33,21 +33,6 @@ const model::Parameter& Find(const model::Transformer& t,
   return t.parameters()[static_cast<size_t>(i)];
 }
 
-// A view of a parameter tensor (rank 1 to 3 in this model).
-ConstView<float> ViewOf(const std::vector<float>& data,
-                        const std::vector<int64_t>& shape) {
-  switch (shape.size()) {
-    case 1:
-      return {data.data(), {shape[0]}};
-    case 2:
-      return {data.data(), {shape[0], shape[1]}};
-    case 3:
-      return {data.data(), {shape[0], shape[1], shape[2]}};
-    default:
-      return {data.data(), {static_cast<int64_t>(data.size())}};
-  }
-}
-
 }  // namespace
 
 Model BorrowModel(train::Trainer& trainer) {
@@ -121,12 +106,12 @@ std::vector<std::string> Model::ParameterNames() const {
 
 ConstView<float> Model::Parameter(const std::string& name) const {
   const model::Parameter& p = Find(*impl_->transformer, name);
-  return ViewOf(p.value, p.shape);
+  return ViewOf(p.value.data(), p.shape);
 }
 
 ConstView<float> Model::Gradient(const std::string& name) const {
   const model::Parameter& p = Find(*impl_->transformer, name);
-  return ViewOf(p.grad, p.shape);
+  return ViewOf(p.grad.data(), p.shape);
 }
 
 ForwardResult Model::Forward(const TokenBatch& batch) {

@@ -247,9 +247,14 @@ std::vector<SettingRow> SettingRows(const std::vector<Setting<C>>& settings,
     r.key = s.key;
     r.flag = s.flag;
     r.type = kTypeNames[static_cast<int>(s.type)];
-    r.default_value = s.default_note.empty()
-                          ? "`" + FormatSettingValue(s.get(defaults)) + "`"
-                          : s.default_note;
+    if (s.default_note.empty()) {
+      // Appended piecewise: GCC 12 warns (-Wrestrict) on "`" + string.
+      r.default_value.append("`")
+          .append(FormatSettingValue(s.get(defaults)))
+          .append("`");
+    } else {
+      r.default_value = s.default_note;
+    }
     r.valid = DescribeValid(s.type, s.range, s.choices);
     r.help = s.help;
     rows.push_back(std::move(r));
