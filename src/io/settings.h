@@ -135,6 +135,8 @@ Setting<C> Field(std::string key, std::string flag, std::string help, Ref ref,
     }
   }
   s.range = range;
+  // `ref` takes a C& (a lambda reaching a nested field cannot be written
+  // for both constnesses); get only reads through it.
   s.get = [ref](const C& c) -> SettingValue {
     return static_cast<S>(std::invoke(ref, const_cast<C&>(c)));
   };
