@@ -110,20 +110,10 @@ std::vector<LengthMetrics> Evaluate(Model& model, const EvalOptions& options) {
         batches * static_cast<int64_t>(ec.lengths.size()),
         ModeOf(options.progress.mode));
   }
-  const std::vector<train::LengthResult> results = train::EvaluateByLength(
+  std::vector<LengthMetrics> results = train::EvaluateByLength(
       *model.impl().transformer, *data, ec, progress.get());
   if (progress) progress->Finish();
-  std::vector<LengthMetrics> out;
-  for (const train::LengthResult& r : results) {
-    out.push_back({.length = r.length,
-                   .sequence_length = r.sequence_length,
-                   .token_accuracy = r.token_accuracy,
-                   .sequence_accuracy = r.sequence_accuracy,
-                   .loss = r.loss,
-                   .tokens = r.tokens,
-                   .sequences = r.sequences});
-  }
-  return out;
+  return results;
 }
 
 void CheckEvalLengths(const ExperimentConfig& config,

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/transformer.h"
+#include "relpos/training.h"
 #include "train/data_source.h"
 #include "train/progress.h"
 
@@ -14,23 +15,16 @@ namespace relpos::train {
 
 // Evaluation examples come from Rng(seed) mixed with the length, a stream
 // apart from every training stream, so all models evaluated with the same
-// EvalConfig see the same examples.
-inline constexpr uint64_t kDefaultEvalSeed = 0x5EED0E7A1ULL;
+// EvalConfig see the same examples. The seed and the result per length are
+// the public API's (relpos/training.h).
+using relpos::kDefaultEvalSeed;
+using LengthResult = relpos::LengthMetrics;
 
 struct EvalConfig {
   std::vector<int64_t> lengths;
   int64_t sequences_per_length = 128;
   int64_t batch_size = 64;
   uint64_t seed = kDefaultEvalSeed;
-};
-
-struct LengthResult {
-  int64_t length = 0;            // the size parameter
-  int64_t sequence_length = 0;   // tokens in each example
-  double token_accuracy = 0;     // correct / scored positions
-  double sequence_accuracy = 0;  // sequences with every scored position right
-  double loss = 0;               // mean cross-entropy (nats) per scored token
-  int64_t tokens = 0, sequences = 0;
 };
 
 // Checks that the model can run sequences of these lengths (InvalidArgument
