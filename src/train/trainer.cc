@@ -16,18 +16,23 @@ namespace {
 constexpr uint64_t kInitStream = 1, kDataStream = 2, kDropoutStream = 3;
 
 // Decoupled weight decay goes to the weight matrices of the linear layers
-// (names ending ".weight", docs/model.md) and the token embedding; biases,
-// LayerNorm gains and every position table (absolute or relative) are left
-// alone, as in common practice: decaying rarely-seen position rows would pull
-// them to zero for no benefit. The model's parameter registration does not
-// yet carry this property, so the rule is spelled here once, by parameter
-// kind rather than by name fragments.
-bool DecayParameter(const model::Parameter& p) {
-  const std::string& n = p.name;
-  const std::string suffix = ".weight";
-  return n == "embed.token" ||
-         (n.size() > suffix.size() &&
-          n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0);
+// and the token embedding; biases, LayerNorm gains and every position table
+// (absolute or relative) are left alone, as in common practice: decaying
+// rarely-seen position rows would pull them to zero for no benefit. The
+// property is declared with the parameter where the model declares it
+// (BasicParameter::decay); until then the same rule by parameter kind (names
+// ending ".weight", docs/model.md, and the token embedding).
+template <typename P>
+bool DecayParameter(const P& p) {
+  if constexpr (requires { p.decay; }) {
+    return p.decay;
+  } else {
+    const std::string& n = p.name;
+    const std::string suffix = ".weight";
+    return n == "embed.token" ||
+           (n.size() > suffix.size() &&
+            n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0);
+  }
 }
 
 std::vector<ParamSlot> Slots(model::Transformer& model) {
