@@ -43,6 +43,15 @@ class NumericalError : public Error {
   using Error::Error;
 };
 
+// A relpos message without its "relpos: " prefix, for callers that put the
+// message inside their own ("--config cfg.json: <message>").
+inline std::string MessageBody(const std::exception& e) {
+  const std::string message = e.what();
+  const std::string prefix = "relpos: ";
+  return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size())
+                                       : message;
+}
+
 }  // namespace relpos
 
 #endif  // RELPOS_ERROR_H_

@@ -10,4 +10,13 @@
 #include "relpos/tensor_view.h"
 #include "relpos/version.h"
 
+// Link relpos::api for these (include/relpos/ is one API; the attention op
+// alone needs only relpos::relpos).
+#include "relpos/bench.h"
+#include "relpos/config.h"
+#include "relpos/files.h"
+#include "relpos/layer.h"
+#include "relpos/model.h"
+#include "relpos/training.h"
+
 #endif  // RELPOS_RELPOS_H_

@@ -1,4 +1,4 @@
-#include "bench/attention_workload.h"
+#include "relpos/bench.h"
 
 #include <omp.h>
 

@@ -12,10 +12,9 @@ namespace {
 // Keeps only the first line of a message (errors are one line by contract)
 // and drops the library's "relpos: " prefix, which the CLI replaces with the
 // verb's name.
-std::string FirstLine(std::string message) {
+std::string FirstLine(const std::exception& e) {
+  std::string message = MessageBody(e);
   message.erase(std::find(message.begin(), message.end(), '\n'), message.end());
-  const std::string prefix = "relpos: ";
-  if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
   return message;
 }
 
@@ -47,6 +46,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
   AddEvalVerb(app, out);
   AddDemoVerb(app, out);
   AddSweepVerb(app, out);
+  AddSettingsVerb(app, out);
 
   std::vector<std::string> rest(args.rbegin(), args.rend() - 1);  // CLI11 wants reversed
   try {
@@ -64,14 +64,14 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
     out << RELPOS_VERSION_STRING << "\n";
     return kExitOk;
   } catch (const CLI::ParseError& e) {
-    err << SelectedPath(app) << ": error: " << FirstLine(e.what())
+    err << SelectedPath(app) << ": error: " << FirstLine(e)
         << " (see '" << SelectedPath(app) << " --help')\n";
     return kExitUsage;
   } catch (const relpos::Error& e) {
-    err << SelectedPath(app) << ": error: " << FirstLine(e.what()) << "\n";
+    err << SelectedPath(app) << ": error: " << FirstLine(e) << "\n";
     return kExitUsage;
   } catch (const std::exception& e) {
-    err << SelectedPath(app) << ": internal error: " << FirstLine(e.what())
+    err << SelectedPath(app) << ": internal error: " << FirstLine(e)
         << "\n";
     return kExitInternal;
   }

@@ -4,10 +4,25 @@
 #define RELPOS_SRC_CLI_CLI_COMMON_H_
 
 #include <ostream>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "relpos/error.h"
+
+// Throws relpos::InvalidArgument with a message built by operator<< unless
+// `condition` holds (the library's own macro is internal).
+#define RELPOS_CLI_CHECK(condition, message_stream)      \
+  do {                                                   \
+    if (!(condition)) {                                  \
+      std::ostringstream relpos_cli_os_;                 \
+      relpos_cli_os_ << message_stream;                  \
+      throw ::relpos::InvalidArgument(relpos_cli_os_.str()); \
+    }                                                    \
+  } while (0)
 
 namespace relpos::cli {
 
@@ -26,6 +41,26 @@ void AddTrainVerb(CLI::App& app, std::ostream& out);
 void AddEvalVerb(CLI::App& app, std::ostream& out);
 void AddDemoVerb(CLI::App& app, std::ostream& out);
 void AddSweepVerb(CLI::App& app, std::ostream& out);
+void AddSettingsVerb(CLI::App& app, std::ostream& out);
+
+// Runs `fn`; an InvalidArgument about the library setting `setting` (its
+// message starts with the setting's name) is reported under the flag that
+// gave it: "steps 5 is below ..." -> "--steps 5 is below ...".
+template <typename Fn>
+decltype(auto) AsFlag(const std::string& flag, const std::string& setting,
+                      Fn&& fn) {
+  try {
+    return std::forward<Fn>(fn)();
+  } catch (const InvalidArgument& e) {
+    std::string message = MessageBody(e);
+    if (message.rfind(setting, 0) == 0) {
+      message.replace(0, setting.size(), flag);
+    } else {
+      message = flag + ": " + message;
+    }
+    throw InvalidArgument(message);
+  }
+}
 
 // Builds the whole command line, parses `args` (args[0] is the program name),
 // runs the chosen verb. Never throws: returns the exit code and prints the

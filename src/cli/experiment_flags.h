@@ -1,22 +1,22 @@
 // Model and training flags shared by `relpos train`, `relpos sweep` and
 // `relpos demo`, and how they combine with `--config FILE.json`:
 // built-in defaults < the config file < flags given on the command line.
+// The flags are the settings' own (relpos::ExperimentConfig::Settings()):
+// a setting declared in the library is a flag here without more code.
 #ifndef RELPOS_SRC_CLI_EXPERIMENT_FLAGS_H_
 #define RELPOS_SRC_CLI_EXPERIMENT_FLAGS_H_
 
 #include <CLI/CLI.hpp>
-#include <cstdint>
-#include <functional>
-#include <memory>
-#include <ostream>
+#include <deque>
 #include <string>
 #include <vector>
 
-#include "model/transformer.h"
-#include "train/progress.h"
-#include "train/trainer.h"
+#include "relpos/config.h"
 
 namespace relpos::cli {
+
+// "--progress auto|bar|lines|none", the one spelling every verb shares.
+CLI::Option* AddProgressFlag(CLI::App* sub, std::string* storage);
 
 // Which groups of flags a verb takes.
 struct FlagGroups {
@@ -26,68 +26,50 @@ struct FlagGroups {
 
 class ExperimentFlags {
  public:
-  // Registers the flags on `sub`.
+  // Registers the flags on `sub`; each value is checked while parsing
+  // against its setting's declared type and range.
   void Add(CLI::App* sub, FlagGroups groups = {});
 
-  // The configs: defaults (`model_defaults`, `train_defaults`), then the
-  // --config file, then every flag that was given. The model's arch follows
-  // the task (encoder for the formal tasks, decoder for lm) unless set.
-  // Validates both (InvalidArgument/FormatError naming the flag or field)
-  // and the pair against the data (vocab, lengths, max_len).
-  void Build(const model::ModelConfig& model_defaults,
-             const train::TrainConfig& train_defaults,
-             model::ModelConfig* model, train::TrainConfig* train) const;
+  // `defaults`, then the --config file, then every flag that was given;
+  // resolved (vocabulary and, unless given, arch and warm-up from the data
+  // and run length) and validated (errors name the flag or field).
+  ExperimentConfig Build(const ExperimentConfig& defaults) const;
 
   // True if any model/optimiser flag or --config was given (for --resume,
   // which takes its configuration from the checkpoint).
   bool AnyGiven() const;
   // Names of the given flags, in registration order (for messages).
   std::vector<std::string> GivenNames() const;
-  // The raw --steps value (meaningful when "--steps" is among GivenNames()).
-  int64_t steps_flag() const { return steps_; }
+  // The value given for `flag` ("--steps"), or "" if it was not given.
+  std::string GivenText(const std::string& flag) const;
 
-  train::ProgressMode progress_mode() const;
+  const std::string& progress() const { return progress_; }
 
  private:
-  struct Applier {
-    CLI::Option* option;
-    std::function<void(model::ModelConfig&, train::TrainConfig&)> apply;
+  // One flag bound to one setting: CLI11 stores the text, Build applies it.
+  struct Bound {
+    const SettingInfo* setting = nullptr;
+    std::string key;  // what ExperimentConfig::Set takes
+    std::string flag;
+    CLI::Option* option = nullptr;
+    std::string text;
+    bool on = false;  // boolean switches
   };
-  template <typename T>
-  CLI::Option* Bind(
-      CLI::App* sub, const std::string& name, T* storage,
-      const std::string& help,
-      std::function<void(model::ModelConfig&, train::TrainConfig&)> apply);
+  const Bound* Find(const std::string& flag) const;
 
-  // Raw storage (a stable address for CLI11; the object lives in a
-  // shared_ptr owned by the verb's callback).
-  std::string task_, position_, arch_, terms_, train_lengths_, config_file_,
-      corpus_, progress_ = "auto";
-  int64_t max_distance_ = 0, d_model_ = 0, heads_ = 0, layers_ = 0, d_ff_ = 0,
-          max_len_ = 0, steps_ = 0, batch_size_ = 0, warmup_ = 0,
-          checkpoint_every_ = 0, corpus_bytes_ = 0;
-  double dropout_ = 0, rel_init_scale_ = 0, lr_ = 0, min_lr_ratio_ = 0,
-         beta1_ = 0, beta2_ = 0, eps_ = 0, weight_decay_ = 0, clip_norm_ = 0;
-  uint64_t seed_ = 0, corpus_seed_ = 0;
-  int threads_ = 0;
-  bool per_head_ = false;
-  CLI::Option* arch_option_ = nullptr;
+  std::string config_file_, progress_ = "auto";
   CLI::Option* config_option_ = nullptr;
-  std::vector<Applier> appliers_;
+  std::deque<Bound> bound_;  // a deque: CLI11 keeps pointers to the text
 };
 
-// Applies "--terms both|key|value|neither" to `config`.
 // Refuses an --out folder that cannot receive results, without creating
 // anything: it must be, or be creatable as, a writable folder. With
 // `refuse_checkpoint`, a folder that already holds a checkpoint is refused
 // too (continuing one is what --resume is for).
 void CheckOutDir(const std::string& out, bool refuse_checkpoint);
 
-void ApplyTerms(const std::string& terms, model::ModelConfig* config);
-std::string TermsName(const model::ModelConfig& config);
-
 // Short description: "relative (k=16)", "learned", ...
-std::string PositionLabel(const model::ModelConfig& config);
+std::string PositionLabel(const ExperimentConfig& config);
 
 }  // namespace relpos::cli
 

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/attention_workload.h"
+#include "relpos/bench.h"
 #include "cli/cli_common.h"
-#include "core/check.h"
+#include "relpos/error.h"
 
 namespace relpos::cli {
 namespace {
@@ -73,12 +73,12 @@ bool Selected(const BenchFlags& f, const char* variant) {
 }
 
 void Validate(const BenchFlags& f) {
-  RELPOS_CHECK_ARG(!f.n.empty(), "--n must list at least one size");
-  RELPOS_CHECK_ARG(!f.k.empty(), "--k must list at least one distance");
+  RELPOS_CLI_CHECK(!f.n.empty(), "--n must list at least one size");
+  RELPOS_CLI_CHECK(!f.k.empty(), "--k must list at least one distance");
   for (int64_t n : f.n) {
     // Each factor is at most 2^16, so the product cannot overflow.
     const int64_t elements = f.batch * f.heads * n * f.dim;
-    RELPOS_CHECK_ARG(elements <= kMaxElements,
+    RELPOS_CLI_CHECK(elements <= kMaxElements,
                      "--batch x --heads x --n x --dim must be <= "
                          << kMaxElements << " per tensor (got " << f.batch
                          << " x " << f.heads << " x " << n << " x " << f.dim

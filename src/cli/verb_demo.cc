@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
@@ -18,13 +20,12 @@
 
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
-#include "core/check.h"
-#include "io/file_io.h"
-#include "train/checkpoint.h"
-#include "train/progress.h"
-#include "train/signals.h"
-#include "train/svg_plot.h"
-#include "train/trainer.h"
+#include "cli/signals.h"
+#include "cli/svg_plot.h"
+#include "relpos/config.h"
+#include "relpos/files.h"
+#include "relpos/model.h"
+#include "relpos/training.h"
 
 namespace relpos::cli {
 namespace {
@@ -54,46 +55,27 @@ struct DemoFlags {
 
 struct DemoModel {
   std::string name;    // "absolute (learned)"
-  std::string folder;  // checkpoint folder inside --out
-  model::ModelConfig config;
+  std::string folder;  // checkpoint folder inside --out (the scheme's name)
+  ExperimentConfig config;
 };
 
-model::ModelConfig DemoModelConfig(model::PositionScheme position) {
-  model::ModelConfig m;
-  m.d_model = 64;
-  m.heads = 4;
-  m.layers = 2;
-  m.d_ff = 256;
-  m.max_len = 256;
-  m.position = position;
-  m.max_distance = 16;
-  return m;
+std::string DemoName(const std::string& position) {
+  if (position == "none") return "no positions";
+  if (position == "relative") return "relative (k=16)";
+  return "absolute (" + position + ")";
 }
 
-
-std::string DemoName(model::PositionScheme p) {
-  switch (p) {
-    case model::PositionScheme::kNone:
-      return "no positions";
-    case model::PositionScheme::kSinusoidal:
-      return "absolute (sinusoidal)";
-    case model::PositionScheme::kLearned:
-      return "absolute (learned)";
-    case model::PositionScheme::kRelative:
-      return "relative (k=16)";
-  }
-  return "?";
-}
-
-std::vector<std::string> SplitList(const std::string& s) {
-  std::vector<std::string> items;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t end = std::min(s.find(',', start), s.size());
-    items.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return items;
+// The demo's run: `train` is the shared training setup, `position` the
+// scheme. The model is the default one (d_model 64, 4 heads, 2 layers,
+// d_ff 256, k = 16) with a 256-row learned table.
+ExperimentConfig DemoConfig(const ExperimentConfig& train,
+                            const std::string& position) {
+  ExperimentConfig c = train;
+  c.Set("model", "max_len", "256");
+  c.Set("model", "position", position, "--positions");
+  c.Set("model", "arch", "encoder");
+  c.Resolve();
+  return c;
 }
 
 std::string Fixed(double v, int digits) {
@@ -102,130 +84,33 @@ std::string Fixed(double v, int digits) {
   return buf;
 }
 
-void RunDemo(const DemoFlags& f, std::ostream& out) {
-  const auto wall_start = std::chrono::steady_clock::now();
-  train::TrainConfig tc;
-  tc.data.task = kDemoTask;
-  tc.train_min_length = kDemoTrainMin;
-  tc.train_max_length = kDemoTrainMax;
-  tc.steps = f.steps;
-  tc.batch_size = 32;
-  tc.lr = 2e-3;
-  tc.warmup_steps = std::min<int64_t>(80, f.steps / 10);
-  tc.seed = f.seed;
-  tc.threads = f.threads > 0 ? f.threads : 1;
-  tc.checkpoint_every = 0;
-  train::Validate(tc);
-  const std::vector<int64_t> lengths =
-      train::ParseLengths(kDemoEvalLengths, "eval lengths");
-  std::vector<DemoModel> models;
-  for (const std::string& name : SplitList(f.positions)) {
-    const model::PositionScheme scheme = model::ParsePositionScheme(name);
-    for (const DemoModel& m : models) {
-      RELPOS_CHECK_ARG(m.config.position != scheme,
-                       "--positions lists '" << name << "' twice");
-    }
-    models.push_back({DemoName(scheme), name, DemoModelConfig(scheme)});
-  }
-  const std::unique_ptr<train::DataSource> data =
-      train::MakeDataSource(tc.data);
-  for (const DemoModel& m : models) {
-    model::ModelConfig c = m.config;
-    c.vocab_size = data->vocab_size();
-    model::Validate(c);
-    train::CheckModelAndData(c, tc, *data);
-    train::CheckEvalLengths(c, *data, lengths);
-  }
-  CheckOutDir(f.out, /*refuse_checkpoint=*/false);
-  std::error_code ec;
-  fs::create_directories(f.out, ec);
-  if (ec) RELPOS_THROW(IoError, "--out '" << f.out << "': " << ec.message());
+int DemoThreads(const DemoFlags& f) { return f.threads > 0 ? f.threads : 1; }
 
-  train::ProgressMode mode = train::ProgressMode::kAuto;
-  if (f.progress == "bar") mode = train::ProgressMode::kTerminal;
-  if (f.progress == "lines") mode = train::ProgressMode::kLines;
-  if (f.progress == "none") mode = train::ProgressMode::kQuiet;
+// The training run both models share.
+ExperimentConfig DemoTrainConfig(const DemoFlags& f) {
+  ExperimentConfig tc;
+  tc.Set("train", "task", kDemoTask);
+  tc.Set("train", "--train-lengths",
+         FormatLengthRange(kDemoTrainMin, kDemoTrainMax));
+  tc.Set("train", "steps", std::to_string(f.steps), "--steps");
+  tc.Set("train", "batch_size", "32");
+  tc.Set("train", "lr", "2e-3");
+  tc.Set("train", "warmup_steps",
+         std::to_string(std::min<int64_t>(80, f.steps / 10)));
+  tc.Set("train", "seed", std::to_string(f.seed));
+  tc.Set("train", "threads", std::to_string(DemoThreads(f)));
+  tc.Set("train", "checkpoint_every", "0");
+  return tc;
+}
 
-  out << "relpos demo: does a model trained on short sequences keep working on "
-         "longer ones?\n"
-      << "task " << kDemoTask << ": " << data->metric_description()
-      << "; the answer at each output position depends only on the tokens 1 "
-         "and "
-         "3 places back.\n"
-      << "training on lengths " << kDemoTrainMin << "-" << kDemoTrainMax << " ("
-      << data->SequenceLength(kDemoTrainMin) << "-"
-      << data->SequenceLength(kDemoTrainMax) << " tokens), " << f.steps
-      << " steps each; testing on lengths " << lengths.front() << "-"
-      << lengths.back() << " (up to " << data->SequenceLength(lengths.back())
-      << " tokens)\n"
-      << std::flush;
-
-  train::ScopedStopSignals signals;
-  train::EvalConfig ec_cfg;
-  ec_cfg.lengths = lengths;
-  ec_cfg.sequences_per_length = f.sequences;
-  ec_cfg.batch_size = 64;
-
-  nlohmann::ordered_json results_models = nlohmann::ordered_json::array();
-  std::vector<std::vector<train::LengthResult>> all;
-  for (size_t k = 0; k < models.size(); ++k) {
-    const DemoModel& m = models[k];
-    const std::string label = "[" + std::to_string(k + 1) + "/" +
-                              std::to_string(models.size()) + "] " + m.name;
-    train::Trainer trainer(m.config, tc);
-    train::RunOptions opts;
-    opts.checkpoint_dir = (fs::path(f.out) / m.folder).string();
-    opts.progress_out = &std::cerr;
-    opts.progress_mode = mode;
-    opts.label = label + " train";
-    opts.stop_flag = signals.flag();
-    const train::RunResult r = trainer.Run(opts);
-    if (r.interrupted) {
-      std::cerr << "demo: stopped by signal " << signals.signal_number()
-                << " while training " << m.name << "; its checkpoint is in "
-                << opts.checkpoint_dir << "\n";
-      signals.Reraise();
-      return;
-    }
-    const auto eval_start = std::chrono::steady_clock::now();
-    train::Progress progress(
-        std::cerr, label + " eval",
-        static_cast<int64_t>(lengths.size()) *
-            ((f.sequences + ec_cfg.batch_size - 1) / ec_cfg.batch_size),
-        mode);
-    std::vector<train::LengthResult> res =
-        train::EvaluateByLength(trainer.model(), *data, ec_cfg, &progress);
-    progress.Finish();
-    const double eval_s = std::chrono::duration<double>(
-                              std::chrono::steady_clock::now() - eval_start)
-                              .count();
-    nlohmann::ordered_json acc = nlohmann::ordered_json::object(),
-                           seq = nlohmann::ordered_json::object(),
-                           loss = nlohmann::ordered_json::object();
-    for (const auto& x : res) {
-      acc[std::to_string(x.length)] = x.token_accuracy;
-      seq[std::to_string(x.length)] = x.sequence_accuracy;
-      loss[std::to_string(x.length)] = x.loss;
-    }
-    results_models.push_back({
-        {"name", m.name},
-        {"position", model::ToString(trainer.model_config().position)},
-        {"max_distance", trainer.model_config().max_distance},
-        {"checkpoint", m.folder},
-        {"parameters", trainer.model().NumParameters()},
-        {"final_train_loss", r.final_loss},
-        {"train_seconds", r.seconds},
-        {"eval_seconds", eval_s},
-        {"accuracy_by_length", acc},
-        {"sequence_accuracy_by_length", seq},
-        {"loss_by_length", loss},
-        {"model_config", model::ToJson(trainer.model_config())},
-    });
-    all.push_back(std::move(res));
-  }
-
-  // The table: one row per length, one column per model.
-  out << "\nper-token accuracy on the output positions (" << f.sequences
+// The table: one row per length, one column per model; then the means
+// inside and beyond the training range.
+void PrintTable(const std::vector<DemoModel>& models,
+                const std::vector<std::vector<LengthMetrics>>& all,
+                const std::vector<int64_t>& lengths, int64_t sequences,
+                const std::function<int64_t(int64_t)>& tokens,
+                std::ostream& out) {
+  out << "\nper-token accuracy on the output positions (" << sequences
       << " sequences per length; chance = 0.25):\n";
   std::string header = "length  tokens";
   for (const DemoModel& m : models) {
@@ -240,7 +125,7 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
     char head[32];
     std::snprintf(head, sizeof head, "%6lld  %6lld",
                   static_cast<long long>(lengths[i]),
-                  static_cast<long long>(data->SequenceLength(lengths[i])));
+                  static_cast<long long>(tokens(lengths[i])));
     std::string row = head;
     for (size_t k = 0; k < models.size(); ++k) {
       const std::string v = Fixed(all[k][i].token_accuracy, 3);
@@ -274,47 +159,167 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
     out << "\n";
   }
 
-  // results.json and the plot, each written atomically.
-  const double wall_s = std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - wall_start)
-                            .count();
-  nlohmann::ordered_json results = {
-      {"task", kDemoTask},
-      {"metric", data->metric_description()},
-      {"train_lengths", {kDemoTrainMin, kDemoTrainMax}},
-      {"eval_lengths", lengths},
-      {"sequences_per_length", f.sequences},
-      {"train_config", train::ToJson(tc)},
-      {"models", results_models},
-      {"wall_seconds", wall_s},
-  };
-  const fs::path json_path = fs::path(f.out) / "results.json";
-  io::AtomicWriteFile(json_path.string(), results.dump(2) + "\n");
+}
 
-  std::vector<train::PlotSeries> series;
+// accuracy.svg: accuracy against length, one line per model.
+std::string DemoPlot(const std::vector<DemoModel>& models,
+                     const std::vector<std::vector<LengthMetrics>>& all) {
+  std::vector<PlotSeries> series;
   for (size_t k = 0; k < models.size(); ++k) {
-    train::PlotSeries s{models[k].name, {}};
+    PlotSeries s{models[k].name, {}};
     for (const auto& x : all[k]) {
       s.points.emplace_back(static_cast<double>(x.length), x.token_accuracy);
     }
     series.push_back(std::move(s));
   }
-  train::PlotOptions po;
+  PlotOptions po;
   po.title = std::string("relpos demo: ") + kDemoTask +
              ", trained on lengths " + std::to_string(kDemoTrainMin) + "-" +
              std::to_string(kDemoTrainMax);
   po.x_label = "length (input symbols)";
   po.y_label = "per-token accuracy";
   po.train_max_x = static_cast<double>(kDemoTrainMax);
+  return RenderSvg(series, po);
+}
+
+// Trains one model (checkpoint in --out/<scheme>) and evaluates it at every
+// length; its entry of results.json goes to `json`. Nothing when a signal
+// stopped the training (its checkpoint is kept and the signal re-raised).
+std::optional<std::vector<LengthMetrics>> TrainAndEvaluate(
+    const DemoModel& m, const std::string& label, const DemoFlags& f,
+    const std::vector<int64_t>& lengths, ScopedStopSignals& signals,
+    nlohmann::ordered_json* json) {
+  constexpr int64_t kEvalBatch = 64;
+  Training training(m.config);
+  const std::string checkpoint = (fs::path(f.out) / m.folder).string();
+  TrainOptions options;
+  options.checkpoint_dir = checkpoint;
+  options.progress = {.out = &std::cerr, .mode = f.progress,
+                      .label = label + " train"};
+  options.stop_flag = signals.flag();
+  const TrainSummary r = training.Run(options);
+  if (r.interrupted) {
+    std::cerr << "demo: stopped by signal " << signals.signal_number()
+              << " while training " << m.name << "; its checkpoint is in "
+              << checkpoint << "\n";
+    signals.Reraise();
+    return std::nullopt;
+  }
+  const auto eval_start = std::chrono::steady_clock::now();
+  std::vector<LengthMetrics> res = Evaluate(
+      training.model(), {.lengths = lengths,
+                         .sequences_per_length = f.sequences,
+                         .batch_size = kEvalBatch,
+                         .threads = DemoThreads(f),
+                         .progress = {.out = &std::cerr, .mode = f.progress,
+                                      .label = label + " eval"}});
+  const double eval_s = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - eval_start)
+                            .count();
+  nlohmann::ordered_json acc = nlohmann::ordered_json::object(),
+                         seq = nlohmann::ordered_json::object(),
+                         loss = nlohmann::ordered_json::object();
+  for (const auto& x : res) {
+    acc[std::to_string(x.length)] = x.token_accuracy;
+    seq[std::to_string(x.length)] = x.sequence_accuracy;
+    loss[std::to_string(x.length)] = x.loss;
+  }
+  const ExperimentConfig& trained = training.config();
+  json->push_back({
+      {"name", m.name},
+      {"position", trained.Get("model", "position")},
+      {"max_distance", std::stoll(trained.Get("model", "max_distance"))},
+      {"checkpoint", m.folder},
+      {"parameters", training.model().NumParameters()},
+      {"final_train_loss", r.final_loss},
+      {"train_seconds", r.seconds},
+      {"eval_seconds", eval_s},
+      {"accuracy_by_length", acc},
+      {"sequence_accuracy_by_length", seq},
+      {"loss_by_length", loss},
+      {"model_config",
+       nlohmann::ordered_json::parse(trained.ToJson())["model"]},
+  });
+  return res;
+}
+
+void RunDemo(const DemoFlags& f, std::ostream& out) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const ExperimentConfig tc = DemoTrainConfig(f);
+  const int threads = DemoThreads(f);
+  const std::vector<int64_t> lengths =
+      ParseLengths(kDemoEvalLengths, "eval lengths");
+  std::vector<DemoModel> models;
+  for (const std::string& name : SplitList(f.positions)) {
+    for (const DemoModel& m : models) {
+      RELPOS_CLI_CHECK(m.folder != name,
+                       "--positions lists '" << name << "' twice");
+    }
+    models.push_back({DemoName(name), name, DemoConfig(tc, name)});
+    CheckEvalLengths(models.back().config, lengths);
+  }
+  CheckOutDir(f.out, /*refuse_checkpoint=*/false);
+  std::error_code ec;
+  fs::create_directories(f.out, ec);
+  if (ec) throw IoError("--out '" + f.out + "': " + ec.message());
+  const DataInfo data = DescribeData(tc);
+  auto tokens = [&](int64_t length) { return SequenceLength(tc, length); };
+
+  out << "relpos demo: does a model trained on short sequences keep working on "
+         "longer ones?\n"
+      << "task " << kDemoTask << ": " << data.metric
+      << "; the answer at each output position depends only on the tokens 1 "
+         "and "
+         "3 places back.\n"
+      << "training on lengths " << kDemoTrainMin << "-" << kDemoTrainMax << " ("
+      << tokens(kDemoTrainMin) << "-" << tokens(kDemoTrainMax) << " tokens), "
+      << f.steps
+      << " steps each; testing on lengths " << lengths.front() << "-"
+      << lengths.back() << " (up to " << tokens(lengths.back())
+      << " tokens)\n"
+      << std::flush;
+
+  ScopedStopSignals signals;
+  nlohmann::ordered_json results_models = nlohmann::ordered_json::array();
+  std::vector<std::vector<LengthMetrics>> all;
+  for (size_t k = 0; k < models.size(); ++k) {
+    const DemoModel& m = models[k];
+    const std::string label = "[" + std::to_string(k + 1) + "/" +
+                              std::to_string(models.size()) + "] " + m.name;
+    std::optional<std::vector<LengthMetrics>> res = TrainAndEvaluate(
+        m, label, f, lengths, signals, &results_models);
+    if (!res) return;  // stopped by a signal
+    all.push_back(std::move(*res));
+  }
+
+  PrintTable(models, all, lengths, f.sequences, tokens, out);
+
+  // results.json and the plot, each written atomically.
+  const double wall_s = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - wall_start)
+                            .count();
+  nlohmann::ordered_json results = {
+      {"task", kDemoTask},
+      {"metric", data.metric},
+      {"train_lengths", {kDemoTrainMin, kDemoTrainMax}},
+      {"eval_lengths", lengths},
+      {"sequences_per_length", f.sequences},
+      {"train_config", nlohmann::ordered_json::parse(tc.ToJson())["train"]},
+      {"models", results_models},
+      {"wall_seconds", wall_s},
+  };
+  const fs::path json_path = fs::path(f.out) / "results.json";
+  WriteFileAtomically(json_path.string(), results.dump(2) + "\n");
+
   const fs::path svg_path = fs::path(f.out) / "accuracy.svg";
-  io::AtomicWriteFile(svg_path.string(), train::RenderSvg(series, po));
+  WriteFileAtomically(svg_path.string(), DemoPlot(models, all));
 
   out << "\nwrote " << json_path.string() << ", " << svg_path.string()
       << " and the checkpoints";
   for (const DemoModel& m : models)
     out << " " << (fs::path(f.out) / m.folder).string();
-  out << "\ntotal time " << train::FormatDuration(wall_s) << " (" << tc.threads
-      << (tc.threads == 1 ? " thread" : " threads") << ")\n";
+  out << "\ntotal time " << FormatDuration(wall_s) << " (" << threads
+      << (threads == 1 ? " thread" : " threads") << ")\n";
 }
 
 }  // namespace
@@ -331,8 +336,7 @@ void AddDemoVerb(CLI::App& app, std::ostream& out) {
   sub->add_option("--seed", flags->seed, "Seed of initialisation and data");
   sub->add_option("--threads", flags->threads, "OpenMP threads (default 1)")
       ->check(CLI::Range(1, 1024));
-  sub->add_option("--progress", flags->progress, "auto, bar, lines or none")
-      ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
+  AddProgressFlag(sub, &flags->progress);
   sub->add_option("--positions", flags->positions,
                   "Position schemes to compare, comma-separated (default "
                   "sinusoidal,relative; learned and none are slower to train)");

@@ -8,10 +8,9 @@
 
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
-#include "core/check.h"
-#include "train/checkpoint.h"
-#include "train/progress.h"
-#include "train/trainer.h"
+#include "relpos/config.h"
+#include "relpos/model.h"
+#include "relpos/training.h"
 
 namespace relpos::cli {
 namespace {
@@ -20,41 +19,29 @@ struct EvalFlags {
   std::string dir, lengths;
   bool json = false;
   int64_t sequences = 128, batch_size = 64;
-  uint64_t seed = train::kDefaultEvalSeed;
+  uint64_t seed = kDefaultEvalSeed;
   int threads = 0;
   std::string progress = "auto";
 };
 
 void RunEval(const EvalFlags& f, std::ostream& out) {
   // Validate the cheap things first: a bad --lengths needs no checkpoint.
-  std::vector<int64_t> lengths = train::ParseLengths(f.lengths, "--lengths");
-  train::TrainConfig tc;
-  train::TrainState state;
-  model::Transformer model = train::LoadModel(f.dir, &tc, &state);
-  const std::unique_ptr<train::DataSource> data =
-      train::MakeDataSource(tc.data);
-  train::CheckEvalLengths(model.config(), *data, lengths);
-  train::SetThreads(f.threads > 0 ? f.threads : tc.threads);
-
-  train::EvalConfig ec;
-  ec.lengths = lengths;
-  ec.sequences_per_length = f.sequences;
-  ec.batch_size = f.batch_size;
-  ec.seed = f.seed;
-  const int64_t batches_per_length =
-      (f.sequences + f.batch_size - 1) / f.batch_size;
-  train::ProgressMode mode = train::ProgressMode::kAuto;
-  if (f.progress == "bar") mode = train::ProgressMode::kTerminal;
-  if (f.progress == "lines") mode = train::ProgressMode::kLines;
-  if (f.progress == "none") mode = train::ProgressMode::kQuiet;
-  train::Progress progress(
-      std::cerr, "eval",
-      batches_per_length * static_cast<int64_t>(lengths.size()), mode);
-  const std::vector<train::LengthResult> results =
-      train::EvaluateByLength(model, *data, ec, &progress);
-  progress.Finish();
-
-  const model::ModelConfig& mc = model.config();
+  const std::vector<int64_t> lengths = ParseLengths(f.lengths, "--lengths");
+  Model model = Model::Load(f.dir);
+  const ExperimentConfig& c = model.config();
+  const std::vector<LengthMetrics> results =
+      AsFlag("--lengths", "lengths", [&] {
+        return Evaluate(model, {.lengths = lengths,
+                                .sequences_per_length = f.sequences,
+                                .batch_size = f.batch_size,
+                                .seed = f.seed,
+                                .threads = f.threads,
+                                .progress = {.out = &std::cerr,
+                                             .mode = f.progress,
+                                             .label = "eval"}});
+      });
+  const std::string metric = DescribeData(c).metric;
+  const int64_t train_max = std::stoll(c.Get("train", "train_max_length"));
   if (f.json) {
     nlohmann::ordered_json acc = nlohmann::ordered_json::object(),
                            seq = nlohmann::ordered_json::object(),
@@ -67,14 +54,15 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
     }
     nlohmann::ordered_json j = {
         {"checkpoint", f.dir},
-        {"task", tc.data.task},
-        {"position", model::ToString(mc.position)},
-        {"max_distance", mc.max_distance},
-        {"arch", model::ToString(mc.arch)},
-        {"step", state.step},
-        {"train_lengths", {tc.train_min_length, tc.train_max_length}},
+        {"task", c.Get("train", "task")},
+        {"position", c.Get("model", "position")},
+        {"max_distance", std::stoll(c.Get("model", "max_distance"))},
+        {"arch", c.Get("model", "arch")},
+        {"step", model.step()},
+        {"train_lengths",
+         {std::stoll(c.Get("train", "train_min_length")), train_max}},
         {"sequences_per_length", f.sequences},
-        {"metric", data->metric_description()},
+        {"metric", metric},
         {"accuracy_by_length", acc},
         {"sequence_accuracy_by_length", seq},
         {"loss_by_length", loss},
@@ -82,11 +70,10 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
     out << j.dump() << "\n";
     return;
   }
-  out << "checkpoint " << f.dir << ": task " << tc.data.task << ", position "
-      << PositionLabel(mc) << ", step " << state.step << ", trained on lengths "
-      << train::FormatLengthRange(tc.train_min_length, tc.train_max_length)
-      << "\n"
-      << "metric: " << data->metric_description() << ", " << f.sequences
+  out << "checkpoint " << f.dir << ": task " << c.Get("train", "task")
+      << ", position " << PositionLabel(c) << ", step " << model.step()
+      << ", trained on lengths " << c.Get("train", "--train-lengths") << "\n"
+      << "metric: " << metric << ", " << f.sequences
       << " sequences per length\n";
   out << "length  tokens  accuracy  seq_accuracy    loss\n";
   for (const auto& r : results) {
@@ -96,7 +83,7 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
         static_cast<long long>(r.length),
         static_cast<long long>(r.sequence_length), r.token_accuracy,
         r.sequence_accuracy, r.loss,
-        r.length > tc.train_max_length ? "  (longer than trained)" : "");
+        r.length > train_max ? "  (longer than trained)" : "");
     out << line;
   }
 }
@@ -125,8 +112,7 @@ void AddEvalVerb(CLI::App& app, std::ostream& out) {
   sub->add_option("--threads", flags->threads,
                   "OpenMP threads (default: the checkpoint's)")
       ->check(CLI::Range(1, 1024));
-  sub->add_option("--progress", flags->progress, "auto, bar, lines or none")
-      ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
+  AddProgressFlag(sub, &flags->progress);
   sub->callback([flags, &out] { RunEval(*flags, out); });
 }
 

@@ -11,16 +11,18 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <system_error>
 #include <vector>
 
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
-#include "core/check.h"
-#include "io/file_io.h"
-#include "train/progress.h"
-#include "train/signals.h"
-#include "train/trainer.h"
+#include "cli/signals.h"
+#include "relpos/config.h"
+#include "relpos/error.h"
+#include "relpos/files.h"
+#include "relpos/model.h"
+#include "relpos/training.h"
 
 namespace relpos::cli {
 namespace {
@@ -45,51 +47,42 @@ struct Run {
 
 std::vector<int64_t> ParseKs(const std::string& spec) {
   std::vector<int64_t> ks;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    const size_t end = std::min(spec.find(',', start), spec.size());
-    const std::string item = spec.substr(start, end - start);
-    RELPOS_CHECK_ARG(
+  for (const std::string& item : SplitList(spec)) {
+    RELPOS_CLI_CHECK(
         !item.empty() && item.size() <= 6 &&
             item.find_first_not_of("0123456789") == std::string::npos,
         "--ks must be a comma list of integers in [0, 65536] (got '" << spec
                                                                      << "')");
     const int64_t k = std::stoll(item);
-    RELPOS_CHECK_ARG(k <= 65536,
+    RELPOS_CLI_CHECK(k <= 65536,
                      "--ks: k must be in [0, 65536] (got " << k << ")");
     ks.push_back(k);
-    start = end + 1;
   }
   return ks;
 }
 
 std::vector<std::string> ParseTerms(const std::string& spec) {
-  std::vector<std::string> terms;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    const size_t end = std::min(spec.find(',', start), spec.size());
-    const std::string item = spec.substr(start, end - start);
-    model::ModelConfig probe;
-    ApplyTerms(item, &probe);  // validates the name
-    terms.push_back(item);
-    start = end + 1;
+  std::vector<std::string> terms = SplitList(spec);
+  for (const std::string& item : terms) {
+    ExperimentConfig probe;
+    probe.Set("model", "--terms", item, "--terms-list");  // checks the name
   }
   return terms;
 }
 
-void RunSweep(SweepFlags& f, std::ostream& out) {
-  model::ModelConfig base_model;
-  train::TrainConfig base_train;
-  base_train.steps = 400;
-  base_train.warmup_steps = 40;
-  base_train.lr = 2e-3;
-  base_model.position = model::PositionScheme::kRelative;
-  f.exp.Build(base_model, base_train, &base_model, &base_train);
-  const std::unique_ptr<train::DataSource> data =
-      train::MakeDataSource(base_train.data);
+// The base config with one run's k and terms, resolved (so a bad k is
+// refused before any training).
+ExperimentConfig RunConfig(const ExperimentConfig& base, const Run& r) {
+  ExperimentConfig c = base;
+  c.Set("model", "max_distance", std::to_string(r.k), "--ks");
+  c.Set("model", "--terms", r.terms, "--terms-list");
+  c.Resolve();
+  return c;
+}
 
-  // Runs: every k with both terms (Shaw et al. Table 3), then the other term
-  // settings at k = terms_k (Table 4).
+// Every k with both terms (Shaw et al. Table 3), then the other term
+// settings at k = terms_k (Table 4).
+std::vector<Run> SweepRuns(const SweepFlags& f) {
   std::vector<Run> runs;
   const std::vector<int64_t> ks = ParseKs(f.ks);
   const std::vector<std::string> terms = ParseTerms(f.terms);
@@ -99,115 +92,149 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
     for (const Run& r : runs) have |= r.k == f.terms_k && r.terms == t;
     if (!have) runs.push_back({f.terms_k, t});
   }
-  for (const Run& r : runs) {
-    model::ModelConfig m = base_model;
-    m.max_distance = r.k;
-    ApplyTerms(r.terms, &m);
-    model::Validate(m);  // e.g. a huge k: refused before any training
-  }
+  return runs;
+}
 
-  // Evaluation lengths: a few inside the training range, and by default
-  // beyond it up to 3x the longest.
-  const int64_t lo = base_train.train_min_length,
-                hi = base_train.train_max_length;
-  const std::string in_spec =
-      train::FormatLengthRange(lo, hi) + ":" +
+// Evaluation lengths: a few inside the training range [lo, hi], and by
+// default beyond it up to 3x the longest.
+struct SweepLengths {
+  std::string in_spec, beyond_spec;
+  std::vector<int64_t> beyond, all;
+};
+
+SweepLengths MakeSweepLengths(const SweepFlags& f, int64_t lo, int64_t hi) {
+  SweepLengths sl;
+  sl.in_spec =
+      FormatLengthRange(lo, hi) + ":" +
       std::to_string(std::max<int64_t>(1, (hi - lo) / 3));
-  const std::string beyond_spec =
+  sl.beyond_spec =
       f.eval_lengths.empty()
           ? std::to_string(hi + 1) + "-" + std::to_string(3 * hi) + ":" +
                 std::to_string(std::max<int64_t>(1, hi / 2))
           : f.eval_lengths;
   const std::vector<int64_t> in_lengths =
-      train::ParseLengths(in_spec, "train lengths");
-  const std::vector<int64_t> beyond =
-      train::ParseLengths(beyond_spec, "--eval-lengths");
-  std::vector<int64_t> all_lengths = in_lengths;
-  all_lengths.insert(all_lengths.end(), beyond.begin(), beyond.end());
-  std::sort(all_lengths.begin(), all_lengths.end());
-  all_lengths.erase(std::unique(all_lengths.begin(), all_lengths.end()),
-                    all_lengths.end());
-  train::CheckEvalLengths(base_model, *data, all_lengths);
+      ParseLengths(sl.in_spec, "train lengths");
+  sl.beyond =
+      ParseLengths(sl.beyond_spec, "--eval-lengths");
+  sl.all = in_lengths;
+  sl.all.insert(sl.all.end(), sl.beyond.begin(), sl.beyond.end());
+  std::sort(sl.all.begin(), sl.all.end());
+  sl.all.erase(std::unique(sl.all.begin(), sl.all.end()), sl.all.end());
+  return sl;
+}
 
-  if (!f.out.empty()) {
-    std::error_code ec;
-    const fs::path p(f.out);
-    if (!fs::exists(p, ec)) {
-      fs::path parent = p.parent_path();
-      if (parent.empty()) parent = ".";
-      RELPOS_CHECK_ARG(
-          fs::is_directory(parent, ec) &&
-              access(parent.c_str(), W_OK | X_OK) == 0,
-          "--out '" << f.out << "': parent folder is missing or not writable");
-      fs::create_directory(p, ec);
-      if (ec)
-        RELPOS_THROW(IoError, "--out '" << f.out << "': " << ec.message());
+// --out (optional, for sweep.json): an existing writable folder, or one
+// created in an existing writable parent.
+void PrepareOutDir(const std::string& out) {
+  std::error_code ec;
+  const fs::path p(out);
+  if (!fs::exists(p, ec)) {
+    fs::path parent = p.parent_path();
+    if (parent.empty()) parent = ".";
+    RELPOS_CLI_CHECK(
+        fs::is_directory(parent, ec) &&
+            access(parent.c_str(), W_OK | X_OK) == 0,
+        "--out '" << out << "': parent folder is missing or not writable");
+    fs::create_directory(p, ec);
+    if (ec) throw IoError("--out '" + out + "': " + ec.message());
+  } else {
+    RELPOS_CLI_CHECK(
+        fs::is_directory(p, ec) && access(out.c_str(), W_OK | X_OK) == 0,
+        "--out '" << out << "' is not a writable folder");
+  }
+}
+
+// Mean token accuracy over lengths <= hi, and mean token and sequence
+// accuracy over the longer ones.
+std::tuple<double, double, double> Means(const std::vector<LengthMetrics>& res,
+                                         int64_t hi) {
+  double in_acc = 0, out_acc = 0, out_seq = 0;
+  int n_in = 0, n_out = 0;
+  for (const auto& x : res) {
+    if (x.length <= hi) {
+      in_acc += x.token_accuracy;
+      ++n_in;
     } else {
-      RELPOS_CHECK_ARG(
-          fs::is_directory(p, ec) && access(f.out.c_str(), W_OK | X_OK) == 0,
-          "--out '" << f.out << "' is not a writable folder");
+      out_acc += x.token_accuracy;
+      out_seq += x.sequence_accuracy;
+      ++n_out;
     }
   }
+  in_acc /= std::max(n_in, 1);
+  out_acc /= std::max(n_out, 1);
+  out_seq /= std::max(n_out, 1);
+  return {in_acc, out_acc, out_seq};
+}
 
-  std::cerr << "sweep: task " << base_train.data.task << ", " << runs.size()
-            << " runs of " << base_train.steps << " steps, train lengths "
-            << train::FormatLengthRange(lo, hi) << ", longer lengths "
+void RunSweep(SweepFlags& f, std::ostream& out) {
+  ExperimentConfig defaults;
+  defaults.SetDefault("train", "steps", "400");
+  defaults.SetDefault("train", "warmup_steps", "40");
+  defaults.SetDefault("train", "lr", "2e-3");
+  defaults.SetDefault("model", "position", "relative");
+  const ExperimentConfig base = f.exp.Build(defaults);
+  const DataInfo data = DescribeData(base);
+
+  const std::vector<Run> runs = SweepRuns(f);
+  std::vector<ExperimentConfig> configs;
+  for (const Run& r : runs) configs.push_back(RunConfig(base, r));
+
+  // Evaluation lengths: a few inside the training range, and by default
+  // beyond it up to 3x the longest.
+  const int64_t lo = std::stoll(base.Get("train", "train_min_length")),
+                hi = std::stoll(base.Get("train", "train_max_length"));
+  const SweepLengths sl = MakeSweepLengths(f, lo, hi);
+  const std::string& in_spec = sl.in_spec;
+  const std::string& beyond_spec = sl.beyond_spec;
+  const std::vector<int64_t>& beyond = sl.beyond;
+  const std::vector<int64_t>& all_lengths = sl.all;
+  AsFlag("--eval-lengths", "lengths",
+         [&] { CheckEvalLengths(base, all_lengths); });
+
+  if (!f.out.empty()) PrepareOutDir(f.out);
+
+  std::cerr << "sweep: task " << base.Get("train", "task") << ", "
+            << runs.size() << " runs of " << base.Get("train", "steps")
+            << " steps, train lengths " << FormatLengthRange(lo, hi)
+            << ", longer lengths "
             << beyond.front() << "-" << beyond.back() << "\n";
-  train::ScopedStopSignals signals;
+  ScopedStopSignals signals;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::string table =
       "    k  terms     params  train_loss  acc@train  acc@longer  "
       "seq@longer\n";
   for (size_t i = 0; i < runs.size(); ++i) {
-    model::ModelConfig m = base_model;
-    m.max_distance = runs[i].k;
-    ApplyTerms(runs[i].terms, &m);
-    train::Trainer trainer(m, base_train);
-    train::RunOptions opts;
-    opts.progress_out = &std::cerr;
-    opts.progress_mode = f.exp.progress_mode();
-    opts.label = "[" + std::to_string(i + 1) + "/" +
-                 std::to_string(runs.size()) +
-                 "] k=" + std::to_string(runs[i].k) + " " + runs[i].terms;
-    opts.stop_flag = signals.flag();
-    const train::RunResult r = trainer.Run(opts);
+    Training training(configs[i]);
+    const TrainSummary r = training.Run(
+        {.progress = {.out = &std::cerr,
+                      .mode = f.exp.progress(),
+                      .label = "[" + std::to_string(i + 1) + "/" +
+                               std::to_string(runs.size()) + "] k=" +
+                               std::to_string(runs[i].k) + " " +
+                               runs[i].terms},
+         .stop_flag = signals.flag()});
     if (r.interrupted) {
       std::cerr << "sweep: stopped by signal " << signals.signal_number()
                 << "\n";
       signals.Reraise();
       return;
     }
-    train::EvalConfig ec;
-    ec.lengths = all_lengths;
-    ec.sequences_per_length = f.sequences;
-    const auto res = train::EvaluateByLength(trainer.model(), *data, ec);
-    double in_acc = 0, out_acc = 0, out_seq = 0;
-    int n_in = 0, n_out = 0;
-    for (const auto& x : res) {
-      if (x.length <= hi) {
-        in_acc += x.token_accuracy;
-        ++n_in;
-      } else {
-        out_acc += x.token_accuracy;
-        out_seq += x.sequence_accuracy;
-        ++n_out;
-      }
-    }
-    in_acc /= std::max(n_in, 1);
-    out_acc /= std::max(n_out, 1);
-    out_seq /= std::max(n_out, 1);
+    const std::vector<LengthMetrics> res =
+        Evaluate(training.model(),
+                 {.lengths = all_lengths, .sequences_per_length = f.sequences});
+    const auto [in_acc, out_acc, out_seq] = Means(res, hi);
     char line[160];
     std::snprintf(line, sizeof line,
                   "%5lld  %-7s  %8lld  %10.4f  %9.4f  %10.4f  %10.4f\n",
                   static_cast<long long>(runs[i].k), runs[i].terms.c_str(),
-                  static_cast<long long>(trainer.model().NumParameters()),
+                  static_cast<long long>(training.model().NumParameters()),
                   r.final_loss, in_acc, out_acc, out_seq);
     table += line;
     nlohmann::ordered_json acc = nlohmann::ordered_json::object();
     for (const auto& x : res) acc[std::to_string(x.length)] = x.token_accuracy;
     rows.push_back({{"k", runs[i].k},
                     {"terms", runs[i].terms},
-                    {"parameters", trainer.model().NumParameters()},
+                    {"parameters", training.model().NumParameters()},
                     {"final_train_loss", r.final_loss},
                     {"accuracy_train_lengths", in_acc},
                     {"accuracy_longer_lengths", out_acc},
@@ -215,23 +242,25 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
                     {"accuracy_by_length", acc},
                     {"train_seconds", r.seconds}});
   }
-  nlohmann::ordered_json j = {{"task", base_train.data.task},
+  nlohmann::ordered_json j = {{"task", base.Get("train", "task")},
                               {"train_lengths", {lo, hi}},
                               {"eval_lengths", all_lengths},
                               {"sequences_per_length", f.sequences},
-                              {"train_config", train::ToJson(base_train)},
-                              {"model_config", model::ToJson(base_model)},
+                              {"train_config", nlohmann::ordered_json::parse(
+                                                   base.ToJson())["train"]},
+                              {"model_config", nlohmann::ordered_json::parse(
+                                                   base.ToJson())["model"]},
                               {"runs", rows}};
   if (!f.out.empty()) {
-    io::AtomicWriteFile((fs::path(f.out) / "sweep.json").string(),
+    WriteFileAtomically((fs::path(f.out) / "sweep.json").string(),
                         j.dump(2) + "\n");
   }
   if (f.json) {
     out << j.dump() << "\n";
     return;
   }
-  out << "task " << base_train.data.task << ": " << data->metric_description()
-      << ", trained on lengths " << train::FormatLengthRange(lo, hi)
+  out << "task " << base.Get("train", "task") << ": " << data.metric
+      << ", trained on lengths " << FormatLengthRange(lo, hi)
       << "; acc@train = mean over lengths " << in_spec << ", acc@longer over "
       << beyond_spec << "\n"
       << table;

@@ -11,10 +11,11 @@
 
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
-#include "core/check.h"
-#include "train/checkpoint.h"
-#include "train/signals.h"
-#include "train/trainer.h"
+#include "cli/signals.h"
+#include "relpos/config.h"
+#include "relpos/error.h"
+#include "relpos/model.h"
+#include "relpos/training.h"
 
 namespace relpos::cli {
 namespace {
@@ -33,7 +34,7 @@ class CreatedDirGuard {
  public:
   explicit CreatedDirGuard(std::string dir) : dir_(std::move(dir)) {}
   ~CreatedDirGuard() {
-    if (dir_.empty() || train::HasCheckpoint(dir_)) return;
+    if (dir_.empty() || HasCheckpoint(dir_)) return;
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
@@ -44,65 +45,58 @@ class CreatedDirGuard {
 };
 
 void RunTrain(TrainFlags& f, std::ostream& out) {
-  std::unique_ptr<train::Trainer> trainer;
+  std::unique_ptr<Training> training;
   std::string dir;
   std::unique_ptr<CreatedDirGuard> guard;
   if (!f.resume.empty()) {
-    RELPOS_CHECK_ARG(f.out.empty() || fs::path(f.out) == fs::path(f.resume),
-                     "--out and --resume name different folders (a resumed run "
-                     "continues in its own folder)");
-    bool steps_given = false;
+    RELPOS_CLI_CHECK(
+        f.out.empty() || fs::path(f.out) == fs::path(f.resume),
+        "--out and --resume name different folders (a resumed run "
+        "continues in its own folder)");
     for (const std::string& name : f.exp.GivenNames()) {
-      if (name == "--steps") {
-        steps_given = true;
-        continue;
-      }
-      RELPOS_CHECK_ARG(name == "--progress",
-                       "--resume takes the configuration from the checkpoint; "
-                       "drop "
+      RELPOS_CLI_CHECK(name == "--steps" || name == "--progress",
+                       "--resume takes the configuration from the "
+                       "checkpoint; drop "
                            << name << " (only --steps may change)");
     }
-    trainer =
-        std::make_unique<train::Trainer>(train::Trainer::Resume(f.resume));
-    if (steps_given) trainer->set_total_steps(f.exp.steps_flag());
+    training = std::make_unique<Training>(Training::Resume(f.resume));
+    if (const std::string steps = f.exp.GivenText("--steps"); !steps.empty()) {
+      AsFlag("--steps", "steps",
+             [&] { training->SetTotalSteps(std::stoll(steps)); });
+    }
     dir = f.resume;
   } else {
-    RELPOS_CHECK_ARG(!f.out.empty(), "--out DIR is required (or --resume DIR)");
-    model::ModelConfig m;
-    train::TrainConfig t;
-    f.exp.Build(model::ModelConfig{}, train::TrainConfig{}, &m, &t);
+    RELPOS_CLI_CHECK(!f.out.empty(), "--out DIR is required (or --resume DIR)");
+    const ExperimentConfig config = f.exp.Build(ExperimentConfig{});
     CheckOutDir(f.out, /*refuse_checkpoint=*/true);
     dir = f.out;
     std::error_code ec;
     if (!fs::exists(dir, ec)) {
       if (!fs::create_directory(dir, ec)) {
-        RELPOS_THROW(IoError, "--out '" << dir
-                                        << "': cannot create the folder ("
-                                        << ec.message() << ")");
+        throw IoError("--out '" + dir + "': cannot create the folder (" +
+                      ec.message() + ")");
       }
       guard = std::make_unique<CreatedDirGuard>(dir);
     }
-    trainer = std::make_unique<train::Trainer>(m, t);
+    training = std::make_unique<Training>(config);
   }
 
-  const train::TrainConfig& tc = trainer->config();
-  const model::ModelConfig& mc = trainer->model_config();
-  std::cerr << "train: task " << tc.data.task << ", "
-            << model::ToString(mc.arch) << ", position " << PositionLabel(mc)
-            << ", " << trainer->model().NumParameters()
-            << " parameters, lengths "
-            << train::FormatLengthRange(tc.train_min_length,
-                                        tc.train_max_length)
-            << ", steps " << trainer->state().step << " -> " << tc.steps
-            << ", threads " << tc.threads << "\n";
+  const ExperimentConfig& c = training->config();
+  std::cerr << "train: task " << c.Get("train", "task") << ", "
+            << c.Get("model", "arch") << ", position " << PositionLabel(c)
+            << ", " << training->model().NumParameters()
+            << " parameters, lengths " << c.Get("train", "--train-lengths")
+            << ", steps " << training->step() << " -> "
+            << c.Get("train", "steps") << ", threads "
+            << c.Get("train", "threads") << "\n";
 
-  train::ScopedStopSignals signals;
-  train::RunOptions opts;
-  opts.checkpoint_dir = dir;
-  opts.progress_out = &std::cerr;
-  opts.progress_mode = f.exp.progress_mode();
-  opts.stop_flag = signals.flag();
-  const train::RunResult r = trainer->Run(opts);
+  ScopedStopSignals signals;
+  TrainOptions options;
+  options.checkpoint_dir = dir;
+  options.progress = {.out = &std::cerr, .mode = f.exp.progress(),
+                      .label = "train"};
+  options.stop_flag = signals.flag();
+  const TrainSummary r = training->Run(options);
   if (guard) guard->Release();
 
   if (r.interrupted) {
@@ -114,8 +108,8 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
   }
   char loss[32];
   std::snprintf(loss, sizeof loss, "%.4f", r.final_loss);
-  out << "trained " << r.steps.size() << " steps (to step " << r.final_step
-      << ") in " << train::FormatDuration(r.seconds) << ", final loss " << loss
+  out << "trained " << r.steps_run << " steps (to step " << r.final_step
+      << ") in " << FormatDuration(r.seconds) << ", final loss " << loss
       << "; checkpoint: " << dir << "\n";
 }
 

@@ -210,6 +210,9 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& ck) {
   }
 }
 
+// Over 100 lines on purpose: one straight sequence of checks of an untrusted
+// folder (config.json, state, file names, tensors), each failing with its own
+// message; split up, the order of the checks would be harder to audit.
 Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer) {
   std::error_code ec;
   const fs::path d(dir);
@@ -257,9 +260,7 @@ Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer) {
     ck.model_config = model::ModelConfigFromJson(j["model"]);
     ck.train_config = TrainConfigFromJson(j["train"]);
   } catch (const Error& e) {
-    std::string msg = e.what();
-    if (msg.rfind("relpos: ", 0) == 0) msg.erase(0, 8);
-    Bad(source, msg);
+    Bad(source, MessageBody(e));
   }
 
   const nlohmann::json& st = j["state"];

@@ -35,7 +35,7 @@
 
 #include "io/safetensors.h"
 #include "model/transformer.h"
-#include "train/trainer.h"
+#include "train/train_config.h"
 
 namespace relpos::train {
 

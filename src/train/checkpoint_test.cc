@@ -1,4 +1,5 @@
 #include "train/checkpoint.h"
+#include "train/evaluation.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,8 +1,8 @@
-// Training and evaluation of relpos's small transformer on the synthetic
-// sequence tasks (src/tasks/task.h) or byte-level language modelling
-// (src/tasks/text_corpus.h): batching, the training loop (AdamW, warm-up +
-// cosine schedule, gradient clipping), checks for non-finite values,
-// periodic checkpoints, and evaluation of accuracy per sequence length.
+// The training loop of relpos's small transformer (AdamW, warm-up + cosine
+// schedule, gradient clipping), with checks for non-finite values, progress
+// output, periodic checkpoints and stopping at a step boundary. The pieces
+// it runs on live beside it: train_config.h (settings), data_source.h,
+// batching.h, evaluation.h, determinism.h, checkpoint.h.
 //
 // Determinism: every random draw comes from relpos::Rng streams derived from
 // TrainConfig::seed (initialisation, data, dropout) and, for evaluation, from
@@ -17,165 +17,18 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <nlohmann/json_fwd.hpp>
 #include <ostream>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "core/rng.h"
 #include "model/transformer.h"
-#include "tasks/task.h"
+#include "train/data_source.h"
+#include "train/determinism.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
+#include "train/train_config.h"
 
 namespace relpos::train {
-
-// ---------------------------------------------------------------- lengths
-
-// Parses a list of lengths: comma-separated items, each "N", "A-B" (every
-// length from A to B) or "A-B:S" (A, A+S, ..., up to B; B itself is always
-// included). Sorted, duplicates removed. InvalidArgument naming `flag` on a
-// malformed item, a reversed range, a length < 1 or > `max_length`, or more
-// than 4096 lengths.
-std::vector<int64_t> ParseLengths(const std::string& spec,
-                                  const std::string& flag,
-                                  int64_t max_length = int64_t{1} << 20);
-// Parses one range "A-B" (or "N" = "N-N") with 1 <= A <= B <= max_length.
-std::pair<int64_t, int64_t> ParseLengthRange(const std::string& spec,
-                                             const std::string& flag,
-                                             int64_t max_length = int64_t{1}
-                                                                  << 20);
-// "8-16" / "8" (for a one-length range).
-std::string FormatLengthRange(int64_t lo, int64_t hi);
-
-// ------------------------------------------------------------------- data
-
-// The name of the byte-level language-modelling "task".
-inline constexpr const char* kLanguageModelTask = "lm";
-
-struct DataConfig {
-  std::string task = "local_difference";  // a tasks::TaskNames() name or "lm"
-  // Task "lm" only: a text file; empty = relpos's generated text with
-  // `corpus_seed` and `corpus_bytes`.
-  std::string corpus_path;
-  uint64_t corpus_seed = 0;
-  int64_t corpus_bytes = int64_t{1} << 20;
-};
-
-// Every accepted task name: tasks::TaskNames() plus "lm", sorted.
-std::vector<std::string> DataTaskNames();
-
-// Examples for training and evaluation, whatever their origin.
-class DataSource {
- public:
-  virtual ~DataSource() = default;
-  virtual std::string name() const = 0;
-  virtual int32_t vocab_size() const = 0;
-  // The architecture this data needs by default: the formal tasks read
-  // answers at blank positions after the input (bidirectional encoder);
-  // language modelling predicts the next byte (causal decoder).
-  virtual model::Arch default_arch() const = 0;
-  // Smallest and largest accepted size parameter `length`.
-  virtual int64_t min_length() const = 0;
-  virtual int64_t max_length() const = 0;
-  // Tokens in an example of size `length` (tasks: input + blanks).
-  virtual int64_t SequenceLength(int64_t length) const = 0;
-  // One example; `held_out` selects the evaluation split where the data has
-  // one (the corpus's last 10%); tasks draw from the same distribution, the
-  // evaluation stream is kept apart by its seed.
-  virtual tasks::Example Sample(int64_t length, bool held_out,
-                                Rng& rng) const = 0;
-  // "per-token accuracy over output positions" or "next-byte accuracy".
-  virtual std::string metric_description() const = 0;
-};
-
-// InvalidArgument for an unknown task; IoError/FormatError for a bad corpus.
-std::unique_ptr<DataSource> MakeDataSource(const DataConfig& config);
-
-// ---------------------------------------------------------------- config
-
-struct TrainConfig {
-  DataConfig data;
-  int64_t train_min_length = 8, train_max_length = 16;
-  int64_t steps = 1000;
-  int64_t batch_size = 32;
-  double lr = 1e-3;            // peak learning rate
-  int64_t warmup_steps = 100;  // linear warm-up, then cosine decay
-  double min_lr_ratio = 0.1;   // final lr = lr * min_lr_ratio
-  AdamWConfig adamw;
-  double clip_norm = 1.0;  // global gradient-norm clip; 0 = off
-  uint64_t seed = 0;       // initialisation, data order and dropout
-  int threads = 1;         // OpenMP threads; part of the determinism key
-  int64_t checkpoint_every = 500;  // steps between checkpoints; 0 = end only
-};
-
-nlohmann::json ToJson(const TrainConfig& config);
-// Missing fields keep their defaults; unknown fields and wrong JSON types are
-// FormatError naming the field; values are then checked by Validate.
-TrainConfig TrainConfigFromJson(const nlohmann::json& json);
-// InvalidArgument naming the first bad field and its value.
-void Validate(const TrainConfig& config);
-ScheduleConfig MakeSchedule(const TrainConfig& config);
-
-// Fills in what the model config takes from the data (vocab_size) and checks
-// that the pair fits: train lengths within the data's range, and for learned
-// absolute positions the longest training sequence within max_len.
-void CheckModelAndData(const model::ModelConfig& model,
-                       const TrainConfig& train, const DataSource& data);
-
-// ----------------------------------------------------------------- batches
-
-// A batch of `batch_size` examples whose sizes are drawn uniformly from
-// [min_length, max_length], padded to the longest (pad token 0, target -1).
-model::Batch MakeTrainBatch(const DataSource& data, int64_t batch_size,
-                            int64_t min_length, int64_t max_length, Rng& rng);
-// `count` examples of exactly size `length` (evaluation).
-model::Batch MakeFixedBatch(const DataSource& data, int64_t count,
-                            int64_t length, bool held_out, Rng& rng);
-
-// -------------------------------------------------------------- evaluation
-
-// Evaluation examples come from Rng(seed) mixed with the length, a stream
-// apart from every training stream, so all models evaluated with the same
-// EvalConfig see the same examples.
-inline constexpr uint64_t kDefaultEvalSeed = 0x5EED0E7A1ULL;
-
-struct EvalConfig {
-  std::vector<int64_t> lengths;
-  int64_t sequences_per_length = 128;
-  int64_t batch_size = 64;
-  uint64_t seed = kDefaultEvalSeed;
-};
-
-struct LengthResult {
-  int64_t length = 0;            // the size parameter
-  int64_t sequence_length = 0;   // tokens in each example
-  double token_accuracy = 0;     // correct / scored positions
-  double sequence_accuracy = 0;  // sequences with every scored position right
-  double loss = 0;               // mean cross-entropy (nats) per scored token
-  int64_t tokens = 0, sequences = 0;
-};
-
-// Checks that the model can run sequences of these lengths (InvalidArgument
-// naming --lengths otherwise: beyond the learned table, beyond the corpus).
-void CheckEvalLengths(const model::ModelConfig& model, const DataSource& data,
-                      const std::vector<int64_t>& lengths);
-
-// Evaluates `model` at every length; `progress` (optional) advances by one
-// unit per batch.
-std::vector<LengthResult> EvaluateByLength(model::Transformer& model,
-                                           const DataSource& data,
-                                           const EvalConfig& config,
-                                           Progress* progress = nullptr);
-
-// ------------------------------------------------------------------ trainer
-
-// Everything a resumed run needs besides parameters and optimiser moments.
-struct TrainState {
-  int64_t step = 0;  // updates done so far
-  uint64_t data_rng = 0, dropout_rng = 0;
-};
 
 struct StepRecord {
   int64_t step = 0;  // the update's index (0-based)
@@ -240,11 +93,22 @@ class Trainer {
   // Changes the total number of steps (resume with a longer or shorter run).
   // The cosine schedule follows the new total, so the continuation is no
   // longer the one an uninterrupted run of the old length would take.
+  // InvalidArgument naming the setting 'steps' if below the step reached.
   void set_total_steps(int64_t steps);
 
  private:
   Trainer() = default;
   void InitOptimizer();
+  // The one report of a non-finite loss, gradient or parameter: throws
+  // NumericalError "training stopped at step N: <what>; <where the last good
+  // checkpoint is>".
+  [[noreturn]] void StopNonFinite(int64_t step, const std::string& what) const;
+  // One update: batch, forward + backward, clip, AdamW; the loss, gradient
+  // and parameters are checked for NaN/Inf.
+  StepRecord Step(Rng& data_rng, Rng& dropout_rng,
+                  const ScheduleConfig& schedule);
+  // Whether to write a checkpoint after the update that reached state_.step.
+  bool CheckpointDue(const RunOptions& options, bool stopping) const;
 
   TrainConfig config_;
   std::unique_ptr<DataSource> data_;
@@ -254,13 +118,6 @@ class Trainer {
   std::string last_saved_dir_;
   int64_t last_saved_step_ = -1;
 };
-
-// Sets the OpenMP thread count (threads >= 1); returns the value in force.
-int SetThreads(int threads);
-
-// Mixes a seed with a stream id (SplitMix64 finaliser): independent streams
-// for initialisation, data, dropout and evaluation.
-uint64_t DeriveSeed(uint64_t seed, uint64_t stream);
 
 }  // namespace relpos::train
 

@@ -13,7 +13,10 @@
 #include <string>
 
 #include "relpos/error.h"
+#include "train/batching.h"
 #include "train/checkpoint.h"
+#include "train/evaluation.h"
+#include "train/lengths.h"
 
 namespace relpos::train {
 namespace {

@@ -1,4 +1,4 @@
-#include "train/svg_plot.h"
+#include "cli/svg_plot.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 
 #include "relpos/error.h"
 
-namespace relpos::train {
+namespace relpos::cli {
 namespace {
 
 int Count(const std::string& s, const std::string& what) {
@@ -59,4 +59,4 @@ TEST(XmlEscape, AllFive) {
 }
 
 }  // namespace
-}  // namespace relpos::train
+}  // namespace relpos::cli

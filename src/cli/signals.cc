@@ -1,8 +1,8 @@
-#include "train/signals.h"
+#include "cli/signals.h"
 
 #include <signal.h>
 
-namespace relpos::train {
+namespace relpos::cli {
 namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
@@ -50,4 +50,4 @@ void ScopedStopSignals::Reraise() {
   std::raise(sig);
 }
 
-}  // namespace relpos::train
+}  // namespace relpos::cli

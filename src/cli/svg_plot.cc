@@ -1,13 +1,13 @@
-#include "train/svg_plot.h"
+#include "cli/svg_plot.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 
-#include "core/check.h"
+#include "cli/cli_common.h"
 
-namespace relpos::train {
+namespace relpos::cli {
 
 std::string XmlEscape(const std::string& text) {
   std::string out;
@@ -72,9 +72,11 @@ constexpr const char* kColors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
 
 }  // namespace
 
+// Over 100 lines on purpose: it writes the SVG document top to bottom (axes,
+// grid, training-range marker, series, legend) in the order it appears.
 std::string RenderSvg(const std::vector<PlotSeries>& series,
                       const PlotOptions& o) {
-  RELPOS_CHECK_ARG(!series.empty(), "plot: no series");
+  RELPOS_CLI_CHECK(!series.empty(), "plot: no series");
   double x_min = std::numeric_limits<double>::infinity();
   double x_max = -x_min;
   for (const auto& s : series) {
@@ -84,7 +86,7 @@ std::string RenderSvg(const std::vector<PlotSeries>& series,
       x_max = std::max(x_max, x);
     }
   }
-  RELPOS_CHECK_ARG(std::isfinite(x_min), "plot: no finite point");
+  RELPOS_CLI_CHECK(std::isfinite(x_min), "plot: no finite point");
   if (o.train_max_x >= 0) {
     x_min = std::min(x_min, o.train_max_x);
     x_max = std::max(x_max, o.train_max_x);
@@ -204,4 +206,4 @@ std::string RenderSvg(const std::vector<PlotSeries>& series,
   return svg;
 }
 
-}  // namespace relpos::train
+}  // namespace relpos::cli

@@ -5,12 +5,12 @@
 // tools should. A second signal while the first is being handled falls
 // through to the default action (immediate exit): the atomic checkpoint
 // protocol keeps the previous checkpoint intact even then.
-#ifndef RELPOS_SRC_TRAIN_SIGNALS_H_
-#define RELPOS_SRC_TRAIN_SIGNALS_H_
+#ifndef RELPOS_SRC_CLI_SIGNALS_H_
+#define RELPOS_SRC_CLI_SIGNALS_H_
 
 #include <csignal>
 
-namespace relpos::train {
+namespace relpos::cli {
 
 class ScopedStopSignals {
  public:
@@ -34,6 +34,6 @@ class ScopedStopSignals {
   bool restored_ = false;
 };
 
-}  // namespace relpos::train
+}  // namespace relpos::cli
 
-#endif  // RELPOS_SRC_TRAIN_SIGNALS_H_
+#endif  // RELPOS_SRC_CLI_SIGNALS_H_

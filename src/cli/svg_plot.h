@@ -2,15 +2,15 @@
 // (x), one polyline with markers per model, a dashed vertical marker at the
 // longest training length, axes with ticks, and a legend. Plain SVG 1.1 text,
 // no scripts or external references, so any browser or viewer shows it.
-#ifndef RELPOS_SRC_TRAIN_SVG_PLOT_H_
-#define RELPOS_SRC_TRAIN_SVG_PLOT_H_
+#ifndef RELPOS_SRC_CLI_SVG_PLOT_H_
+#define RELPOS_SRC_CLI_SVG_PLOT_H_
 
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
-namespace relpos::train {
+namespace relpos::cli {
 
 struct PlotSeries {
   std::string name;                               // legend entry
@@ -35,6 +35,6 @@ std::string RenderSvg(const std::vector<PlotSeries>& series,
 // Escapes &, <, >, " and ' for SVG text and attributes.
 std::string XmlEscape(const std::string& text);
 
-}  // namespace relpos::train
+}  // namespace relpos::cli
 
-#endif  // RELPOS_SRC_TRAIN_SVG_PLOT_H_
+#endif  // RELPOS_SRC_CLI_SVG_PLOT_H_

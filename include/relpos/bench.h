@@ -1,0 +1,119 @@
+// Benchmark workloads of the attention op, shared by `relpos bench`
+// (src/cli/verb_bench.cc) and the Google Benchmark binary
+// (bench/attention_bench.cc), so both time exactly the same calls and report
+// the same FLOP and memory conventions. Implemented in src/bench/.
+//
+// Conventions (docs/math.md section 7, docs/benchmarks.md):
+//   - FLOPs: vanilla attention's count for every variant, forward
+//     4 B H Nq Nk d and backward 2.5x that. The relative variant's extra
+//     4 Nq (2k+1) d (docs/math.md section 4) is deliberately NOT added, so a GFLOP/s
+//     ratio between two variants is exactly their speed ratio.
+//   - Self-attention: Nq = Nk = n, dk = dv = d, no masks, shared tables.
+#ifndef RELPOS_BENCH_H_
+#define RELPOS_BENCH_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "relpos/attention.h"
+
+namespace relpos::bench {
+
+enum class Variant {
+  kVanilla,    // fused path, both relative terms off (plain softmax attention)
+  kRelative,   // fused path, key and value terms on, shared tables (Shaw)
+  kReference,  // reference path, key and value terms on
+};
+
+// "vanilla", "relative", "reference".
+const char* VariantName(Variant variant);
+
+struct WorkloadShape {
+  int64_t batch = 1;
+  int64_t heads = 8;
+  int64_t n = 1024;  // Nq = Nk
+  int64_t dim = 64;  // dk = dv
+  int64_t max_distance = 16;  // k; ignored by kVanilla
+};
+
+// docs/math.md section 7: 4 B H Nq Nk d, the same for every variant.
+double ForwardFlops(const WorkloadShape& s);
+// 2.5x the forward count.
+double BackwardFlops(const WorkloadShape& s);
+
+// Options that select `variant`'s path and terms. threads: 0 = OpenMP default.
+AttentionOptions VariantOptions(Variant variant, int64_t max_distance,
+                                int threads);
+
+// Owns every buffer of one forward + backward problem, filled with seeded
+// N(0, 1) data (tables scaled by 0.5, so the position terms matter but do not
+// saturate the softmax).
+class AttentionWorkload {
+ public:
+  AttentionWorkload(Variant variant, const WorkloadShape& shape, int threads,
+                    uint64_t seed = 1);
+
+  // out, lse = Attention(q, k, v, ak, av).
+  void Forward();
+  // Every gradient; needs out and lse, so Forward() must have run once.
+  void Backward();
+
+  // Peak bytes the path needs beyond inputs, outputs and gradients, forward
+  // and backward together. Fused variants: FusedExtraBytes. Reference: its
+  // row buffers as implemented (prob and dprob, 2 Nk floats per call; see
+  // the reference implementation), computed rather than measured.
+  int64_t ExtraBytes() const;
+  // How ExtraBytes() was obtained, for labels: "FusedExtraBytes" or
+  // "computed (reference row buffers)".
+  std::string ExtraBytesSource() const;
+
+  const WorkloadShape& shape() const { return shape_; }
+  Variant variant() const { return variant_; }
+  const std::vector<float>& out() const { return out_; }
+
+ private:
+  AttentionInputs<float> Inputs() const;
+
+  Variant variant_;
+  WorkloadShape shape_;
+  AttentionOptions options_;
+  int64_t table_rows_ = 0;  // 0 for vanilla: the tables are empty views
+  std::vector<float> q_, k_, v_, ak_, av_, out_, lse_, dout_;
+  std::vector<float> dq_, dk_, dv_, dak_, dav_;
+  bool forward_done_ = false;
+};
+
+// Median of `repeats` timed calls of `fn`, in seconds. One untimed warm-up
+// call first (page faults, thread-pool start, caches), except that a warm-up
+// slower than `self_warm_seconds` is kept as the first sample: for calls that
+// long the first-call costs (milliseconds) are under 1%, and the slow
+// reference path should not pay twice. repeats >= 1.
+double MedianSeconds(const std::function<void()>& fn, int repeats,
+                     double self_warm_seconds = 1.0);
+
+// GFLOP/s of relpos's SGEMM (oneDNN) on size x size x size, C = A B, the
+// median of `repeats` after a warm-up, 2 size^3 FLOPs per call. Runs with the
+// calling thread's OpenMP thread count.
+double SgemmGflops(int64_t size, int repeats);
+
+// RAII: omp_set_num_threads(threads) for the scope (threads > 0), restored at
+// exit. oneDNN's Sgemm and the fused kernel's default both follow it.
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(int threads);
+  ~ScopedOmpThreads();
+  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+  // The count in effect inside the scope.
+  int threads() const { return threads_; }
+
+ private:
+  int saved_;
+  int threads_;
+};
+
+}  // namespace relpos::bench
+
+#endif  // RELPOS_BENCH_H_

@@ -1,0 +1,132 @@
+// The declared-once settings: JSON round trip, strict types, ranges, and the
+// docs table, on a small struct of every kind of field.
+#include "io/settings.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "relpos/error.h"
+
+namespace relpos::io {
+namespace {
+
+struct Inner {
+  double rate = 0.5;
+};
+
+struct Toy {
+  int64_t size = 4;
+  uint64_t seed = 7;
+  int threads = 1;
+  bool flag = false;
+  std::string name = "a";
+  Inner inner;
+};
+
+const std::vector<Setting<Toy>>& ToySettings() {
+  static const std::vector<Setting<Toy>> s = {
+      Field<Toy>("size", "--size", "Size", &Toy::size, Range{1, 1 << 20}),
+      Field<Toy>("seed", "--seed", "Seed", &Toy::seed),
+      Field<Toy>("threads", "--threads", "Threads", &Toy::threads,
+                 Range{.lo = 1}),
+      Field<Toy>("flag", "--flag", "A switch", &Toy::flag),
+      Words<Toy>(
+          "name", "--name", "Name", {"a", "b"},
+          [](const Toy& t) { return t.name; },
+          [](Toy& t, const std::string& v, const std::string&) { t.name = v; }),
+      Field<Toy>("rate", "--rate", "Rate | ratio",
+                 [](Toy& t) -> auto& { return t.inner.rate; },
+                 Range{.lo = 0, .hi = 1, .hi_open = true}),
+  };
+  return s;
+}
+
+template <typename E>
+std::string Rejected(const nlohmann::json& j) {
+  try {
+    Toy t;
+    SettingsFromJson(ToySettings(), j, "toy config", &t);
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted " << j.dump();
+  return "";
+}
+
+TEST(Settings, JsonRoundTrip) {
+  Toy t;
+  t.size = 9;
+  t.seed = 18446744073709551615ULL;
+  t.threads = 3;
+  t.flag = true;
+  t.name = "b";
+  t.inner.rate = 0.1 + 0.2;
+  const nlohmann::json j = SettingsToJson(ToySettings(), t);
+  EXPECT_EQ(j["rate"], 0.1 + 0.2);
+  Toy back;
+  SettingsFromJson(ToySettings(), nlohmann::json::parse(j.dump()), "toy",
+                   &back);
+  EXPECT_EQ(SettingsToJson(ToySettings(), back), j);
+  EXPECT_EQ(back.seed, t.seed);
+  EXPECT_EQ(back.threads, 3);
+}
+
+TEST(Settings, StrictTypesAndRanges) {
+  EXPECT_NE(Rejected<FormatError>({{"size", 2.5}}).find("'size'"),
+            std::string::npos);
+  EXPECT_NE(Rejected<FormatError>({{"size", "2"}}).find("an integer"),
+            std::string::npos);
+  EXPECT_NE(Rejected<FormatError>({{"seed", -1}}).find("non-negative"),
+            std::string::npos);
+  EXPECT_NE(Rejected<FormatError>({{"flag", 1}}).find("true or false"),
+            std::string::npos);
+  EXPECT_NE(Rejected<FormatError>({{"nosuch", 1}}).find("'nosuch'"),
+            std::string::npos);
+  EXPECT_NE(Rejected<FormatError>(nlohmann::json::array()).find("object"),
+            std::string::npos);
+  const std::string range = Rejected<InvalidArgument>({{"size", 2097152}});
+  EXPECT_NE(range.find("toy config field 'size' must be in [1, 2^20] (got "
+                       "2097152)"),
+            std::string::npos)
+      << range;
+  // An int field gets int's limits on top of its declared range.
+  EXPECT_NE(Rejected<InvalidArgument>({{"threads", int64_t{1} << 40}})
+                .find("threads"),
+            std::string::npos);
+  EXPECT_NE(Rejected<InvalidArgument>({{"rate", 1.0}}).find("[0, 1)"),
+            std::string::npos);
+  EXPECT_NE(Rejected<InvalidArgument>({{"name", "c"}}).find("one of a, b"),
+            std::string::npos);
+}
+
+TEST(Settings, TextParsing) {
+  EXPECT_EQ(std::get<int64_t>(ParseSettingText(SettingType::kInt, "-3", "n")),
+            -3);
+  EXPECT_EQ(std::get<double>(ParseSettingText(SettingType::kDouble, "1e-3",
+                                              "n")),
+            1e-3);
+  for (const char* bad : {"", "3x", "1.5", "99999999999999999999"}) {
+    EXPECT_THROW(ParseSettingText(SettingType::kInt, bad, "--n"),
+                 InvalidArgument)
+        << bad;
+  }
+  EXPECT_THROW(ParseSettingText(SettingType::kUnsigned, "-1", "--n"),
+               InvalidArgument);
+}
+
+TEST(Settings, DocsTable) {
+  const std::string table = MarkdownTable(SettingRows(ToySettings(), Toy{}));
+  EXPECT_NE(table.find("| `size` | `--size` | integer | `4` | [1, 2^20] | "
+                       "Size |"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("Rate \\| ratio"), std::string::npos) << table;
+  EXPECT_NE(table.find("| `threads` | `--threads` | integer | `1` | "
+                       "[1, 2147483647] |"),
+            std::string::npos)
+      << table;
+}
+
+}  // namespace
+}  // namespace relpos::io

@@ -1,0 +1,56 @@
+#include "train/batching.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace relpos::train {
+
+namespace {
+
+// Pads `examples` into one batch (pad token 0, target -1).
+model::Batch Pack(std::vector<tasks::Example>& examples) {
+  model::Batch b;
+  b.batch = static_cast<int64_t>(examples.size());
+  for (const auto& e : examples) {
+    b.length =
+        std::max<int64_t>(b.length, static_cast<int64_t>(e.tokens.size()));
+  }
+  b.tokens.assign(static_cast<size_t>(b.batch * b.length), 0);
+  b.targets.assign(static_cast<size_t>(b.batch * b.length), -1);
+  b.lengths.resize(static_cast<size_t>(b.batch));
+  for (int64_t i = 0; i < b.batch; ++i) {
+    const auto& e = examples[static_cast<size_t>(i)];
+    std::copy(e.tokens.begin(), e.tokens.end(),
+              b.tokens.begin() + i * b.length);
+    std::copy(e.targets.begin(), e.targets.end(),
+              b.targets.begin() + i * b.length);
+    b.lengths[static_cast<size_t>(i)] = static_cast<int64_t>(e.tokens.size());
+  }
+  return b;
+}
+
+}  // namespace
+
+model::Batch MakeTrainBatch(const DataSource& data, int64_t batch_size,
+                            int64_t min_length, int64_t max_length, Rng& rng) {
+  std::vector<tasks::Example> examples;
+  examples.reserve(static_cast<size_t>(batch_size));
+  const uint64_t span = static_cast<uint64_t>(max_length - min_length + 1);
+  for (int64_t i = 0; i < batch_size; ++i) {
+    const int64_t length = min_length + static_cast<int64_t>(rng.Below(span));
+    examples.push_back(data.Sample(length, /*held_out=*/false, rng));
+  }
+  return Pack(examples);
+}
+
+model::Batch MakeFixedBatch(const DataSource& data, int64_t count,
+                            int64_t length, bool held_out, Rng& rng) {
+  std::vector<tasks::Example> examples;
+  examples.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    examples.push_back(data.Sample(length, held_out, rng));
+  }
+  return Pack(examples);
+}
+
+}  // namespace relpos::train

@@ -1,0 +1,98 @@
+#include "train/data_source.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "tasks/text_corpus.h"
+
+namespace relpos::train {
+
+namespace {
+
+class TaskData final : public DataSource {
+ public:
+  explicit TaskData(std::unique_ptr<tasks::Task> task)
+      : task_(std::move(task)) {}
+  std::string name() const override { return task_->info().name; }
+  int32_t vocab_size() const override { return task_->info().vocab_size; }
+  model::Arch default_arch() const override { return model::Arch::kEncoder; }
+  int64_t min_length() const override { return task_->info().min_length; }
+  int64_t max_length() const override { return kMaxTaskSize; }
+  int64_t SequenceLength(int64_t length) const override {
+    return task_->SequenceLength(length);
+  }
+  tasks::Example Sample(int64_t length, bool /*held_out*/,
+                        Rng& rng) const override {
+    return task_->Generate(length, rng);
+  }
+  std::string metric_description() const override {
+    return "per-token accuracy over the output positions";
+  }
+
+ private:
+  std::unique_ptr<tasks::Task> task_;
+};
+
+class LmData final : public DataSource {
+ public:
+  explicit LmData(tasks::TextCorpus corpus) : corpus_(std::move(corpus)) {}
+  std::string name() const override { return kLanguageModelTask; }
+  int32_t vocab_size() const override { return tasks::TextCorpus::kVocabSize; }
+  model::Arch default_arch() const override { return model::Arch::kDecoder; }
+  int64_t min_length() const override { return 1; }
+  int64_t max_length() const override {
+    return std::min({corpus_.MaxSampleLength(false),
+                     corpus_.MaxSampleLength(true), kMaxTaskSize});
+  }
+  int64_t SequenceLength(int64_t length) const override { return length; }
+  tasks::Example Sample(int64_t length, bool held_out,
+                        Rng& rng) const override {
+    return corpus_.Sample(length, held_out, rng);
+  }
+  std::string metric_description() const override {
+    return "next-byte accuracy on held-out text";
+  }
+
+ private:
+  tasks::TextCorpus corpus_;
+};
+
+}  // namespace
+
+std::vector<std::string> DataTaskNames() {
+  std::vector<std::string> names = tasks::TaskNames();
+  names.push_back(kLanguageModelTask);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::unique_ptr<DataSource> MakeDataSource(const DataConfig& config) {
+  if (config.task == kLanguageModelTask) {
+    RELPOS_CHECK_ARG(config.corpus_bytes >= tasks::TextCorpus::kMinBytes &&
+                         config.corpus_bytes <= (int64_t{1} << 30),
+                     "corpus_bytes must be in [" << tasks::TextCorpus::kMinBytes
+                                                 << ", 2^30] (got "
+                                                 << config.corpus_bytes << ")");
+    if (!config.corpus_path.empty()) {
+      return std::make_unique<LmData>(
+          tasks::TextCorpus::FromFile(config.corpus_path));
+    }
+    return std::make_unique<LmData>(
+        tasks::TextCorpus::Generated(config.corpus_seed, config.corpus_bytes));
+  }
+  const std::vector<std::string> known = tasks::TaskNames();
+  if (std::find(known.begin(), known.end(), config.task) == known.end()) {
+    std::string list;
+    for (const std::string& n : DataTaskNames())
+      list += (list.empty() ? "" : ", ") + n;
+    RELPOS_THROW(InvalidArgument, "unknown task '" << config.task
+                                                   << "' (known tasks: " << list
+                                                   << ")");
+  }
+  RELPOS_CHECK_ARG(config.corpus_path.empty(),
+                   "a corpus file is only used by task 'lm' (task is '"
+                       << config.task << "')");
+  return std::make_unique<TaskData>(tasks::MakeTask(config.task));
+}
+
+}  // namespace relpos::train

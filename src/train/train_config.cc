@@ -1,0 +1,161 @@
+#include "train/train_config.h"
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/check.h"
+#include "tasks/text_corpus.h"
+#include "train/lengths.h"
+
+namespace relpos::train {
+namespace {
+
+constexpr const char* kWhat = "train config";
+constexpr double kMaxSteps = 1e9;
+
+using io::Field;
+using io::Range;
+using io::Setting;
+
+std::vector<Setting<TrainConfig>> MakeTrainSettings() {
+  using C = TrainConfig;
+  const double max_size = static_cast<double>(kMaxTaskSize);
+  return {
+      Field<C>("task", "--task",
+               "A synthetic task (docs/tasks.md) or 'lm' (byte-level "
+               "language modelling)",
+               [](C& c) -> auto& { return c.data.task; }),
+      io::WithDefaultNote(
+          Field<C>("corpus_path", "--corpus",
+                   "Task lm: a text file (default: generated text)",
+                   [](C& c) -> auto& { return c.data.corpus_path; }),
+          "generated text"),
+      Field<C>("corpus_seed", "--corpus-seed",
+               "Task lm: seed of the generated text",
+               [](C& c) -> auto& { return c.data.corpus_seed; }),
+      Field<C>("corpus_bytes", "--corpus-bytes",
+               "Task lm: size of the generated text",
+               [](C& c) -> auto& { return c.data.corpus_bytes; },
+               Range{static_cast<double>(tasks::TextCorpus::kMinBytes),
+                     double(int64_t{1} << 30)}),
+      Field<C>("train_min_length", "", "Shortest training length",
+               &C::train_min_length, Range{1, max_size}),
+      Field<C>("train_max_length", "", "Longest training length",
+               &C::train_max_length, Range{1, max_size}),
+      io::Words<C>(
+          "", "--train-lengths",
+          "Range A-B of training lengths (task size parameter); sets "
+          "train_min_length and train_max_length",
+          {},
+          [](const C& c) {
+            return FormatLengthRange(c.train_min_length, c.train_max_length);
+          },
+          [](C& c, const std::string& text, const std::string& name) {
+            const auto [lo, hi] = ParseLengthRange(text, name, kMaxTaskSize);
+            c.train_min_length = lo;
+            c.train_max_length = hi;
+          }),
+      Field<C>("steps", "--steps", "Optimiser updates", &C::steps,
+               Range{1, kMaxSteps}),
+      Field<C>("batch_size", "--batch-size", "Sequences per update",
+               &C::batch_size, Range{1, 65536}),
+      Field<C>("lr", "--lr", "Peak learning rate", &C::lr,
+               Range{.lo = 0, .hi = 10, .lo_open = true}),
+      io::WithDefaultNote(
+          Field<C>("warmup_steps", "--warmup-steps",
+                   "Linear warm-up updates (at most steps)", &C::warmup_steps,
+                   Range{0, kMaxSteps}),
+          "100 (command line: min(100, steps/10))"),
+      Field<C>("min_lr_ratio", "--min-lr-ratio",
+               "Final learning rate as a fraction of the peak (cosine floor)",
+               &C::min_lr_ratio, Range{0, 1}),
+      Field<C>("beta1", "--beta1", "AdamW beta1",
+               [](C& c) -> auto& { return c.adamw.beta1; },
+               Range{.lo = 0, .hi = 1, .hi_open = true}),
+      Field<C>("beta2", "--beta2", "AdamW beta2",
+               [](C& c) -> auto& { return c.adamw.beta2; },
+               Range{.lo = 0, .hi = 1, .hi_open = true}),
+      Field<C>("eps", "--eps", "AdamW epsilon",
+               [](C& c) -> auto& { return c.adamw.eps; },
+               Range{.lo = 0, .lo_open = true}),
+      Field<C>("weight_decay", "--weight-decay",
+               "AdamW decoupled weight decay (weight matrices and the token "
+               "embedding only)",
+               [](C& c) -> auto& { return c.adamw.weight_decay; },
+               Range{.lo = 0, .hi = 1, .hi_open = true}),
+      Field<C>("clip_norm", "--clip-norm",
+               "Global gradient-norm clip (0: off)", &C::clip_norm,
+               Range{.lo = 0}),
+      Field<C>("seed", "--seed",
+               "Seed of initialisation, data order and dropout", &C::seed),
+      Field<C>("threads", "--threads",
+               "OpenMP threads (results are reproducible per seed and thread "
+               "count)",
+               &C::threads, Range{1, 1024}),
+      Field<C>("checkpoint_every", "--checkpoint-every",
+               "Updates between checkpoints (0: only at the end)",
+               &C::checkpoint_every, Range{0, kMaxSteps}),
+  };
+}
+
+}  // namespace
+
+const std::vector<io::Setting<TrainConfig>>& TrainSettings() {
+  static const std::vector<io::Setting<TrainConfig>> settings =
+      MakeTrainSettings();
+  return settings;
+}
+
+nlohmann::json ToJson(const TrainConfig& c) {
+  return io::SettingsToJson(TrainSettings(), c);
+}
+
+TrainConfig TrainConfigFromJson(const nlohmann::json& j) {
+  TrainConfig c;
+  io::SettingsFromJson(TrainSettings(), j, kWhat, &c);
+  Validate(c);
+  return c;
+}
+
+ScheduleConfig MakeSchedule(const TrainConfig& c) {
+  return ScheduleConfig{.peak_lr = c.lr,
+                        .warmup_steps = c.warmup_steps,
+                        .total_steps = c.steps,
+                        .min_lr_ratio = c.min_lr_ratio};
+}
+
+void Validate(const TrainConfig& c) {
+  io::ValidateSettings(TrainSettings(), c, kWhat);
+  RELPOS_CHECK_ARG(!c.data.task.empty(), "train config field 'task' must not be empty");
+  RELPOS_CHECK_ARG(c.train_min_length <= c.train_max_length,
+                   "train length range " << c.train_min_length << "-"
+                                         << c.train_max_length
+                                         << " is reversed");
+  RELPOS_CHECK_ARG(c.warmup_steps <= c.steps,
+                   "train config field 'warmup_steps' must be at most steps="
+                       << c.steps << " (got " << c.warmup_steps << ")");
+}
+
+void CheckModelAndData(const model::ModelConfig& m, const TrainConfig& t,
+                       const DataSource& data) {
+  RELPOS_CHECK_ARG(m.vocab_size == data.vocab_size(),
+                   "model vocab_size "
+                       << m.vocab_size << " does not match task '"
+                       << data.name() << "' (" << data.vocab_size() << ")");
+  RELPOS_CHECK_ARG(t.train_min_length >= data.min_length() &&
+                       t.train_max_length <= data.max_length(),
+                   "train lengths "
+                       << t.train_min_length << "-" << t.train_max_length
+                       << " must be within [" << data.min_length() << ", "
+                       << data.max_length() << "] for task '" << data.name()
+                       << "'");
+  const int64_t longest = data.SequenceLength(t.train_max_length);
+  RELPOS_CHECK_ARG(
+      m.position != model::PositionScheme::kLearned || longest <= m.max_len,
+      "learned positions: max_len " << m.max_len
+                                    << " is shorter than the longest "
+                                       "training sequence ("
+                                    << longest << " tokens)");
+}
+
+}  // namespace relpos::train
