@@ -15,31 +15,15 @@ namespace {
 // Stream ids under TrainConfig::seed.
 constexpr uint64_t kInitStream = 1, kDataStream = 2, kDropoutStream = 3;
 
-// Decoupled weight decay goes to the weight matrices of the linear layers
-// and the token embedding; biases, LayerNorm gains and every position table
-// (absolute or relative) are left alone, as in common practice: decaying
-// rarely-seen position rows would pull them to zero for no benefit. The
-// property is declared with the parameter where the model declares it
-// (BasicParameter::decay); until then the same rule by parameter kind (names
-// ending ".weight", docs/model.md, and the token embedding).
-template <typename P>
-bool DecayParameter(const P& p) {
-  if constexpr (requires { p.decay; }) {
-    return p.decay;
-  } else {
-    const std::string& n = p.name;
-    const std::string suffix = ".weight";
-    return n == "embed.token" ||
-           (n.size() > suffix.size() &&
-            n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0);
-  }
-}
-
+// Decoupled weight decay goes where the model declares it with each
+// parameter (BasicParameter::decay: the weight matrices and the token
+// embedding; not biases, LayerNorm gains or position tables, whose rarely
+// seen rows decay would pull to zero for no benefit).
 std::vector<ParamSlot> Slots(model::Transformer& model) {
   std::vector<ParamSlot> slots;
   for (model::Parameter& p : model.parameters()) {
     slots.push_back({std::span<float>(p.value), std::span<const float>(p.grad),
-                     DecayParameter(p)});
+                     p.decay});
   }
   return slots;
 }
