@@ -280,12 +280,23 @@ HWY_INLINE void FillRange(float* HWY_RESTRICT dst, float value, int64_t n) {
 // instead of a gather with stride 1 - kLd. Entries with c - i outside
 // [0, buckets) are never read. One pass per query tile; every band tile of
 // the query tile reads it.
-HWY_INLINE void SkewTable(const float* HWY_RESTRICT table, int64_t buckets,
-                          int64_t cols, float* HWY_RESTRICT sk) {
+template <int64_t kCols>
+HWY_INLINE void SkewRows(const float* HWY_RESTRICT table, int64_t buckets,
+                         int64_t cols, float* HWY_RESTRICT sk) {
+  const int64_t n = kCols > 0 ? kCols : cols;  // a constant: fully unrolled
   for (int64_t r = 0; r < buckets; ++r) {
     const float* HWY_RESTRICT src = table + r * kLd;
     float* HWY_RESTRICT dst = sk + r * kLd;
-    for (int64_t i = 0; i < cols; ++i) dst[i * (kLd + 1)] = src[i];
+    for (int64_t i = 0; i < n; ++i) dst[i * (kLd + 1)] = src[i];
+  }
+}
+
+HWY_INLINE void SkewTable(const float* HWY_RESTRICT table, int64_t buckets,
+                          int64_t cols, float* HWY_RESTRICT sk) {
+  if (cols == kLd) {
+    SkewRows<kLd>(table, buckets, cols, sk);
+  } else {
+    SkewRows<0>(table, buckets, cols, sk);
   }
 }
 
