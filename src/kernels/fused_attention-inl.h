@@ -459,8 +459,8 @@ HWY_INLINE int64_t DiagBegin(const AttentionProblem& p, const BandRuns& r) {
 }
 
 // One relative term of a band tile: the table slice T (G^T for the key-side
-// score term, U^T for the value-side dP term, SPEC sections 2-3), its skewed
-// copy (SkewTable) and the score-shaped tile it is added to.
+// score term, U^T for the value-side dP term, docs/math.md sections 2-3),
+// its skewed copy (SkewTable) and the score-shaped tile it is added to.
 struct BandTerm {
   const float* table;
   const float* skew;
