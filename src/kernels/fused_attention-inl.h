@@ -61,6 +61,16 @@ constexpr int64_t kLd = kQueryTile;  // leading dimension of transposed tiles
 // Nk allowed fits float easily, and softmax is invariant to the reference.
 constexpr float kMaxSlack = 8.0f;
 
+// Query columns of a tile that are computed: its rows rounded up to whole
+// vectors (at most kLd). A short tile (n < 64, or the last tile of a
+// sequence) does not pay for the padding columns in S^T, dP^T, G^T, U^T,
+// the softmax or the bucket sums; columns >= Cols(t) of every score-shaped
+// tile are never written or read.
+HWY_INLINE int64_t Cols(const fused::QueryTile& t) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
+  return std::min(kLd, (t.rows + lanes - 1) / lanes * lanes);
+}
+
 // ---------------------------------------------------------------------------
 // Partial vectors: the first n < Lanes lanes of p. On AVX2 and AVX-512
 // Highway's MaskedLoad / BlendedStore are hardware masked accesses that never
@@ -242,11 +252,11 @@ HWY_INLINE void AddDiffRange(float* HWY_RESTRICT dst,
   }
 }
 
-// dst[0, kLd) = a[0, kLd) - b[0, kLd)
+// dst[0, cols) = a[0, cols) - b[0, cols), cols a multiple of the lanes
 HWY_INLINE void SubRow(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
-                       float* HWY_RESTRICT dst) {
+                       int64_t cols, float* HWY_RESTRICT dst) {
   const DF d;
-  for (int64_t i = 0; i < kLd; i += static_cast<int64_t>(hn::Lanes(d))) {
+  for (int64_t i = 0; i < cols; i += static_cast<int64_t>(hn::Lanes(d))) {
     hn::StoreU(hn::Sub(hn::LoadU(d, a + i), hn::LoadU(d, b + i)), d, dst + i);
   }
 }
@@ -270,12 +280,23 @@ HWY_INLINE void FillRange(float* HWY_RESTRICT dst, float value, int64_t n) {
 // instead of a gather with stride 1 - kLd. Entries with c - i outside
 // [0, buckets) are never read. One pass per query tile; every band tile of
 // the query tile reads it.
-HWY_INLINE void SkewTable(const float* HWY_RESTRICT table, int64_t buckets,
-                          float* HWY_RESTRICT sk) {
+template <int64_t kCols>
+HWY_INLINE void SkewRows(const float* HWY_RESTRICT table, int64_t buckets,
+                         int64_t cols, float* HWY_RESTRICT sk) {
+  const int64_t n = kCols > 0 ? kCols : cols;  // a constant: fully unrolled
   for (int64_t r = 0; r < buckets; ++r) {
     const float* HWY_RESTRICT src = table + r * kLd;
     float* HWY_RESTRICT dst = sk + r * kLd;
-    for (int64_t i = 0; i < kLd; ++i) dst[i * (kLd + 1)] = src[i];
+    for (int64_t i = 0; i < n; ++i) dst[i * (kLd + 1)] = src[i];
+  }
+}
+
+HWY_INLINE void SkewTable(const float* HWY_RESTRICT table, int64_t buckets,
+                          int64_t cols, float* HWY_RESTRICT sk) {
+  if (cols == kLd) {
+    SkewRows<kLd>(table, buckets, cols, sk);
+  } else {
+    SkewRows<0>(table, buckets, cols, sk);
   }
 }
 
@@ -438,8 +459,8 @@ HWY_INLINE int64_t DiagBegin(const AttentionProblem& p, const BandRuns& r) {
 }
 
 // One relative term of a band tile: the table slice T (G^T for the key-side
-// score term, U^T for the value-side dP term, SPEC sections 2-3), its skewed
-// copy (SkewTable) and the score-shaped tile it is added to.
+// score term, U^T for the value-side dP term, docs/math.md sections 2-3),
+// its skewed copy (SkewTable) and the score-shaped tile it is added to.
 struct BandTerm {
   const float* table;
   const float* skew;
@@ -473,8 +494,12 @@ HWY_INLINE void AddBandDelta(const AttentionProblem& p,
     base_row[e] = table + (base.bucket - t.bucket_lo) * kLd;
     right_src[e] = delta + 2 * e * kLd;
     left_src[e] = delta + (2 * e + 1) * kLd;
-    if (base.do_right) SubRow(right_row, base_row[e], delta + 2 * e * kLd);
-    if (base.do_left) SubRow(left_row, base_row[e], delta + (2 * e + 1) * kLd);
+    if (base.do_right) {
+      SubRow(right_row, base_row[e], Cols(t), delta + 2 * e * kLd);
+    }
+    if (base.do_left) {
+      SubRow(left_row, base_row[e], Cols(t), delta + (2 * e + 1) * kLd);
+    }
   }
   for (int64_t jj = base.row_begin; jj < base.row_end; ++jj) {
     const BandRuns r = MakeBandRuns(p, t, j0 + jj);
@@ -539,7 +564,7 @@ HWY_INLINE void FoldEnds(const AttentionProblem& p, const fused::QueryTile& t,
   const int64_t kk = p.max_distance;
   auto fold = [&](int64_t bucket, const float* row) {
     float* col0 = acc.skew + (bucket - t.bucket_lo) * kLd;
-    for (int64_t i = 0; i < kLd; ++i) col0[i * (kLd + 1)] += row[i];
+    for (int64_t i = 0; i < t.rows; ++i) col0[i * (kLd + 1)] += row[i];
   };
   const bool left_ok = t.bucket_lo == 0;
   const bool right_ok = t.bucket_lo + t.buckets - 1 == 2 * kk;
@@ -568,16 +593,17 @@ HWY_INLINE void AccumulateTile(const AttentionProblem& p,
                                int count) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t cols = Cols(t);
   if (!base.band) {
     for (int e = 0; e < count; ++e) {
-      AddRange(EndRow(p, *terms[e].acc, base.bucket), terms[e].colsum, kLd);
+      AddRange(EndRow(p, *terms[e].acc, base.bucket), terms[e].colsum, cols);
     }
     return;
   }
   const int64_t kk = p.max_distance;
   const bool folded = base.folded;
   if (folded) {
-    for (int e = 0; e < count; ++e) FillRange(terms[e].moved, 0.0f, kLd);
+    for (int e = 0; e < count; ++e) FillRange(terms[e].moved, 0.0f, cols);
   }
   for (int64_t jj = base.row_begin; jj < base.row_end; ++jj) {
     const BandRuns r = MakeBandRuns(p, t, j0 + jj);
@@ -607,7 +633,7 @@ HWY_INLINE void AccumulateTile(const AttentionProblem& p,
     float* base_row = EndRow(p, *terms[e].acc, base.bucket);
     const float* colsum = terms[e].colsum;
     const float* moved = terms[e].moved;
-    for (int64_t i = 0; i < kLd; i += lanes) {
+    for (int64_t i = 0; i < cols; i += lanes) {
       hn::StoreU(
           hn::Add(hn::LoadU(d, base_row + i),
                   hn::Sub(hn::LoadU(d, colsum + i), hn::LoadU(d, moved + i))),
@@ -616,15 +642,16 @@ HWY_INLINE void AccumulateTile(const AttentionProblem& p,
   }
 }
 
-// Multiplies every row of the accumulator by the per-column alpha.
+// Multiplies every row of the accumulator by the per-column alpha (the first
+// `cols` columns, the ones in use).
 HWY_INLINE void ScaleBucketAcc(const BucketAcc& acc, int64_t buckets,
-                               const float* alpha) {
+                               int64_t cols, const float* alpha) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t nrows = buckets + kLd - 1 + 3;  // skew rows, then ends
   for (int64_t r = 0; r < nrows; ++r) {
     float* w = acc.skew + r * kLd;
-    for (int64_t c0 = 0; c0 < kLd; c0 += lanes) {
+    for (int64_t c0 = 0; c0 < cols; c0 += lanes) {
       hn::StoreU(hn::Mul(hn::LoadU(d, w + c0), hn::LoadU(d, alpha + c0)), d,
                  w + c0);
     }
@@ -641,7 +668,7 @@ HWY_INLINE void ApplyCausalMask(const AttentionProblem& p,
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int64_t jj = 0; jj < kn; ++jj) {
     const int64_t first = (j0 + jj) - p.query_offset - t.i0;
-    if (first > 0) FillRange(xt + jj * kLd, neg_inf, std::min(first, kLd));
+    if (first > 0) FillRange(xt + jj * kLd, neg_inf, std::min(first, Cols(t)));
   }
 }
 
@@ -676,6 +703,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
     if (lse) std::fill(lse, lse + rows, neg_inf);
     return;
   }
+  const int64_t cols = Cols(t);
   const fused::ForwardScratch sz(p);
   float* qt = scratch;
   float* st = qt + sz.qt;
@@ -696,7 +724,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
   if (p.key_term) {
     // G^T slice = AK[lo : lo+nb] (Q_I / sqrt(dk))^T   (SPEC 2: G = Q AK^T /
     // sqrt(dk))
-    MatMul(t.buckets, kLd, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
+    MatMul(t.buckets, cols, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
            kLd, 1.0f, false);
   }
   const BucketAcc w_acc = CarveBucketAcc(wt, t.buckets);
@@ -711,7 +739,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
   for (int64_t j0 = 0; j0 < t.key_end; j0 += kKeyTile) {
     const int64_t kn = std::min(kKeyTile, t.key_end - j0);
     const TileBase base = ChooseBase(p, t, j0, kn);
-    MatMul(kn, kLd, dk, hd.k + j0 * dk, dk, 1, qt, kLd, st, kLd, 1.0f, false);
+    MatMul(kn, cols, dk, hd.k + j0 * dk, dk, 1, qt, kLd, st, kLd, 1.0f, false);
     // Key-side term s_ij = S_ij + G[i, r(i,j)+k]: the base bucket's
     // G[i, base] is one scalar per column, folded into the column's max and
     // exponent below; a band tile adds G[i, r+k] - G[i, base] pair by pair
@@ -721,7 +749,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
       if (base.folded) g_base = gt + (base.bucket - t.bucket_lo) * kLd;
       if (base.band) {
         // k = 0 has no diagonal strip (and no skewed copy).
-        if (!skewed && p.max_distance > 0) SkewTable(gt, t.buckets, gsk);
+        if (!skewed && p.max_distance > 0) SkewTable(gt, t.buckets, cols, gsk);
         skewed = true;
         const BandTerm term{gt, gsk, st};
         AddBandDelta(p, t, j0, base, &term, 1, delta);
@@ -731,7 +759,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
 
     // Online softmax, one vector of query columns at a time.
     bool rescale = false;
-    for (int64_t c0 = 0; c0 < kLd; c0 += lanes) {
+    for (int64_t c0 = 0; c0 < cols; c0 += lanes) {
       const VF g = g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d);
       VF tile_max = v_neg_inf;
       for (int64_t jj = 0; jj < kn; ++jj) {
@@ -772,7 +800,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
         float* o = oacc + i * dv;
         for (int64_t c = 0; c < dv; ++c) o[c] *= a;
       }
-      if (p.value_term) ScaleBucketAcc(w_acc, t.buckets, alpha);
+      if (p.value_term) ScaleBucketAcc(w_acc, t.buckets, cols, alpha);
     }
     // O_I += P V_J: A(i, jj) = P^T[jj][i].
     MatMul(rows, dv, kn, st, 1, kLd, hd.v + j0 * dv, dv, oacc, dv, 1.0f, true);
@@ -830,6 +858,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     if (hd.dq) std::fill(hd.dq + t.i0 * dk, hd.dq + (t.i0 + rows) * dk, 0.0f);
     return;
   }
+  const int64_t cols = Cols(t);
   const fused::BackwardScratch sz(p);
   float* qt = scratch;
   float* dot = qt + sz.qt;
@@ -873,7 +902,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   }
   const bool want_w = p.value_term && hd.dav != nullptr;
   if (p.key_term) {
-    MatMul(t.buckets, kLd, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
+    MatMul(t.buckets, cols, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
            kLd, 1.0f, false);
   }
   const BucketAcc e_acc = CarveBucketAcc(et, t.buckets);
@@ -881,7 +910,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   if (p.key_term) ZeroBucketAcc(e_acc, t.buckets);
   if (p.value_term) {
     // U^T slice = AV[lo : lo+nb] dO_I^T.
-    MatMul(t.buckets, kLd, dv, hd.av + t.bucket_lo * dv, dv, 1, dot, kLd, ut,
+    MatMul(t.buckets, cols, dv, hd.av + t.bucket_lo * dv, dv, 1, dot, kLd, ut,
            kLd, 1.0f, false);
   }
   if (want_w) ZeroBucketAcc(w_acc, t.buckets);
@@ -892,8 +921,9 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
        j0 += key_tile_step * kKeyTile) {
     const int64_t kn = std::min(kKeyTile, t.key_end - j0);
     const TileBase base = ChooseBase(p, t, j0, kn);
-    MatMul(kn, kLd, dk, hd.k + j0 * dk, dk, 1, qt, kLd, st, kLd, 1.0f, false);
-    MatMul(kn, kLd, dv, hd.v + j0 * dv, dv, 1, dot, kLd, dpt, kLd, 1.0f, false);
+    MatMul(kn, cols, dk, hd.k + j0 * dk, dk, 1, qt, kLd, st, kLd, 1.0f, false);
+    MatMul(kn, cols, dv, hd.v + j0 * dv, dv, 1, dot, kLd, dpt, kLd, 1.0f,
+           false);
     // As in the forward, the base bucket is folded into per-column constants:
     // p = exp(S + g - lse) = exp(S - (lse - g)) and
     // dS = p (dP + u - D) = p (dP - (D - u)) with g = G[i, base], u = U[i,
@@ -912,14 +942,14 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     }
     if (base.band && count > 0) {
       if (!skewed && p.max_distance > 0) {  // k = 0: no diagonal strip
-        if (p.key_term) SkewTable(gt, t.buckets, gsk);
-        if (p.value_term) SkewTable(ut, t.buckets, usk);
+        if (p.key_term) SkewTable(gt, t.buckets, cols, gsk);
+        if (p.value_term) SkewTable(ut, t.buckets, cols, usk);
       }
       skewed = true;
       AddBandDelta(p, t, j0, base, terms, count, delta);
     }
     ApplyCausalMask(p, t, j0, kn, st);
-    for (int64_t c0 = 0; c0 < kLd; c0 += lanes) {
+    for (int64_t c0 = 0; c0 < cols; c0 += lanes) {
       const VF g = g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d);
       const VF u = u_base ? hn::LoadU(d, u_base + c0) : hn::Zero(d);
       const VF shift = hn::Sub(hn::LoadU(d, lse_row + c0), g);
