@@ -1,6 +1,7 @@
 #include "nn/multi_head_attention.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "nn/linear.h"
 #include "nn/parallel.h"
@@ -8,34 +9,49 @@
 namespace relpos::nn {
 namespace {
 
-// [B*N, H*dh] -> [B, H, N, dh].
+// First row of each sequence in the [rows, d_model] layout, [batch + 1]:
+// b * length, or the running sum of the lengths when packed.
+std::vector<int64_t> RowOffsets(const MhaShape& s) {
+  std::vector<int64_t> off(s.batch + 1, 0);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    off[b + 1] = off[b] + (s.lengths == nullptr ? s.length : s.lengths[b]);
+  }
+  return off;
+}
+
+// [rows, H*dh] -> [B, H, N, dh], zeros at padded positions.
 template <typename T>
 void SplitHeads(const T* in, T* out, const MhaShape& s) {
   const int64_t dh = s.head_dim();
+  const std::vector<int64_t> off = RowOffsets(s);
 #pragma omp parallel for collapse(2) \
-    schedule(static) if (s.rows() * s.d_model >= kMinParallelWork)
+    schedule(static) if (s.batch * s.length * s.d_model >= kMinParallelWork)
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads; ++h) {
-      for (int64_t n = 0; n < s.length; ++n) {
-        const T* src = in + (b * s.length + n) * s.d_model + h * dh;
-        T* dst = out + ((b * s.heads + h) * s.length + n) * dh;
-        std::copy(src, src + dh, dst);
+      const int64_t valid = off[b + 1] - off[b];
+      T* dst = out + (b * s.heads + h) * s.length * dh;
+      for (int64_t n = 0; n < valid; ++n) {
+        const T* src = in + (off[b] + n) * s.d_model + h * dh;
+        std::copy(src, src + dh, dst + n * dh);
       }
+      std::fill(dst + valid * dh, dst + s.length * dh, T(0));
     }
   }
 }
 
-// [B, H, N, dh] -> [B*N, H*dh].
+// [B, H, N, dh] -> [rows, H*dh] (padded positions dropped when packed).
 template <typename T>
 void MergeHeads(const T* in, T* out, const MhaShape& s) {
   const int64_t dh = s.head_dim();
-#pragma omp parallel for collapse(2) \
-    schedule(static) if (s.rows() * s.d_model >= kMinParallelWork)
+  const std::vector<int64_t> off = RowOffsets(s);
+#pragma omp parallel for schedule( \
+    static) if (s.batch * s.length * s.d_model >= kMinParallelWork)
   for (int64_t b = 0; b < s.batch; ++b) {
-    for (int64_t n = 0; n < s.length; ++n) {
+    const int64_t valid = off[b + 1] - off[b];
+    for (int64_t n = 0; n < valid; ++n) {
       for (int64_t h = 0; h < s.heads; ++h) {
         const T* src = in + ((b * s.heads + h) * s.length + n) * dh;
-        T* dst = out + (b * s.length + n) * s.d_model + h * dh;
+        T* dst = out + (off[b] + n) * s.d_model + h * dh;
         std::copy(src, src + dh, dst);
       }
     }
@@ -66,16 +82,16 @@ template <typename T>
 void MultiHeadAttentionForward(const T* x, const MhaWeights<T>& w, T* y,
                                MhaCache<T>* cache, const MhaShape& s,
                                const AttentionOptions& options) {
-  // Shapes: x, y [B*N, d_model]; cache->q/k/v/attn [B, H, N, dh].
+  // Shapes: x, y [rows, d_model]; cache->q/k/v/attn [B, H, N, dh].
   const int64_t rows = s.rows(), d = s.d_model;
-  const int64_t n_heads = rows * d;
+  const int64_t n_heads = s.batch * s.length * d;
   const LinearShape proj{rows, d, d};
   cache->q.resize(n_heads);
   cache->k.resize(n_heads);
   cache->v.resize(n_heads);
   cache->attn.resize(n_heads);
   cache->lse.resize(s.batch * s.heads * s.length);
-  cache->merged.resize(n_heads);
+  cache->merged.resize(rows * d);
   // `merged` doubles as the [B*N, d] staging buffer of the projections: it
   // is overwritten with the real merged heads below.
   T* flat = cache->merged.data();
@@ -102,11 +118,11 @@ void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
                                 const MhaGrads<T>& g, MhaScratch<T>* scratch,
                                 const MhaShape& s,
                                 const AttentionOptions& options) {
-  // Shapes: x, dy, dx [B*N, d_model].
+  // Shapes: x, dy, dx [rows, d_model].
   const int64_t rows = s.rows(), d = s.d_model, dh = s.head_dim();
-  const int64_t n_heads = rows * d;
+  const int64_t n_heads = s.batch * s.length * d;
   const LinearShape proj{rows, d, d};
-  scratch->flat.resize(n_heads);
+  scratch->flat.resize(rows * d);
   scratch->dattn.resize(n_heads);
   scratch->dq.resize(n_heads);
   scratch->dk.resize(n_heads);
