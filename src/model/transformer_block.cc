@@ -11,9 +11,6 @@
 #include "nn/parallel.h"
 
 namespace relpos::model {
-
-// Each sequence's valid rows go through the dropout call with the index
-// offset of their place in the padded layout.
 template <typename T>
 void RowDropout(bool forward, const T* in, T* out, const BlockShape& s,
                 double p, uint64_t seed) {
@@ -65,18 +62,16 @@ void BlockForward(const T* x, const BlockWeights<T>& w, T* x_next,
     RowDropout<T>(true, branch.data(), branch.data(), shape, options.dropout,
                   a.attn_drop_seed);
   }
-  // h = x + branch
-  Resize(&a.h, rows * d);
-#pragma omp parallel for schedule(static) if (rows * d >= nn::kMinParallelWork)
-  for (int64_t i = 0; i < rows * d; ++i) a.h[i] = x[i] + branch[i];
-
   // ---- Feed-forward sublayer: x_next = h + Dropout(W2 ff_act + b2) ----
-  // ln2 = LayerNorm2(h); ff_pre = W1 ln2 + b1; ff_act = GELU(ff_pre)
+  // h = x + branch; ln2 = LayerNorm2(h), in one pass
+  Resize(&a.h, rows * d);
   Resize(&a.ln2, rows * d);
   Resize(&a.ln2_mean, rows);
   Resize(&a.ln2_rstd, rows);
-  nn::LayerNormForward<T>(a.h.data(), w.ln2_gamma, w.ln2_beta, a.ln2.data(),
-                          a.ln2_mean.data(), a.ln2_rstd.data(), ln_shape);
+  nn::AddLayerNormForward<T>(x, branch.data(), w.ln2_gamma, w.ln2_beta,
+                             a.h.data(), a.ln2.data(), a.ln2_mean.data(),
+                             a.ln2_rstd.data(), ln_shape);
+  // ff_pre = W1 ln2 + b1; ff_act = GELU(ff_pre)
   Resize(&a.ff_pre, rows * dff);
   Resize(&a.ff_act, rows * dff);
   nn::LinearForward<T>(a.ln2.data(), w.ff_in_w, w.ff_in_b, a.ff_pre.data(),
