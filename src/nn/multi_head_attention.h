@@ -23,8 +23,8 @@ struct MhaShape {
   // and those buffers hold only the valid positions, packed sequence after
   // sequence (row offset(b) + i for i < lengths[b], offset(b) = the sum of
   // the lengths before b), so no row-wise work is spent on padding. Either
-  // way attention itself sees the padded [B, H, length, dh] layout, with
-  // zeros at the padded positions.
+  // way attention sees a padded layout, with zeros at the padded positions
+  // (packed: see MhaCache).
   const int64_t* lengths = nullptr;
   int64_t head_dim() const { return d_model / heads; }
   // Rows of x and y: batch * length, or the sum of the lengths.
@@ -57,11 +57,15 @@ struct MhaGrads {
 };
 
 // What the forward pass keeps for the backward pass (resized as needed).
+// Padded layout: q, k, v, attn are [B, H, N, dh] and lse [B, H, N]. Packed
+// layout: the sequences sorted by length into a few groups, each padded only
+// to its own longest member ([count, H, padded, dh] one group after the
+// other, lse likewise), so attention skips most of the padding too.
 template <typename T>
 struct MhaCache {
-  std::vector<T> q, k, v;  // [B, H, N, dh]
-  std::vector<T> attn;     // [B, H, N, dh], the attention output
-  std::vector<T> lse;      // [B, H, N]
+  std::vector<T> q, k, v;  // [B, H, N, dh] or the groups
+  std::vector<T> attn;     // the attention output, as q
+  std::vector<T> lse;      // [B, H, N] or the groups
   std::vector<T> merged;   // [rows, d_model], attn with heads merged back
 };
 
@@ -69,7 +73,9 @@ struct MhaCache {
 template <typename T>
 struct MhaScratch {
   std::vector<T> flat;               // [rows, d_model]
-  std::vector<T> dattn, dq, dk, dv;  // [B, H, N, dh]
+  std::vector<T> dattn, dq, dk, dv;  // as MhaCache::q
+  // Table gradients of the later length groups (packed layout only).
+  std::vector<T> dtable_k, dtable_v;
 };
 
 // x [rows, d_model] -> y [rows, d_model] (rows and their layout as
