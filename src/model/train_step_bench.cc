@@ -8,11 +8,18 @@
 //   train_step_bench --benchmark_repetitions=5
 //                    --benchmark_report_aggregates_only=true
 // Environment: RELPOS_BENCH_LAYERS / RELPOS_BENCH_BATCH / RELPOS_BENCH_SEQ
-// override the defaults for quick runs.
+// override the defaults for quick runs, and RELPOS_BENCH_D_MODEL / _HEADS /
+// _D_FF / _VOCAB / _K / _DECODER (0 or 1) the model. RELPOS_BENCH_LENGTHS, a
+// comma-separated list of one valid length per sequence (the batch size is
+// its count, the padded length its maximum unless RELPOS_BENCH_SEQ is
+// larger), gives a padded batch like the trainer's; bench/train_step_torch.py
+// drives it that way next to the same model in PyTorch.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,28 +35,55 @@ int64_t EnvOr(const char* name, int64_t fallback) {
   return v == nullptr ? fallback : std::atoll(v);
 }
 
+// RELPOS_BENCH_LENGTHS as numbers; empty when unset.
+std::vector<int64_t> EnvLengths() {
+  std::vector<int64_t> out;
+  const char* v = std::getenv("RELPOS_BENCH_LENGTHS");
+  if (v == nullptr) return out;
+  std::stringstream in(v);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(std::atoll(item.c_str()));
+  }
+  return out;
+}
+
 void BM_TrainStep(benchmark::State& state, PositionScheme position) {
   ModelConfig c;
-  c.arch = Arch::kEncoder;
-  c.vocab_size = 256;
-  c.d_model = 512;
-  c.heads = 8;
+  c.arch =
+      EnvOr("RELPOS_BENCH_DECODER", 0) != 0 ? Arch::kDecoder : Arch::kEncoder;
+  c.vocab_size = EnvOr("RELPOS_BENCH_VOCAB", 256);
+  c.d_model = EnvOr("RELPOS_BENCH_D_MODEL", 512);
+  c.heads = EnvOr("RELPOS_BENCH_HEADS", 8);
   c.layers = EnvOr("RELPOS_BENCH_LAYERS", 2);
-  c.d_ff = 2048;
+  c.d_ff = EnvOr("RELPOS_BENCH_D_FF", 2048);
   c.position = position;
-  c.max_distance = 16;
+  c.max_distance = EnvOr("RELPOS_BENCH_K", 16);
   c.max_len = 4096;
   c.seed = 1;
   Transformer model(c);
   Batch b;
-  b.batch = EnvOr("RELPOS_BENCH_BATCH", 4);
+  std::vector<int64_t> lengths = EnvLengths();
+  b.batch = lengths.empty() ? EnvOr("RELPOS_BENCH_BATCH", 4)
+                            : static_cast<int64_t>(lengths.size());
   b.length = EnvOr("RELPOS_BENCH_SEQ", 512);
-  Rng data(7);
-  for (int64_t i = 0; i < b.batch * b.length; ++i) {
-    b.tokens.push_back(static_cast<int32_t>(data.Below(256)));
-    b.targets.push_back(static_cast<int32_t>(data.Below(256)));
+  if (!lengths.empty()) {
+    b.length = std::max(EnvOr("RELPOS_BENCH_SEQ", 0),
+                        *std::max_element(lengths.begin(), lengths.end()));
+  } else {
+    lengths.assign(b.batch, b.length);
   }
-  b.lengths.assign(b.batch, b.length);
+  Rng data(7);
+  for (int64_t s = 0; s < b.batch; ++s) {
+    for (int64_t i = 0; i < b.length; ++i) {
+      const bool valid = i < lengths[s];
+      b.tokens.push_back(valid ? static_cast<int32_t>(data.Below(c.vocab_size))
+                               : 0);
+      b.targets.push_back(valid ? static_cast<int32_t>(data.Below(c.vocab_size))
+                                : -1);
+    }
+  }
+  b.lengths = lengths;
   Rng rng(3);
   model.ForwardBackward(b, rng, nullptr);  // warm-up: allocations
   for (auto _ : state) {

@@ -268,24 +268,33 @@ AttentionOptions AttentionOptionsFor(const ModelConfig& c) {
   return o;
 }
 
-// x0 [batch, length, d] += the absolute position term of the configured
-// scheme. Adding a scheme that acts on the input means adding a case here.
-// `sinusoid` caches the sinusoidal table ([>= length, d], grown on demand).
+// x0 [rows, d] (the valid positions of `shape`, packed) += the absolute
+// position term of the configured scheme. Adding a scheme that acts on the
+// input means adding a case here. `sinusoid` caches the sinusoidal table
+// ([>= length, d], grown on demand).
 template <typename T>
-void AddInputPositions(const ModelConfig& c, const nn::PositionShape& shape,
+void AddInputPositions(const ModelConfig& c, const BlockShape& shape,
                        const T* learned_table, std::vector<T>* sinusoid,
                        T* x0) {
-  const int64_t n = shape.length * shape.dim;
+  const int64_t d = shape.d_model, n = shape.length * d;
+  // Each sequence's valid prefix gets the table's first rows.
+  auto add = [&](const T* table) {
+    int64_t row = 0;
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      nn::AddPositionForward<T>(table, x0 + row * d, {1, shape.lengths[b], d});
+      row += shape.lengths[b];
+    }
+  };
   switch (c.position) {
     case PositionScheme::kSinusoidal:
       if (static_cast<int64_t>(sinusoid->size()) < n) {
         Resize(sinusoid, n);
-        nn::SinusoidalTable<T>(shape.length, shape.dim, sinusoid->data());
+        nn::SinusoidalTable<T>(shape.length, d, sinusoid->data());
       }
-      nn::AddPositionForward<T>(sinusoid->data(), x0, shape);
+      add(sinusoid->data());
       break;
     case PositionScheme::kLearned:
-      nn::AddPositionForward<T>(learned_table, x0, shape);
+      add(learned_table);
       break;
     case PositionScheme::kNone:
     case PositionScheme::kRelative:
@@ -299,11 +308,14 @@ template <typename T>
 struct BasicTransformer<T>::State {
   ParamIndex index;
 
-  // The last Forward's shapes and inputs.
-  int64_t batch = 0, length = 0, rows = 0;
-  std::vector<int32_t> tokens;   // [rows], -1 at padding
-  std::vector<int32_t> targets;  // [rows]
-  std::vector<int64_t> lengths;  // [batch]
+  // The last Forward's shapes and inputs. Every [rows, *] buffer below holds
+  // only the valid positions, packed sequence after sequence (BlockShape):
+  // padding costs no row-wise work, and only attention sees the padded
+  // layout.
+  int64_t batch = 0, length = 0, rows = 0;  // rows = sum of the lengths
+  std::vector<int32_t> tokens;              // [rows]
+  std::vector<int32_t> targets;             // [rows]
+  std::vector<int64_t> lengths;             // [batch]
   AttentionOptions attention;
   BlockOptions block_options;  // dropout on (training) or off
   bool training = false;       // Backward may follow
@@ -319,6 +331,12 @@ struct BasicTransformer<T>::State {
   std::vector<T> lnf, lnf_mean, lnf_rstd;  // LayerNormF(x_L) [rows, d]
   std::vector<T> logits;                   // [rows, vocab]
   std::vector<int32_t> predictions;        // [rows]
+
+  // The block shape of the last Forward (lengths points into `lengths`).
+  BlockShape shape() const {
+    return {batch, length, d_model, heads, d_ff, lengths.data()};
+  }
+  int64_t d_model = 0, heads = 0, d_ff = 0;
   nn::CrossEntropyResult ce;
 
   // Scratch.
@@ -408,8 +426,9 @@ BlockGrads<T> BlockGradsOf(const BlockParams& bp,
 
 }  // namespace
 
-// batch.tokens [B, N] -> logits [B*N, V] and the cross-entropy (st.ce); the
-// residual stream x [B*N, d] runs through the blocks in between.
+// batch.tokens [B, N] -> logits [rows, V] (rows = the valid positions,
+// packed) and the cross-entropy (st.ce); the
+// residual stream x [rows, d] runs through the blocks in between.
 template <typename T>
 T BasicTransformer<T>::Forward(const Batch& batch, ForwardMode mode, Rng* rng) {
   const ModelConfig& c = config_;
@@ -419,23 +438,28 @@ T BasicTransformer<T>::Forward(const Batch& batch, ForwardMode mode, Rng* rng) {
                    "Forward: rng must not be null for ForwardMode::kTraining");
   State& st = *state_;
   const ParamIndex& pi = st.index;
-  const int64_t B = batch.batch, N = batch.length, rows = B * N;
+  const int64_t B = batch.batch, N = batch.length;
   const int64_t d = c.d_model, V = c.vocab_size;
   auto P = [&](int64_t i) -> const T* { return params_[i].value.data(); };
   st.training = false;  // until this pass has completed
   st.batch = B;
   st.length = N;
-  st.rows = rows;
-  // Padding slots look up no embedding (token -1 -> zero row).
-  st.tokens.resize(rows);
-  st.targets.assign(batch.targets.begin(), batch.targets.end());
+  st.d_model = d;
+  st.heads = c.heads;
+  st.d_ff = c.d_ff;
   st.lengths = batch.lengths;
+  // Pack the valid positions' tokens and targets.
+  st.tokens.clear();
+  st.targets.clear();
   for (int64_t s = 0; s < B; ++s) {
-    for (int64_t i = 0; i < N; ++i) {
-      st.tokens[s * N + i] =
-          i < batch.lengths[s] ? batch.tokens[s * N + i] : -1;
+    for (int64_t i = 0; i < batch.lengths[s]; ++i) {
+      st.tokens.push_back(batch.tokens[s * N + i]);
+      st.targets.push_back(batch.targets[s * N + i]);
     }
   }
+  const int64_t rows = static_cast<int64_t>(st.tokens.size());
+  st.rows = rows;
+  const BlockShape shape = st.shape();
   st.attention = AttentionOptionsFor(c);
   st.attention.key_lengths = batch.lengths;
   st.block_options.dropout = training ? c.dropout : 0.0;
@@ -448,16 +472,15 @@ T BasicTransformer<T>::Forward(const Batch& batch, ForwardMode mode, Rng* rng) {
   Resize(&x0, rows * d);
   nn::EmbeddingForward<T>(st.tokens.data(), P(pi.token), x0.data(),
                           {rows, V, d});
-  AddInputPositions<T>(c, {B, N, d}, pi.position < 0 ? nullptr : P(pi.position),
+  AddInputPositions<T>(c, shape, pi.position < 0 ? nullptr : P(pi.position),
                        &st.sinusoid, x0.data());
   st.embed_drop_seed = drop_seed();
   if (dropout) {
-    nn::DropoutForward<T>(x0.data(), x0.data(), rows * d,
-                          {c.dropout, st.embed_drop_seed});
+    RowDropout<T>(true, x0.data(), x0.data(), shape, c.dropout,
+                  st.embed_drop_seed);
   }
 
   // ---- Blocks: x_{l+1} = Block_l(x_l) ----
-  const BlockShape shape{B, N, d, c.heads, c.d_ff};
   for (int64_t l = 0; l < c.layers; ++l) {
     BlockActivations<T>& acts = training ? st.blocks[l] : st.inference_block;
     acts.attn_drop_seed = drop_seed();
@@ -496,12 +519,12 @@ void BasicTransformer<T>::AddMetrics(Metrics* metrics) const {
   metrics->loss_sum += st.ce.loss_sum;
   metrics->tokens += st.ce.count;
   metrics->correct_tokens += st.ce.correct;
-  const int64_t N = st.length;
+  int64_t row = 0;  // first packed row of sequence s
   for (int64_t s = 0; s < st.batch; ++s) {
     int64_t targets = 0;
     bool all_right = true;
-    for (int64_t i = 0; i < N; ++i) {
-      const int64_t r = s * N + i;
+    for (int64_t i = 0; i < st.lengths[s]; ++i) {
+      const int64_t r = row + i;
       if (st.targets[r] < 0) continue;
       ++targets;
       all_right = all_right && st.predictions[r] == st.targets[r];
@@ -510,6 +533,7 @@ void BasicTransformer<T>::AddMetrics(Metrics* metrics) const {
       ++metrics->sequences;
       if (all_right) ++metrics->correct_sequences;
     }
+    row += st.lengths[s];
   }
 }
 
@@ -518,15 +542,17 @@ template <typename T>
 void BasicTransformer<T>::Predictions(std::vector<int32_t>* predictions) const {
   const State& st = *state_;
   const int64_t N = st.length;
-  predictions->assign(st.rows, -1);
+  predictions->assign(st.batch * N, -1);
+  int64_t row = 0;  // first packed row of sequence s
   for (int64_t s = 0; s < st.batch; ++s) {
     for (int64_t i = 0; i < st.lengths[s]; ++i) {
-      (*predictions)[s * N + i] = st.predictions[s * N + i];
+      (*predictions)[s * N + i] = st.predictions[row + i];
     }
+    row += st.lengths[s];
   }
 }
 
-// dL/dlogits [B*N, V] -> dL/dx_L [B*N, d] -> (blocks, last to first) ->
+// dL/dlogits [rows, V] -> dL/dx_L [rows, d] -> (blocks, last to first) ->
 // dL/dx_0 -> gradients of the embedding tables. Every grad is overwritten.
 template <typename T>
 void BasicTransformer<T>::Backward() {
@@ -536,8 +562,9 @@ void BasicTransformer<T>::Backward() {
                    "ForwardMode::kTraining");
   const ModelConfig& c = config_;
   const ParamIndex& pi = st.index;
-  const int64_t B = st.batch, N = st.length, rows = st.rows;
+  const int64_t rows = st.rows;
   const int64_t d = c.d_model, V = c.vocab_size;
+  const BlockShape shape = st.shape();
   auto P = [&](int64_t i) -> const T* { return params_[i].value.data(); };
   auto G = [&](int64_t i) -> T* { return params_[i].grad.data(); };
   if (st.ce.count == 0) {
@@ -565,7 +592,6 @@ void BasicTransformer<T>::Backward() {
                            G(pi.final_beta), {rows, d});
 
   // ---- Blocks: differentiates `x_{l+1} = Block_l(x_l)`, last to first ----
-  const BlockShape shape{B, N, d, c.heads, c.d_ff};
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     BlockBackward<T>(st.xs[l].data(), BlockWeightsOf(pi.blocks[l], params_),
                      st.blocks[l], st.dresid.data(),
@@ -576,16 +602,25 @@ void BasicTransformer<T>::Backward() {
   // ---- Input ----
   // Differentiates `x_0 = Dropout(TokenEmbedding + AbsolutePosition)`.
   if (st.block_options.dropout > 0.0) {
-    nn::DropoutBackward<T>(st.dresid.data(), st.dresid.data(), rows * d,
-                           {c.dropout, st.embed_drop_seed});
+    RowDropout<T>(false, st.dresid.data(), st.dresid.data(), shape, c.dropout,
+                  st.embed_drop_seed);
   }
   nn::EmbeddingBackward<T>(st.tokens.data(), st.dresid.data(), G(pi.token),
                            {rows, V, d});
   if (c.position == PositionScheme::kLearned) {
-    // Rows beyond this batch's length get no gradient.
+    // Differentiates `x[b, i] += table[i]` for the valid positions i <
+    // lengths[b]: dtable[i] sums dresid over the sequences that reach i, in
+    // sequence order; rows no sequence reaches get zero.
     std::vector<T>& dpos = params_[pi.position].grad;
-    std::fill(dpos.begin() + N * d, dpos.end(), T(0));
-    nn::AddPositionBackward<T>(st.dresid.data(), dpos.data(), {B, N, d});
+    std::fill(dpos.begin(), dpos.end(), T(0));
+    const T* dx = st.dresid.data();
+    for (int64_t s = 0; s < st.batch; ++s) {
+      for (int64_t i = 0; i < st.lengths[s]; ++i) {
+        T* dst = dpos.data() + i * d;
+        for (int64_t j = 0; j < d; ++j) dst[j] += dx[j];
+        dx += d;
+      }
+    }
   }
 }
 

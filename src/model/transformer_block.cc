@@ -11,6 +11,28 @@
 #include "nn/parallel.h"
 
 namespace relpos::model {
+template <typename T>
+void RowDropout(bool forward, const T* in, T* out, const BlockShape& s,
+                double p, uint64_t seed) {
+  const int64_t d = s.d_model;
+  auto apply = [&](int64_t row, int64_t count, int64_t index) {
+    const nn::DropoutOptions o{p, seed, index};
+    if (forward) {
+      nn::DropoutForward<T>(in + row * d, out + row * d, count * d, o);
+    } else {
+      nn::DropoutBackward<T>(in + row * d, out + row * d, count * d, o);
+    }
+  };
+  if (s.lengths == nullptr) {
+    apply(0, s.rows(), 0);
+    return;
+  }
+  int64_t row = 0;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    apply(row, s.lengths[b], b * s.length * d);
+    row += s.lengths[b];
+  }
+}
 
 // x [rows, d] -> x_next [rows, d]; keeps ln1, mha, h, ln2, ff_pre, ff_act
 // ([rows, d] except ff_* [rows, d_ff]) in *acts.
@@ -35,24 +57,21 @@ void BlockForward(const T* x, const BlockWeights<T>& w, T* x_next,
                           a.ln1_mean.data(), a.ln1_rstd.data(), ln_shape);
   // branch = Dropout(MultiHeadAttention(ln1))
   nn::MultiHeadAttentionForward<T>(a.ln1.data(), w.attn, branch.data(), &a.mha,
-                                   {shape.batch, shape.length, d, shape.heads},
-                                   attention);
+                                   shape.mha(), attention);
   if (dropout) {
-    nn::DropoutForward<T>(branch.data(), branch.data(), rows * d,
-                          {options.dropout, a.attn_drop_seed});
+    RowDropout<T>(true, branch.data(), branch.data(), shape, options.dropout,
+                  a.attn_drop_seed);
   }
-  // h = x + branch
-  Resize(&a.h, rows * d);
-#pragma omp parallel for schedule(static) if (rows * d >= nn::kMinParallelWork)
-  for (int64_t i = 0; i < rows * d; ++i) a.h[i] = x[i] + branch[i];
-
   // ---- Feed-forward sublayer: x_next = h + Dropout(W2 ff_act + b2) ----
-  // ln2 = LayerNorm2(h); ff_pre = W1 ln2 + b1; ff_act = GELU(ff_pre)
+  // h = x + branch; ln2 = LayerNorm2(h), in one pass
+  Resize(&a.h, rows * d);
   Resize(&a.ln2, rows * d);
   Resize(&a.ln2_mean, rows);
   Resize(&a.ln2_rstd, rows);
-  nn::LayerNormForward<T>(a.h.data(), w.ln2_gamma, w.ln2_beta, a.ln2.data(),
-                          a.ln2_mean.data(), a.ln2_rstd.data(), ln_shape);
+  nn::AddLayerNormForward<T>(x, branch.data(), w.ln2_gamma, w.ln2_beta,
+                             a.h.data(), a.ln2.data(), a.ln2_mean.data(),
+                             a.ln2_rstd.data(), ln_shape);
+  // ff_pre = W1 ln2 + b1; ff_act = GELU(ff_pre)
   Resize(&a.ff_pre, rows * dff);
   Resize(&a.ff_act, rows * dff);
   nn::LinearForward<T>(a.ln2.data(), w.ff_in_w, w.ff_in_b, a.ff_pre.data(),
@@ -62,8 +81,8 @@ void BlockForward(const T* x, const BlockWeights<T>& w, T* x_next,
   nn::LinearForward<T>(a.ff_act.data(), w.ff_out_w, w.ff_out_b, branch.data(),
                        {rows, dff, d});
   if (dropout) {
-    nn::DropoutForward<T>(branch.data(), branch.data(), rows * d,
-                          {options.dropout, a.ff_drop_seed});
+    RowDropout<T>(true, branch.data(), branch.data(), shape, options.dropout,
+                  a.ff_drop_seed);
   }
 #pragma omp parallel for schedule(static) if (rows * d >= nn::kMinParallelWork)
   for (int64_t i = 0; i < rows * d; ++i) x_next[i] = a.h[i] + branch[i];
@@ -92,8 +111,8 @@ void BlockBackward(const T* x, const BlockWeights<T>& w,
   // Without dropout the branch sees dresid itself (no copy).
   const T* dff_out = dresid;
   if (dropout) {
-    nn::DropoutBackward<T>(dresid, s.dbranch.data(), rows * d,
-                           {options.dropout, a.ff_drop_seed});
+    RowDropout<T>(false, dresid, s.dbranch.data(), shape, options.dropout,
+                  a.ff_drop_seed);
     dff_out = s.dbranch.data();
   }
   nn::LinearBackward<T>(a.ff_act.data(), w.ff_out_w, dff_out, s.dff.data(),
@@ -112,27 +131,29 @@ void BlockBackward(const T* x, const BlockWeights<T>& w,
   // Differentiates `h = x + Dropout(MultiHeadAttention(ln1))`.
   const T* dattn_out = dresid;
   if (dropout) {
-    nn::DropoutBackward<T>(dresid, s.dbranch.data(), rows * d,
-                           {options.dropout, a.attn_drop_seed});
+    RowDropout<T>(false, dresid, s.dbranch.data(), shape, options.dropout,
+                  a.attn_drop_seed);
     dattn_out = s.dbranch.data();
   }
-  nn::MultiHeadAttentionBackward<T>(
-      a.ln1.data(), w.attn, a.mha, dattn_out, s.dln.data(), grads.attn, &s.mha,
-      {shape.batch, shape.length, d, shape.heads}, attention);
+  nn::MultiHeadAttentionBackward<T>(a.ln1.data(), w.attn, a.mha, dattn_out,
+                                    s.dln.data(), grads.attn, &s.mha,
+                                    shape.mha(), attention);
   // Differentiates `ln1 = LayerNorm1(x)`, adding into dresid = dL/dx.
   nn::LayerNormBackward<T>(x, w.ln1_gamma, a.ln1_mean.data(), a.ln1_rstd.data(),
                            s.dln.data(), dresid, grads.ln1_gamma,
                            grads.ln1_beta, ln_shape, {.accumulate_dx = true});
 }
 
-#define RELPOS_INSTANTIATE_BLOCK(T)                                         \
-  template void BlockForward<T>(const T*, const BlockWeights<T>&, T*,       \
-                                BlockActivations<T>*, BlockScratch<T>*,     \
-                                const BlockShape&, const AttentionOptions&, \
-                                const BlockOptions&);                       \
-  template void BlockBackward<T>(                                           \
-      const T*, const BlockWeights<T>&, const BlockActivations<T>&, T*,     \
-      const BlockGrads<T>&, BlockScratch<T>*, const BlockShape&,            \
+#define RELPOS_INSTANTIATE_BLOCK(T)                                          \
+  template void RowDropout<T>(bool, const T*, T*, const BlockShape&, double, \
+                              uint64_t);                                     \
+  template void BlockForward<T>(const T*, const BlockWeights<T>&, T*,        \
+                                BlockActivations<T>*, BlockScratch<T>*,      \
+                                const BlockShape&, const AttentionOptions&,  \
+                                const BlockOptions&);                        \
+  template void BlockBackward<T>(                                            \
+      const T*, const BlockWeights<T>&, const BlockActivations<T>&, T*,      \
+      const BlockGrads<T>&, BlockScratch<T>*, const BlockShape&,             \
       const AttentionOptions&, const BlockOptions&);
 RELPOS_INSTANTIATE_BLOCK(float)
 RELPOS_INSTANTIATE_BLOCK(double)

@@ -19,9 +19,14 @@
 namespace relpos::model {
 
 // Sizes of one block call: `batch` sequences padded to `length` positions.
+// With `lengths` (as nn::MhaShape::lengths) the [rows, *] buffers hold only
+// the valid positions, packed sequence after sequence; without, all
+// batch * length of them.
 struct BlockShape {
   int64_t batch = 0, length = 0, d_model = 0, heads = 0, d_ff = 0;
-  int64_t rows() const { return batch * length; }
+  const int64_t* lengths = nullptr;  // [batch] or null
+  nn::MhaShape mha() const { return {batch, length, d_model, heads, lengths}; }
+  int64_t rows() const { return mha().rows(); }
 };
 
 // Read-only parameter values of one block (docs/model.md names them
@@ -95,6 +100,14 @@ void BlockBackward(const T* x, const BlockWeights<T>& w,
                    const BlockGrads<T>& grads, BlockScratch<T>* scratch,
                    const BlockShape& shape, const AttentionOptions& attention,
                    const BlockOptions& options);
+
+// Dropout (forward = true) or its backward over a [rows, d_model] buffer
+// (in may alias out) with the masks of the padded [batch, length, d_model]
+// layout: element (b, i, c) uses mask index (b * length + i) * d_model + c,
+// packed or not, so packing the rows changes no mask.
+template <typename T>
+void RowDropout(bool forward, const T* in, T* out, const BlockShape& shape,
+                double p, uint64_t seed);
 
 // v->resize(n) for the int64_t sizes the model computes with.
 template <typename T>

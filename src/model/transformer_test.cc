@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "model/transformer_block.h"
 #include "nn/grad_check_test_util.h"
 #include "relpos/error.h"
 
@@ -568,6 +569,42 @@ TEST(TransformerTest, SgdFitsAFixedBatch) {
       last = m.ForwardBackward(b, rng, nullptr);
     }
     EXPECT_LT(last, 0.2f * first) << ToString(arch);
+  }
+}
+
+}  // namespace
+}  // namespace relpos::model
+
+namespace relpos::model {
+namespace {
+
+// RowDropout over packed rows draws the masks of the padded layout: each
+// valid element keeps its padded index, so packing changes no mask.
+TEST(RowDropoutTest, PackedRowsUseThePaddedMasks) {
+  const std::vector<int64_t> lengths = {3, 0, 5, 1};
+  const int64_t B = 4, N = 5, d = 3;
+  const BlockShape padded{B, N, d, 1, 1};
+  const BlockShape packed{B, N, d, 1, 1, lengths.data()};
+  std::vector<double> x(B * N * d), xp;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0 + static_cast<double>(i);
+  for (int64_t b = 0; b < B; ++b) {
+    xp.insert(xp.end(), x.begin() + b * N * d,
+              x.begin() + (b * N + lengths[b]) * d);
+  }
+  ASSERT_EQ(packed.rows(), 9);
+  for (bool forward : {true, false}) {
+    std::vector<double> y(x.size()), yp(xp.size());
+    RowDropout<double>(forward, x.data(), y.data(), padded, 0.5, 11);
+    RowDropout<double>(forward, xp.data(), yp.data(), packed, 0.5, 11);
+    int64_t r = 0, dropped = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < lengths[b] * d; ++i, ++r) {
+        EXPECT_EQ(yp[r], y[b * N * d + i]) << b << "," << i;
+        dropped += yp[r] == 0.0;
+      }
+    }
+    EXPECT_GT(dropped, 0);
+    EXPECT_LT(dropped, r);
   }
 }
 

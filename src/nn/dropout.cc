@@ -26,7 +26,8 @@ void Apply(const T* in, T* out, int64_t n, const DropoutOptions& o) {
   const T scale = static_cast<T>(1.0 / (1.0 - o.p));
 #pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
-    out[i] = DropoutKeep(o.seed, i, o.p) ? in[i] * scale : T(0);
+    out[i] =
+        DropoutKeep(o.seed, o.index_offset + i, o.p) ? in[i] * scale : T(0);
   }
 }
 

@@ -16,6 +16,10 @@ namespace relpos::nn {
 struct DropoutOptions {
   double p = 0.0;     // drop probability, in [0, 1)
   uint64_t seed = 0;  // one fresh value per dropout site and step
+  // Element i of the call uses the mask of index index_offset + i, so a
+  // buffer can be processed in pieces (e.g. the valid rows of each sequence
+  // of a packed batch) with the masks of the whole.
+  int64_t index_offset = 0;
 };
 
 // True when element `index` survives.

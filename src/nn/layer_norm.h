@@ -20,6 +20,14 @@ template <typename T>
 void LayerNormForward(const T* x, const T* gamma, const T* beta, T* y, T* mean,
                       T* rstd, const LayerNormShape& shape);
 
+// h = x + branch (a residual connection), then y = LayerNorm(h) exactly as
+// LayerNormForward(h, ...) computes it, in one pass over the rows. x,
+// branch, h, y [rows, dim]; h may alias x or branch.
+template <typename T>
+void AddLayerNormForward(const T* x, const T* branch, const T* gamma,
+                         const T* beta, T* h, T* y, T* mean, T* rstd,
+                         const LayerNormShape& shape);
+
 struct LayerNormBackwardOptions {
   // true: dx += (gradient); used to add into a residual stream's gradient.
   bool accumulate_dx = false;

@@ -189,6 +189,51 @@ TEST(LayerNormTest, ConstantRowGivesBetaAndNoNaN) {
   for (int c = 0; c < 4; ++c) EXPECT_TRUE(std::isfinite(dx[c]));
 }
 
+// The row-blocked LayerNorm (several rows' statistics accumulated side by
+// side) gives each row exactly what normalising it alone gives, and the
+// fused residual form exactly LayerNorm(x + branch), on sizes that leave a
+// partial last block (rows = 21) and an odd dimension.
+TEST(LayerNormTest, BlockedRowsAndFusedResidualMatchRowByRow) {
+  const LayerNormShape s{21, 37};
+  Rng rng(5);
+  auto random = [&](int64_t n, double scale) {
+    std::vector<float> v(n);
+    for (float& e : v) e = static_cast<float>(scale * rng.Normal());
+    return v;
+  };
+  const std::vector<float> x = random(s.rows * s.dim, 3.0),
+                           branch = random(s.rows * s.dim, 1.0),
+                           g = random(s.dim, 1.0), b = random(s.dim, 1.0),
+                           dy = random(s.rows * s.dim, 1.0);
+  std::vector<float> h(x.size()), y(x.size()), mean(s.rows), rstd(s.rows);
+  AddLayerNormForward<float>(x.data(), branch.data(), g.data(), b.data(),
+                             h.data(), y.data(), mean.data(), rstd.data(), s);
+  std::vector<float> dx(x.size(), 0.5f), dg(s.dim), db(s.dim);
+  LayerNormBackward<float>(h.data(), g.data(), mean.data(), rstd.data(),
+                           dy.data(), dx.data(), dg.data(), db.data(), s,
+                           {.accumulate_dx = true});
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const LayerNormShape one{1, s.dim};
+    const int64_t o = r * s.dim;
+    std::vector<float> hr(s.dim), yr(s.dim), dxr(s.dim, 0.5f), dgr(s.dim),
+        dbr(s.dim);
+    float m = 0, rs = 0;
+    for (int64_t c = 0; c < s.dim; ++c) hr[c] = x[o + c] + branch[o + c];
+    LayerNormForward<float>(hr.data(), g.data(), b.data(), yr.data(), &m, &rs,
+                            one);
+    LayerNormBackward<float>(hr.data(), g.data(), &m, &rs, dy.data() + o,
+                             dxr.data(), dgr.data(), dbr.data(), one,
+                             {.accumulate_dx = true});
+    ASSERT_EQ(mean[r], m) << r;
+    ASSERT_EQ(rstd[r], rs) << r;
+    for (int64_t c = 0; c < s.dim; ++c) {
+      ASSERT_EQ(h[o + c], hr[c]) << r << "," << c;
+      ASSERT_EQ(y[o + c], yr[c]) << r << "," << c;
+      ASSERT_EQ(dx[o + c], dxr[c]) << r << "," << c;
+    }
+  }
+}
+
 TEST(GeluTest, ValuesAndGradient) {
   // gelu(0) = 0, gelu(1) = Phi(1) = 0.8413447460685429, gelu(-1) = -0.1586...
   std::vector<double> x = {-4, -2.5, -1, -0.3, 0, 0.2, 1, 1.7, 3, 5};

@@ -1,6 +1,8 @@
 #include "nn/multi_head_attention.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "nn/linear.h"
 #include "nn/parallel.h"
@@ -8,48 +10,154 @@
 namespace relpos::nn {
 namespace {
 
-// [B*N, H*dh] -> [B, H, N, dh].
+// Per-group cost of one more attention call, in units of query-key pairs
+// per head (a sequence padded to n costs n^2): the fixed price of a call
+// (threads woken, tiles set up) is a few microseconds, about the work of a
+// 48 x 48 sequence at the sizes where grouping pays.
+constexpr int64_t kGroupCost = 48 * 48;
+constexpr int64_t kMaxGroups = 8;
+
+// Where attention's [B, H, N, dh] tensors live. Padded layout: one group,
+// the batch in order, padded to `length`. Packed layout: the sequences,
+// sorted by length (longest first, ties in batch order), split into at most
+// kMaxGroups groups, each padded only to its own longest member, chosen to
+// minimise the padded query-key pairs plus kGroupCost per group. Group g is
+// one [count, H, padded, dh] tensor at element `offset` of q, k, v, attn
+// (offset / dh in lse), its sequences in sorted order.
+struct AttentionLayout {
+  struct Group {
+    int64_t count = 0, padded = 0, offset = 0;
+    std::vector<int64_t> key_lengths;  // [count]
+  };
+  std::vector<Group> groups;
+  // Per sequence b (batch order): first row in [rows, d_model], valid
+  // length, padded length and element offset of its [H, padded, dh] block.
+  std::vector<int64_t> row, valid, padded, base;
+  int64_t elements = 0;  // size of q (and k, v, attn)
+};
+
+AttentionLayout MakeLayout(const MhaShape& s) {
+  AttentionLayout l;
+  const int64_t B = s.batch, dh = s.head_dim();
+  l.row.assign(B, 0);
+  l.valid.assign(B, 0);
+  l.padded.assign(B, 0);
+  l.base.assign(B, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    l.valid[b] = s.lengths == nullptr ? s.length : s.lengths[b];
+    if (b > 0) l.row[b] = l.row[b - 1] + l.valid[b - 1];
+  }
+  std::vector<int64_t> order(B);
+  for (int64_t b = 0; b < B; ++b) order[b] = b;
+  // Group boundaries over `order`: ends[g] is one past group g's last.
+  std::vector<int64_t> ends;
+  if (s.lengths == nullptr || B == 0) {
+    if (B > 0) ends.push_back(B);
+  } else {
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+      return l.valid[x] > l.valid[y];
+    });
+    // best[g][i]: least cost of the first i sorted sequences in g groups
+    // (a group's padding is its first, longest member's length).
+    constexpr int64_t kInf = INT64_MAX / 4;
+    const int64_t G = std::min<int64_t>(kMaxGroups, B);
+    std::vector<std::vector<int64_t>> best(G + 1,
+                                           std::vector<int64_t>(B + 1, kInf));
+    std::vector<std::vector<int64_t>> from(G + 1, std::vector<int64_t>(B + 1));
+    best[0][0] = 0;
+    for (int64_t g = 1; g <= G; ++g) {
+      for (int64_t i = 1; i <= B; ++i) {
+        for (int64_t j = g - 1; j < i; ++j) {  // group = sorted [j, i)
+          if (best[g - 1][j] >= kInf) continue;
+          const int64_t n = std::max<int64_t>(l.valid[order[j]], 1);
+          const int64_t c = best[g - 1][j] + (i - j) * n * n + kGroupCost;
+          if (c < best[g][i]) {
+            best[g][i] = c;
+            from[g][i] = j;
+          }
+        }
+      }
+    }
+    int64_t g_best = 1;
+    for (int64_t g = 2; g <= G; ++g) {
+      if (best[g][B] < best[g_best][B]) g_best = g;
+    }
+    ends.resize(g_best);
+    for (int64_t g = g_best, i = B; g >= 1; i = from[g][i], --g) {
+      ends[g - 1] = i;
+    }
+  }
+  int64_t first = 0;
+  for (int64_t end : ends) {
+    AttentionLayout::Group grp;
+    grp.count = end - first;
+    grp.padded = s.lengths == nullptr ? s.length : l.valid[order[first]];
+    grp.offset = l.elements;
+    for (int64_t i = first; i < end; ++i) {
+      const int64_t b = order[i];
+      l.padded[b] = grp.padded;
+      l.base[b] = l.elements + (i - first) * s.heads * grp.padded * dh;
+      grp.key_lengths.push_back(l.valid[b]);
+    }
+    l.elements += grp.count * s.heads * grp.padded * dh;
+    l.groups.push_back(std::move(grp));
+    first = end;
+  }
+  return l;
+}
+
+// [rows, H*dh] -> the layout's [H, padded, dh] blocks, zeros at padding.
 template <typename T>
-void SplitHeads(const T* in, T* out, const MhaShape& s) {
+void SplitHeads(const T* in, T* out, const MhaShape& s,
+                const AttentionLayout& l) {
   const int64_t dh = s.head_dim();
 #pragma omp parallel for collapse(2) \
-    schedule(static) if (s.rows() * s.d_model >= kMinParallelWork)
+    schedule(static) if (s.batch * s.length * s.d_model >= kMinParallelWork)
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads; ++h) {
-      for (int64_t n = 0; n < s.length; ++n) {
-        const T* src = in + (b * s.length + n) * s.d_model + h * dh;
-        T* dst = out + ((b * s.heads + h) * s.length + n) * dh;
-        std::copy(src, src + dh, dst);
+      const int64_t valid = l.valid[b], padded = l.padded[b];
+      T* dst = out + l.base[b] + h * padded * dh;
+      for (int64_t n = 0; n < valid; ++n) {
+        const T* src = in + (l.row[b] + n) * s.d_model + h * dh;
+        std::copy(src, src + dh, dst + n * dh);
       }
+      std::fill(dst + valid * dh, dst + padded * dh, T(0));
     }
   }
 }
 
-// [B, H, N, dh] -> [B*N, H*dh].
+// The layout's [H, padded, dh] blocks -> [rows, H*dh] (valid positions).
 template <typename T>
-void MergeHeads(const T* in, T* out, const MhaShape& s) {
+void MergeHeads(const T* in, T* out, const MhaShape& s,
+                const AttentionLayout& l) {
   const int64_t dh = s.head_dim();
-#pragma omp parallel for collapse(2) \
-    schedule(static) if (s.rows() * s.d_model >= kMinParallelWork)
+#pragma omp parallel for schedule( \
+    static) if (s.batch * s.length * s.d_model >= kMinParallelWork)
   for (int64_t b = 0; b < s.batch; ++b) {
-    for (int64_t n = 0; n < s.length; ++n) {
+    for (int64_t n = 0; n < l.valid[b]; ++n) {
       for (int64_t h = 0; h < s.heads; ++h) {
-        const T* src = in + ((b * s.heads + h) * s.length + n) * dh;
-        T* dst = out + (b * s.length + n) * s.d_model + h * dh;
+        const T* src = in + l.base[b] + (h * l.padded[b] + n) * dh;
+        T* dst = out + (l.row[b] + n) * s.d_model + h * dh;
         std::copy(src, src + dh, dst);
       }
     }
   }
 }
 
+// Attention's inputs for group `grp` of the layout, and its options (those
+// of the layer with the group's key lengths).
 template <typename T>
 AttentionInputs<T> Inputs(const MhaCache<T>& c, const MhaWeights<T>& w,
-                          const MhaShape& s, const AttentionOptions& o) {
+                          const MhaShape& s, const AttentionOptions& o,
+                          const AttentionLayout::Group& grp) {
   const int64_t dh = s.head_dim(), rows = 2 * o.max_distance + 1;
   AttentionInputs<T> in;
-  in.q = ConstView<T>(c.q.data(), {s.batch, s.heads, s.length, dh});
-  in.k = ConstView<T>(c.k.data(), {s.batch, s.heads, s.length, dh});
-  in.v = ConstView<T>(c.v.data(), {s.batch, s.heads, s.length, dh});
+  in.q = ConstView<T>(c.q.data() + grp.offset,
+                      {grp.count, s.heads, grp.padded, dh});
+  in.k = ConstView<T>(c.k.data() + grp.offset,
+                      {grp.count, s.heads, grp.padded, dh});
+  in.v = ConstView<T>(c.v.data() + grp.offset,
+                      {grp.count, s.heads, grp.padded, dh});
   auto table = [&](const T* t) {
     if (t == nullptr) return ConstView<T>();
     return o.per_head_tables ? ConstView<T>(t, {s.heads, rows, dh})
@@ -60,39 +168,53 @@ AttentionInputs<T> Inputs(const MhaCache<T>& c, const MhaWeights<T>& w,
   return in;
 }
 
+// The padded layout keeps the caller's key lengths; a packed group's keys
+// are its sequences' valid positions.
+AttentionOptions GroupOptions(const AttentionOptions& o, const MhaShape& s,
+                              const AttentionLayout::Group& grp) {
+  AttentionOptions g = o;
+  if (s.lengths != nullptr) g.key_lengths = grp.key_lengths;
+  return g;
+}
+
 }  // namespace
 
 template <typename T>
 void MultiHeadAttentionForward(const T* x, const MhaWeights<T>& w, T* y,
                                MhaCache<T>* cache, const MhaShape& s,
                                const AttentionOptions& options) {
-  // Shapes: x, y [B*N, d_model]; cache->q/k/v/attn [B, H, N, dh].
-  const int64_t rows = s.rows(), d = s.d_model;
-  const int64_t n_heads = rows * d;
+  // Shapes: x, y [rows, d_model]; cache->q/k/v/attn as AttentionLayout
+  // says ([B, H, N, dh] when not packed).
+  const int64_t rows = s.rows(), d = s.d_model, dh = s.head_dim();
   const LinearShape proj{rows, d, d};
+  const AttentionLayout layout = MakeLayout(s);
+  const int64_t n_heads = layout.elements;
   cache->q.resize(n_heads);
   cache->k.resize(n_heads);
   cache->v.resize(n_heads);
   cache->attn.resize(n_heads);
-  cache->lse.resize(s.batch * s.heads * s.length);
-  cache->merged.resize(n_heads);
-  // `merged` doubles as the [B*N, d] staging buffer of the projections: it
+  cache->lse.resize(n_heads / dh);
+  cache->merged.resize(rows * d);
+  // `merged` doubles as the [rows, d] staging buffer of the projections: it
   // is overwritten with the real merged heads below.
   T* flat = cache->merged.data();
   LinearForward<T>(x, w.wq, w.bq, flat, proj);
-  SplitHeads<T>(flat, cache->q.data(), s);
+  SplitHeads<T>(flat, cache->q.data(), s, layout);
   LinearForward<T>(x, w.wk, w.bk, flat, proj);
-  SplitHeads<T>(flat, cache->k.data(), s);
+  SplitHeads<T>(flat, cache->k.data(), s, layout);
   LinearForward<T>(x, w.wv, w.bv, flat, proj);
-  SplitHeads<T>(flat, cache->v.data(), s);
+  SplitHeads<T>(flat, cache->v.data(), s, layout);
 
-  const int64_t dh = s.head_dim();
-  AttentionForward<T>(
-      Inputs(*cache, w, s, options),
-      TensorView<T>(cache->attn.data(), {s.batch, s.heads, s.length, dh}),
-      TensorView<T>(cache->lse.data(), {s.batch, s.heads, s.length}), options);
+  for (const AttentionLayout::Group& grp : layout.groups) {
+    AttentionForward<T>(Inputs(*cache, w, s, options, grp),
+                        TensorView<T>(cache->attn.data() + grp.offset,
+                                      {grp.count, s.heads, grp.padded, dh}),
+                        TensorView<T>(cache->lse.data() + grp.offset / dh,
+                                      {grp.count, s.heads, grp.padded}),
+                        GroupOptions(options, s, grp));
+  }
 
-  MergeHeads<T>(cache->attn.data(), cache->merged.data(), s);
+  MergeHeads<T>(cache->attn.data(), cache->merged.data(), s, layout);
   LinearForward<T>(cache->merged.data(), w.wo, w.bo, y, proj);
 }
 
@@ -102,11 +224,12 @@ void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
                                 const MhaGrads<T>& g, MhaScratch<T>* scratch,
                                 const MhaShape& s,
                                 const AttentionOptions& options) {
-  // Shapes: x, dy, dx [B*N, d_model].
+  // Shapes: x, dy, dx [rows, d_model].
   const int64_t rows = s.rows(), d = s.d_model, dh = s.head_dim();
-  const int64_t n_heads = rows * d;
   const LinearShape proj{rows, d, d};
-  scratch->flat.resize(n_heads);
+  const AttentionLayout layout = MakeLayout(s);
+  const int64_t n_heads = layout.elements;
+  scratch->flat.resize(rows * d);
   scratch->dattn.resize(n_heads);
   scratch->dq.resize(n_heads);
   scratch->dk.resize(n_heads);
@@ -115,38 +238,61 @@ void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
 
   // Differentiates `y = merge(a) Wo^T + bo`.
   LinearBackward<T>(cache.merged.data(), w.wo, dy, flat, g.wo, g.bo, proj);
-  SplitHeads<T>(flat, scratch->dattn.data(), s);
+  SplitHeads<T>(flat, scratch->dattn.data(), s, layout);
 
-  // Differentiates `a = Attention(q, k, v; AK, AV)`.
+  // Differentiates `a = Attention(q, k, v; AK, AV)`, group by group. The
+  // first group writes the table gradients, later ones add theirs.
   const int64_t table_rows = 2 * options.max_distance + 1;
+  const int64_t table_size =
+      (options.per_head_tables ? s.heads : 1) * table_rows * dh;
   auto table = [&](T* t) {
     if (t == nullptr) return TensorView<T>();
     return options.per_head_tables ? TensorView<T>(t, {s.heads, table_rows, dh})
                                    : TensorView<T>(t, {table_rows, dh});
   };
-  AttentionGrads<T> grads;
-  grads.dq =
-      TensorView<T>(scratch->dq.data(), {s.batch, s.heads, s.length, dh});
-  grads.dk =
-      TensorView<T>(scratch->dk.data(), {s.batch, s.heads, s.length, dh});
-  grads.dv =
-      TensorView<T>(scratch->dv.data(), {s.batch, s.heads, s.length, dh});
-  grads.dak = options.key_term ? table(g.rel_k) : TensorView<T>();
-  grads.dav = options.value_term ? table(g.rel_v) : TensorView<T>();
-  AttentionBackward<T>(
-      Inputs(cache, w, s, options),
-      ConstView<T>(cache.attn.data(), {s.batch, s.heads, s.length, dh}),
-      ConstView<T>(cache.lse.data(), {s.batch, s.heads, s.length}),
-      ConstView<T>(scratch->dattn.data(), {s.batch, s.heads, s.length, dh}),
-      grads, options);
+  const bool dak = options.key_term && g.rel_k != nullptr;
+  const bool dav = options.value_term && g.rel_v != nullptr;
+  if (layout.groups.size() > 1) {
+    if (dak) scratch->dtable_k.resize(table_size);
+    if (dav) scratch->dtable_v.resize(table_size);
+  }
+  for (size_t gi = 0; gi < layout.groups.size(); ++gi) {
+    const AttentionLayout::Group& grp = layout.groups[gi];
+    const bool first = gi == 0;
+    AttentionGrads<T> grads;
+    grads.dq = TensorView<T>(scratch->dq.data() + grp.offset,
+                             {grp.count, s.heads, grp.padded, dh});
+    grads.dk = TensorView<T>(scratch->dk.data() + grp.offset,
+                             {grp.count, s.heads, grp.padded, dh});
+    grads.dv = TensorView<T>(scratch->dv.data() + grp.offset,
+                             {grp.count, s.heads, grp.padded, dh});
+    if (dak) grads.dak = table(first ? g.rel_k : scratch->dtable_k.data());
+    if (dav) grads.dav = table(first ? g.rel_v : scratch->dtable_v.data());
+    AttentionBackward<T>(Inputs(cache, w, s, options, grp),
+                         ConstView<T>(cache.attn.data() + grp.offset,
+                                      {grp.count, s.heads, grp.padded, dh}),
+                         ConstView<T>(cache.lse.data() + grp.offset / dh,
+                                      {grp.count, s.heads, grp.padded}),
+                         ConstView<T>(scratch->dattn.data() + grp.offset,
+                                      {grp.count, s.heads, grp.padded, dh}),
+                         grads, GroupOptions(options, s, grp));
+    if (!first) {
+      for (int64_t i = 0; dak && i < table_size; ++i) {
+        g.rel_k[i] += scratch->dtable_k[i];
+      }
+      for (int64_t i = 0; dav && i < table_size; ++i) {
+        g.rel_v[i] += scratch->dtable_v[i];
+      }
+    }
+  }
 
   // Differentiates `q = x Wq^T + bq` (and k, v): dx sums all three.
-  MergeHeads<T>(scratch->dq.data(), flat, s);
+  MergeHeads<T>(scratch->dq.data(), flat, s, layout);
   LinearBackward<T>(x, w.wq, flat, dx, g.wq, g.bq, proj);
-  MergeHeads<T>(scratch->dk.data(), flat, s);
+  MergeHeads<T>(scratch->dk.data(), flat, s, layout);
   LinearBackward<T>(x, w.wk, flat, dx, g.wk, g.bk, proj,
                     {.accumulate_dx = true});
-  MergeHeads<T>(scratch->dv.data(), flat, s);
+  MergeHeads<T>(scratch->dv.data(), flat, s, layout);
   LinearBackward<T>(x, w.wv, flat, dx, g.wv, g.bv, proj,
                     {.accumulate_dx = true});
 }

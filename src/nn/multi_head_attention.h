@@ -18,8 +18,22 @@ namespace relpos::nn {
 
 struct MhaShape {
   int64_t batch = 0, length = 0, d_model = 0, heads = 0;
+  // Null: x, y, dy and dx hold batch * length rows (sequence b's position i
+  // at row b * length + i). Non-null: [batch] valid lengths in [0, length],
+  // and those buffers hold only the valid positions, packed sequence after
+  // sequence (row offset(b) + i for i < lengths[b], offset(b) = the sum of
+  // the lengths before b), so no row-wise work is spent on padding. Either
+  // way attention sees a padded layout, with zeros at the padded positions
+  // (packed: see MhaCache).
+  const int64_t* lengths = nullptr;
   int64_t head_dim() const { return d_model / heads; }
-  int64_t rows() const { return batch * length; }
+  // Rows of x and y: batch * length, or the sum of the lengths.
+  int64_t rows() const {
+    if (lengths == nullptr) return batch * length;
+    int64_t r = 0;
+    for (int64_t b = 0; b < batch; ++b) r += lengths[b];
+    return r;
+  }
 };
 
 // Read-only weights. Projections are [d_model, d_model] ([out, in]) with
@@ -43,30 +57,37 @@ struct MhaGrads {
 };
 
 // What the forward pass keeps for the backward pass (resized as needed).
+// Padded layout: q, k, v, attn are [B, H, N, dh] and lse [B, H, N]. Packed
+// layout: the sequences sorted by length into a few groups, each padded only
+// to its own longest member ([count, H, padded, dh] one group after the
+// other, lse likewise), so attention skips most of the padding too.
 template <typename T>
 struct MhaCache {
-  std::vector<T> q, k, v;  // [B, H, N, dh]
-  std::vector<T> attn;     // [B, H, N, dh], the attention output
-  std::vector<T> lse;      // [B, H, N]
-  std::vector<T> merged;   // [B*N, d_model], attn with heads merged back
+  std::vector<T> q, k, v;  // [B, H, N, dh] or the groups
+  std::vector<T> attn;     // the attention output, as q
+  std::vector<T> lse;      // [B, H, N] or the groups
+  std::vector<T> merged;   // [rows, d_model], attn with heads merged back
 };
 
 // Working memory of the backward pass, reused between calls.
 template <typename T>
 struct MhaScratch {
-  std::vector<T> flat;               // [B*N, d_model]
-  std::vector<T> dattn, dq, dk, dv;  // [B, H, N, dh]
+  std::vector<T> flat;               // [rows, d_model]
+  std::vector<T> dattn, dq, dk, dv;  // as MhaCache::q
+  // Table gradients of the later length groups (packed layout only).
+  std::vector<T> dtable_k, dtable_v;
 };
 
-// x [B*N, d_model] -> y [B*N, d_model]. `attention` carries max_distance,
+// x [rows, d_model] -> y [rows, d_model] (rows and their layout as
+// MhaShape says). `attention` carries max_distance,
 // per_head_tables, key_term, value_term, causal and key_lengths.
 template <typename T>
 void MultiHeadAttentionForward(const T* x, const MhaWeights<T>& w, T* y,
                                MhaCache<T>* cache, const MhaShape& shape,
                                const AttentionOptions& attention);
 
-// Differentiates the forward pass above, given dy [B*N, d_model]; dx
-// [B*N, d_model] is overwritten. `cache` must come from the forward pass with
+// Differentiates the forward pass above, given dy [rows, d_model]; dx
+// [rows, d_model] is overwritten. `cache` must come from the forward pass with
 // the same x, weights and options.
 template <typename T>
 void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,

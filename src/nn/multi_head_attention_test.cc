@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <string>
@@ -132,6 +133,146 @@ TEST_P(MhaGradTest, GradientsMatchFiniteDifferences) {
   CheckGradient("dbo", &bo, dbo, loss);
   if (tc.key_term) CheckGradient("drel_k", &rk, drk, loss, 200);
   if (tc.value_term) CheckGradient("drel_v", &rv, drv, loss, 200);
+}
+
+// The packed layout (MhaShape::lengths: only valid rows in x, y, dy, dx;
+// attention per length group) computes exactly what the padded layout
+// computes at the valid rows, and the same parameter gradients when the
+// padded rows' dy is zero. In double the layer's products are plain loops
+// whose every entry sums in a fixed order, and the padded rows only add exact
+// zeros, so equality is exact except for the relative tables (below).
+// Returns the packed layout's attention tensor size (elements of q).
+size_t CheckPackedMatchesPadded(const MhaCase& tc, int64_t N) {
+  const int64_t B = static_cast<int64_t>(tc.lengths.size()), d = 8;
+  const MhaShape padded{B, N, d, 2};
+  const MhaShape packed{B, N, d, 2, tc.lengths.data()};
+  const int64_t dh = padded.head_dim();
+  const int64_t table =
+      (tc.per_head ? padded.heads : 1) * (2 * tc.max_distance + 1) * dh;
+  AttentionOptions o;
+  o.max_distance = tc.max_distance;
+  o.key_term = tc.key_term;
+  o.value_term = tc.value_term;
+  o.per_head_tables = tc.per_head;
+  o.causal = tc.causal;
+  o.key_lengths = tc.lengths;
+  Rng rng(7);
+  std::vector<std::vector<double>> w;
+  for (int i = 0; i < 4; ++i) {
+    w.push_back(RandomVector(d * d, rng, 0.35));
+    w.push_back(RandomVector(d, rng, 0.1));
+  }
+  w.push_back(RandomVector(table, rng, 0.5));
+  w.push_back(RandomVector(table, rng, 0.5));
+  const MhaWeights<double> weights{w[0].data(),
+                                   w[1].data(),
+                                   w[2].data(),
+                                   w[3].data(),
+                                   w[4].data(),
+                                   w[5].data(),
+                                   w[6].data(),
+                                   w[7].data(),
+                                   tc.key_term ? w[8].data() : nullptr,
+                                   tc.value_term ? w[9].data() : nullptr};
+  // Padded inputs; dy is zero at padded rows. Packed: the valid rows.
+  std::vector<double> x = RandomVector(B * N * d, rng);
+  std::vector<double> dy = RandomVector(B * N * d, rng);
+  std::vector<double> xp, dyp;
+  std::vector<int64_t> valid_rows;  // padded row of each packed row
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t row = b * N + n;
+      if (n < tc.lengths[b]) {
+        valid_rows.push_back(row);
+        xp.insert(xp.end(), x.begin() + row * d, x.begin() + (row + 1) * d);
+        dyp.insert(dyp.end(), dy.begin() + row * d, dy.begin() + (row + 1) * d);
+      } else {
+        std::fill(dy.begin() + row * d, dy.begin() + (row + 1) * d, 0.0);
+      }
+    }
+  }
+  EXPECT_EQ(packed.rows(), static_cast<int64_t>(valid_rows.size()));
+  struct Run {
+    std::vector<double> y, dx;
+    std::vector<std::vector<double>> g;
+    size_t attention_size = 0;
+  };
+  auto run = [&](const MhaShape& s, const std::vector<double>& xin,
+                 const std::vector<double>& dyin) {
+    Run out;
+    out.y.assign(s.rows() * d, -1.0);
+    out.dx.assign(s.rows() * d, -1.0);
+    for (const auto& wi : w) out.g.emplace_back(wi.size(), -1.0);
+    MhaCache<double> cache;
+    MhaScratch<double> scratch;
+    MultiHeadAttentionForward<double>(xin.data(), weights, out.y.data(), &cache,
+                                      s, o);
+    MhaGrads<double> g{out.g[0].data(),
+                       out.g[1].data(),
+                       out.g[2].data(),
+                       out.g[3].data(),
+                       out.g[4].data(),
+                       out.g[5].data(),
+                       out.g[6].data(),
+                       out.g[7].data(),
+                       tc.key_term ? out.g[8].data() : nullptr,
+                       tc.value_term ? out.g[9].data() : nullptr};
+    MultiHeadAttentionBackward<double>(xin.data(), weights, cache, dyin.data(),
+                                       out.dx.data(), g, &scratch, s, o);
+    out.attention_size = cache.q.size();
+    return out;
+  };
+  const Run a = run(padded, x, dy), p = run(packed, xp, dyp);
+  for (size_t r = 0; r < valid_rows.size(); ++r) {
+    for (int64_t c = 0; c < d; ++c) {
+      EXPECT_EQ(p.y[r * d + c], a.y[valid_rows[r] * d + c]) << r << "," << c;
+      EXPECT_EQ(p.dx[r * d + c], a.dx[valid_rows[r] * d + c]) << r << "," << c;
+    }
+  }
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(p.g[i], a.g[i]) << "parameter " << i;
+  // The table gradients sum over every query-key pair; the packed layout
+  // runs attention per length group and adds the groups' sums, so only the
+  // order of the additions differs: a few double roundings of the largest
+  // partial sum, far below 1e-12 of the gradient's largest entry.
+  for (int i = 8; i < 10; ++i) {
+    if ((i == 8 && !tc.key_term) || (i == 9 && !tc.value_term)) continue;
+    double scale = 1e-300;
+    for (double v : a.g[i]) scale = std::max(scale, std::abs(v));
+    for (size_t e = 0; e < a.g[i].size(); ++e) {
+      EXPECT_NEAR(p.g[i][e], a.g[i][e], 1e-12 * scale) << i << "[" << e << "]";
+    }
+  }
+  return p.attention_size;
+}
+
+TEST_P(MhaGradTest, PackedRowsMatchPaddedRows) {
+  CheckPackedMatchesPadded(GetParam(), 5);
+}
+
+// Spread-out lengths make the packed layout split the batch into length
+// groups (its attention tensors then hold less than the padded B H N dh).
+TEST(MhaTest, PackedLengthGroupsMatchPaddedRows) {
+  const int64_t N = 40, H = 2, dh = 4;
+  for (const MhaCase& tc : std::vector<MhaCase>{
+           {"groups_relative",
+            3,
+            true,
+            true,
+            false,
+            false,
+            {40, 3, 38, 1, 0, 12, 39, 2}},
+           {"groups_per_head_causal",
+            2,
+            true,
+            true,
+            true,
+            true,
+            {7, 40, 1, 33, 0, 36}},
+           {"groups_plain", 0, false, false, false, false, {2, 40, 3, 37}}}) {
+    SCOPED_TRACE(tc.name);
+    const size_t packed = CheckPackedMatchesPadded(tc, N);
+    EXPECT_LT(packed, tc.lengths.size() * H * N * dh);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, MhaGradTest, ::testing::ValuesIn(Cases()),
