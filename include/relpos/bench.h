@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "relpos/attention.h"
+#include "relpos/rope.h"
 
 namespace relpos::bench {
 
@@ -82,6 +83,68 @@ class AttentionWorkload {
   int64_t table_rows_ = 0;  // 0 for vanilla: the tables are empty views
   std::vector<float> q_, k_, v_, ak_, av_, out_, lse_, dout_;
   std::vector<float> dq_, dk_, dv_, dak_, dav_;
+  bool forward_done_ = false;
+};
+
+// ---------------------------------------------------------------------------
+// The relative-scheme family (docs/math.md section 8, docs/schemes.md), as
+// `relpos bench --positions` times it: self-attention like the workloads
+// above, each scheme at its paper's default settings, forward and backward
+// with every learned input's gradient.
+enum class Scheme {
+  kVanilla,   // no position term (the fused kernel's plain attention)
+  kShaw,      // symmetric clip k, vector tables AK and AV (Shaw et al.)
+  kShawAsym,  // clip (left k, right max(1, k/8)), AK and AV; k = 64 gives
+              // w2v-BERT 2.0's 64 / 8
+  kShawLog,   // T5's bidirectional log buckets (32, max distance 128), AK, AV
+  kT5,        // T5 buckets (32, 128, bidirectional), scalar bias[H, 32]
+  kAlibi,     // the paper's slopes for H heads, bidirectional -m_h |r|
+  kRope,      // RopeForward on q and k (split halves, base 10000), vanilla
+              // attention, RopeBackward on dq and dk
+  kXl,        // Transformer-XL: unclipped distances (k = n), key table with
+              // the position query bias pb[H, d], no value term
+};
+
+// "vanilla", "shaw", "shaw-asym", "shaw-log", "t5", "alibi", "rope", "xl".
+const char* SchemeName(Scheme scheme);
+// Every scheme's name, in the enum's order.
+std::vector<std::string> SchemeNames();
+// The scheme called `name`; throws InvalidArgument naming it otherwise.
+Scheme SchemeFromName(const std::string& name);
+// Whether the scheme reads WorkloadShape::max_distance (shaw, shaw-asym).
+bool SchemeUsesMaxDistance(Scheme scheme);
+
+class SchemeWorkload {
+ public:
+  SchemeWorkload(Scheme scheme, const WorkloadShape& shape, int threads,
+                 uint64_t seed = 1);
+
+  void Forward();
+  // Needs Forward() first.
+  void Backward();
+
+  // True when the attention call runs the fused kernel (kAuto chose it);
+  // false when it falls back to the reference for this scheme.
+  bool Fused() const { return fused_; }
+  // Fused: FusedExtraBytes of the attention call (RoPE rotates into
+  // buffers of the inputs' size, which are counted here too). Reference:
+  // its row buffers, 2 Nk floats.
+  int64_t ExtraBytes() const;
+  Scheme scheme() const { return scheme_; }
+  const WorkloadShape& shape() const { return shape_; }
+
+ private:
+  AttentionInputs<float> Inputs() const;
+
+  Scheme scheme_;
+  WorkloadShape shape_;
+  AttentionOptions options_;
+  RopeOptions rope_;
+  int64_t table_rows_ = 0;  // rows of ak / av / bias (0: none)
+  bool fused_ = false;
+  std::vector<float> q_, k_, v_, ak_, av_, bias_, pb_, out_, lse_, dout_;
+  std::vector<float> qr_, kr_;  // RoPE: rotated q and k
+  std::vector<float> dq_, dk_, dv_, dak_, dav_, dbias_, dpb_;
   bool forward_done_ = false;
 };
 

@@ -34,6 +34,9 @@ struct BenchFlags {
   std::vector<int64_t> n = {256, 512, 1024, 2048, 4096, 8192};
   std::vector<int64_t> k = {16, 64};
   std::vector<std::string> variants = {"vanilla", "relative", "reference"};
+  // Non-empty: one row per relative scheme (relpos/bench.h, bench::Scheme)
+  // instead of the variants above.
+  std::vector<std::string> positions;
   int64_t batch = 1;
   int64_t heads = 8;
   int64_t dim = 64;
@@ -47,6 +50,11 @@ struct BenchFlags {
 
 struct Row {
   Variant variant = Variant::kVanilla;
+  // What the row is called ("vanilla", "relative", "reference", or a scheme
+  // of --positions), whether it has a k, and which path ran it.
+  std::string name;
+  bool has_k = false;
+  std::string path = "fused";
   bench::WorkloadShape shape;
   int repeats = 0;
   double fwd_s = 0, bwd_s = 0;
@@ -75,6 +83,11 @@ bool Selected(const BenchFlags& f, const char* variant) {
 void Validate(const BenchFlags& f) {
   RELPOS_CLI_CHECK(!f.n.empty(), "--n must list at least one size");
   RELPOS_CLI_CHECK(!f.k.empty(), "--k must list at least one distance");
+  for (const std::string& name : f.positions) {
+    RELPOS_CLI_CHECK(name != "rope" || f.dim % 2 == 0,
+                     "--positions rope needs an even --dim (got " << f.dim
+                                                                  << ")");
+  }
   for (int64_t n : f.n) {
     // Each factor is at most 2^16, so the product cannot overflow.
     const int64_t elements = f.batch * f.heads * n * f.dim;
@@ -106,6 +119,9 @@ Row Measure(Variant variant, const bench::WorkloadShape& shape, int threads,
   bench::AttentionWorkload w(variant, shape, threads);
   Row row;
   row.variant = variant;
+  row.name = bench::VariantName(variant);
+  row.has_k = variant != Variant::kVanilla;
+  row.path = variant == Variant::kReference ? "reference" : "fused";
   row.shape = shape;
   row.repeats = repeats;
   // The forward's warm-up also leaves out and lse for the backward.
@@ -152,8 +168,10 @@ void PrintRow(const Row& r, double sgemm_gflops, std::ostream& out) {
       r.TotalSeconds() * 1e-9;
   std::string note;
   if (r.overhead_pct) {
-    note = "overhead vs vanilla " + Percent(*r.overhead_pct) +
-           " (FLOP bound " + Percent(*r.flop_bound_pct) + ")";
+    note = "overhead vs vanilla " + Percent(*r.overhead_pct);
+    if (r.flop_bound_pct) {
+      note += " (FLOP bound " + Percent(*r.flop_bound_pct) + ")";
+    }
   }
   if (r.fused_speedup) {
     char buf[64];
@@ -161,17 +179,17 @@ void PrintRow(const Row& r, double sgemm_gflops, std::ostream& out) {
                   *r.fused_speedup);
     note = buf;
   }
-  if (r.variant == Variant::kReference) {
+  if (r.path == "reference") {
     note += note.empty() ? "" : "; ";
-    note += "extra mem computed";
+    note += r.variant == Variant::kReference
+                ? "extra mem computed"
+                : "reference path (not fused yet); extra mem computed";
   }
   char line[512];
   std::snprintf(
       line, sizeof line, "%-9s %6lld %6s %10.3f %10.3f %9.2f %9.2f %6.1f%% %12s  %s\n",
-      bench::VariantName(r.variant), static_cast<long long>(r.shape.n),
-      r.variant == Variant::kVanilla
-          ? "-"
-          : std::to_string(r.shape.max_distance).c_str(),
+      r.name.c_str(), static_cast<long long>(r.shape.n),
+      r.has_k ? std::to_string(r.shape.max_distance).c_str() : "-",
       r.fwd_s * 1e3, r.bwd_s * 1e3, r.FwdGflops(), r.BwdGflops(),
       100.0 * total_gflops / sgemm_gflops, HumanBytes(r.extra_bytes).c_str(),
       note.c_str());
@@ -181,10 +199,11 @@ void PrintRow(const Row& r, double sgemm_gflops, std::ostream& out) {
 nlohmann::json RowJson(const Row& r) {
   const bench::WorkloadShape& s = r.shape;
   nlohmann::json j = {
-      {"variant", bench::VariantName(r.variant)},
+      {"variant", r.name},
+      {"path", r.path},
       {"n", s.n},
-      // Vanilla has no tables; its k is reported as 0.
-      {"k", r.variant == Variant::kVanilla ? 0 : s.max_distance},
+      // Rows without a clipping distance (vanilla, t5, alibi, ...) report 0.
+      {"k", r.has_k ? s.max_distance : 0},
       {"batch", s.batch},
       {"heads", s.heads},
       {"dim", s.dim},
@@ -199,12 +218,70 @@ nlohmann::json RowJson(const Row& r) {
       // implementation keeps (SPEC.md section 6), for comparison.
       {"nxn_bytes", s.n * s.n * static_cast<int64_t>(sizeof(float))},
   };
-  if (r.overhead_pct) {
-    j["overhead_pct"] = *r.overhead_pct;
-    j["flop_bound_pct"] = *r.flop_bound_pct;
-  }
+  if (r.overhead_pct) j["overhead_pct"] = *r.overhead_pct;
+  if (r.flop_bound_pct) j["flop_bound_pct"] = *r.flop_bound_pct;
   if (r.fused_speedup) j["fused_speedup"] = *r.fused_speedup;
   return j;
+}
+
+Row MeasureScheme(bench::Scheme scheme, const bench::WorkloadShape& shape,
+                  int threads, int repeats) {
+  bench::SchemeWorkload w(scheme, shape, threads);
+  Row row;
+  row.name = bench::SchemeName(scheme);
+  row.has_k = bench::SchemeUsesMaxDistance(scheme);
+  row.path = w.Fused() ? "fused" : "reference";
+  row.shape = shape;
+  row.repeats = repeats;
+  row.fwd_s = bench::MedianSeconds([&w] { w.Forward(); }, repeats);
+  row.bwd_s = bench::MedianSeconds([&w] { w.Backward(); }, repeats);
+  row.extra_bytes = w.ExtraBytes();
+  row.extra_bytes_source =
+      w.Fused() ? "FusedExtraBytes" : "computed (reference row buffers)";
+  return row;
+}
+
+// --positions: per n, vanilla first (every other row's overhead is over it),
+// then each listed scheme; shaw and shaw-asym once per --k. Schemes the
+// fused kernel does not run yet take the reference path, with
+// --reference-repeats, and only up to --reference-max-n.
+void RunSchemes(const BenchFlags& f, int threads, double sgemm_gflops,
+                std::vector<Row>* rows, std::ostream& out) {
+  std::vector<bench::Scheme> schemes;
+  for (const std::string& name : f.positions) {
+    const bench::Scheme s = bench::SchemeFromName(name);
+    if (s != bench::Scheme::kVanilla) schemes.push_back(s);
+  }
+  for (int64_t n : f.n) {
+    bench::WorkloadShape shape{.batch = f.batch, .heads = f.heads, .n = n,
+                               .dim = f.dim, .max_distance = 0};
+    const Row vanilla =
+        MeasureScheme(bench::Scheme::kVanilla, shape, threads, f.repeats);
+    rows->push_back(vanilla);
+    if (!f.json) PrintRow(rows->back(), sgemm_gflops, out);
+    for (bench::Scheme scheme : schemes) {
+      const std::vector<int64_t> ks =
+          bench::SchemeUsesMaxDistance(scheme) ? f.k : std::vector<int64_t>{0};
+      for (int64_t k : ks) {
+        shape.max_distance = k;
+        const bool fused = bench::SchemeWorkload(scheme, shape, threads).Fused();
+        if (!fused && n > f.reference_max_n) {
+          if (!f.json) {
+            out << bench::SchemeName(scheme) << " at n=" << n
+                << ": skipped (reference path beyond --reference-max-n "
+                << f.reference_max_n << ")\n";
+          }
+          continue;
+        }
+        Row r = MeasureScheme(scheme, shape, threads,
+                              fused ? f.repeats : f.reference_repeats);
+        r.overhead_pct =
+            100.0 * (r.TotalSeconds() / vanilla.TotalSeconds() - 1.0);
+        rows->push_back(r);
+        if (!f.json) PrintRow(rows->back(), sgemm_gflops, out);
+      }
+    }
+  }
 }
 
 void RunBench(const BenchFlags& f, std::ostream& out) {
@@ -217,7 +294,8 @@ void RunBench(const BenchFlags& f, std::ostream& out) {
   if (!f.json) PrintHeader(f, threads, sgemm_gflops, out);
 
   std::vector<Row> rows;
-  for (int64_t n : f.n) {
+  if (!f.positions.empty()) RunSchemes(f, threads, sgemm_gflops, &rows, out);
+  for (int64_t n : f.positions.empty() ? f.n : std::vector<int64_t>{}) {
     bench::WorkloadShape shape{.batch = f.batch, .heads = f.heads, .n = n,
                                .dim = f.dim, .max_distance = 0};
     std::optional<Row> vanilla;
@@ -288,11 +366,25 @@ void AddBenchVerb(CLI::App& app, std::ostream& out) {
       ->delimiter(',')
       ->check(CLI::Range(int64_t{0}, kMaxK))
       ->capture_default_str();
-  sub->add_option("--variants", f->variants,
+  CLI::Option* variants_opt = sub->add_option("--variants", f->variants,
                   "Which of vanilla,relative,reference to run")
       ->delimiter(',')
       ->check(CLI::IsMember({"vanilla", "relative", "reference"}))
       ->capture_default_str();
+  sub->add_option("--positions", f->positions,
+                  "Time these relative schemes instead of --variants: any of " +
+                      [] {
+                        std::string all;
+                        for (const std::string& n : bench::SchemeNames()) {
+                          all += all.empty() ? "" : ",";
+                          all += n;
+                        }
+                        return all;
+                      }() +
+                      " (vanilla is always timed; overhead_pct is over it)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(bench::SchemeNames()))
+      ->excludes(variants_opt);
   sub->add_option("--batch", f->batch, "Batch size B")
       ->check(CLI::Range(int64_t{1}, kMaxHeadsOrDim))
       ->capture_default_str();

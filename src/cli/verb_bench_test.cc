@@ -168,6 +168,9 @@ TEST(BenchVerb, BadUsage) {
       {"bench", "--sgemm-size", "0"},
       {"bench", "--sgemm-size", "100000"},
       {"bench", "--variants", "fast"},
+      {"bench", "--positions", "shaw,nope"},
+      {"bench", "--positions", "t5", "--variants", "vanilla"},
+      {"bench", "--positions", "rope", "--dim", "7"},
       // 1 x 4096 x 4096 x 64 = 2^30 floats per tensor: over the 2^25 bound.
       {"bench", "--n", "4096", "--heads", "4096", "--dim", "64"},
       {"bench", "--bogus"},
@@ -182,11 +185,60 @@ TEST(BenchVerb, BadUsage) {
   }
 }
 
+// --positions: per n one vanilla row, then every listed scheme (shaw and
+// shaw-asym once per k), each named by its scheme, with its path and its
+// overhead over that vanilla row.
+TEST(BenchVerb, PositionsOneRowPerScheme) {
+  const std::vector<std::string> args = {
+      "bench",     "--positions",
+      "shaw,shaw-asym,shaw-log,t5,alibi,rope,xl",
+      "--n",       "16,33",
+      "--k",       "0,3",
+      "--heads",   "2",
+      "--dim",     "8",
+      "--repeats", "1",
+      "--sgemm-size", "64",
+      "--json"};
+  CliResult r = RunRelpos(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 2u * (1 + 2 + 2 + 5)) << j.dump();
+  std::map<std::string, int> per_scheme;
+  for (const nlohmann::json& row : j["rows"]) {
+    const std::string name = row["variant"];
+    ++per_scheme[name];
+    ExpectFlopConvention(row);
+    const std::string path = row["path"];
+    EXPECT_TRUE(path == "fused" || path == "reference") << row.dump();
+    if (name == "vanilla" || name == "shaw" || name == "rope") {
+      EXPECT_EQ(path, "fused") << row.dump();
+    }
+    if (name == "vanilla") {
+      EXPECT_FALSE(row.contains("overhead_pct")) << row.dump();
+    } else {
+      ASSERT_TRUE(row.contains("overhead_pct")) << row.dump();
+      EXPECT_TRUE(std::isfinite(row["overhead_pct"].get<double>()));
+    }
+    const int64_t k = row["k"];
+    if (name == "shaw" || name == "shaw-asym") {
+      EXPECT_TRUE(k == 0 || k == 3) << row.dump();
+    } else {
+      EXPECT_EQ(k, 0) << row.dump();
+    }
+  }
+  EXPECT_EQ(per_scheme["vanilla"], 2);
+  EXPECT_EQ(per_scheme["shaw"], 4);
+  EXPECT_EQ(per_scheme["shaw-asym"], 4);
+  for (const char* one : {"shaw-log", "t5", "alibi", "rope", "xl"}) {
+    EXPECT_EQ(per_scheme[one], 2) << one;
+  }
+}
+
 TEST(BenchVerb, Help) {
   CliResult r = RunRelpos({"bench", "--help"});
   EXPECT_EQ(r.code, 0);
   for (const char* want : {"--n", "--k", "--heads", "--dim", "--threads",
-                           "--repeats", "--json"}) {
+                           "--repeats", "--json", "--positions"}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << r.out;
   }
 }
