@@ -39,6 +39,10 @@ struct WorkloadShape {
   int64_t max_distance = 16;  // k; ignored by kVanilla
 };
 
+// Throws InvalidArgument unless batch, heads, n, dim >= 1 and
+// max_distance >= 0, naming the values.
+void ValidateShape(const WorkloadShape& s);
+
 // docs/math.md section 7: 4 B H Nq Nk d, the same for every variant.
 double ForwardFlops(const WorkloadShape& s);
 // 2.5x the forward count.

@@ -34,6 +34,16 @@ const char* VariantName(Variant variant) {
   return "unknown";
 }
 
+void ValidateShape(const WorkloadShape& shape) {
+  RELPOS_CHECK_ARG(shape.batch >= 1 && shape.heads >= 1 && shape.n >= 1 &&
+                       shape.dim >= 1 && shape.max_distance >= 0,
+                   "benchmark shape must have batch, heads, n, dim >= 1 and "
+                   "max_distance >= 0 (got B="
+                       << shape.batch << ", H=" << shape.heads
+                       << ", n=" << shape.n << ", d=" << shape.dim
+                       << ", k=" << shape.max_distance << ")");
+}
+
 double ForwardFlops(const WorkloadShape& s) {
   return 4.0 * static_cast<double>(s.batch) * static_cast<double>(s.heads) *
          static_cast<double>(s.n) * static_cast<double>(s.n) *
@@ -71,13 +81,7 @@ AttentionWorkload::AttentionWorkload(Variant variant,
     : variant_(variant),
       shape_(shape),
       options_(VariantOptions(variant, shape.max_distance, threads)) {
-  RELPOS_CHECK_ARG(shape.batch >= 1 && shape.heads >= 1 && shape.n >= 1 &&
-                       shape.dim >= 1 && shape.max_distance >= 0,
-                   "benchmark shape must have batch, heads, n, dim >= 1 and "
-                   "max_distance >= 0 (got B="
-                       << shape.batch << ", H=" << shape.heads
-                       << ", n=" << shape.n << ", d=" << shape.dim
-                       << ", k=" << shape.max_distance << ")");
+  ValidateShape(shape);
   const int64_t elements = shape.batch * shape.heads * shape.n * shape.dim;
   Rng rng(seed);
   q_ = Normal(rng, elements, 1.0f);

@@ -123,13 +123,7 @@ bool SchemeUsesMaxDistance(Scheme scheme) {
 SchemeWorkload::SchemeWorkload(Scheme scheme, const WorkloadShape& shape,
                                int threads, uint64_t seed)
     : scheme_(scheme), shape_(shape) {
-  RELPOS_CHECK_ARG(shape.batch >= 1 && shape.heads >= 1 && shape.n >= 1 &&
-                       shape.dim >= 1 && shape.max_distance >= 0,
-                   "benchmark shape must have batch, heads, n, dim >= 1 and "
-                   "max_distance >= 0 (got B="
-                       << shape.batch << ", H=" << shape.heads
-                       << ", n=" << shape.n << ", d=" << shape.dim
-                       << ", k=" << shape.max_distance << ")");
+  ValidateShape(shape);
   RELPOS_CHECK_ARG(scheme != Scheme::kRope || shape.dim % 2 == 0,
                    "rope needs an even head width (got d=" << shape.dim
                                                            << ")");
