@@ -187,15 +187,14 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
     c.options.buckets.kind = BucketKind::kClip;
     c.options.buckets.clip = {3, 1};
     bad.push_back({"symmetric clip", "kClip", c});
-    bad.push_back({"symmetric clip", "kT5", T5Case()});
+    c = Base();  // shaw-log: the vector terms under T5 buckets
+    c.options.buckets.kind = BucketKind::kT5;
+    c.options.buckets.t5 = {8, 10, true};
+    bad.push_back({"symmetric clip", "kT5", c});
     c = Base();
     c.options.score_term = ScoreTerm::kScalarTable;  // bias [H, 2k+1]
     c.options.value_term = false;
     bad.push_back({"vector score term", "kScalarTable", c});
-    c = Base();
-    c.options.score_term = ScoreTerm::kAlibi;
-    c.options.value_term = false;
-    bad.push_back({"vector score term", "kAlibi", c});
     c = Base();
     c.options.position_query_bias = true;
     bad.push_back({"position_query_bias", "use kAuto", c});
@@ -223,14 +222,20 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
   o.buckets.kind = BucketKind::kT5;
   o.buckets.t5 = {8, 10, true};
   EXPECT_NO_THROW(Forward<float>(c, d, o));
-  // With ALiBi on, the clip bucket map is unused but the score term is not
-  // supported.
+  // ALiBi runs fused whatever the bucket map (its score uses none), but not
+  // with a value table under a bucket map other than the symmetric clip.
   o = c.options;
   o.key_term = true;
   o.buckets.kind = BucketKind::kClip;
   o.path = AttentionPath::kFused;
-  ExpectInvalid([&] { Forward<float>(c, d, o); },
-                {"vector score term", "kAlibi"});
+  EXPECT_NO_THROW(Forward<float>(c, d, o));
+  AttentionCase cv = c;
+  cv.options = o;
+  cv.options.value_term = true;
+  const AttentionData<float> dv =
+      CastData<float>(MakeRandomData<double>(cv, 9));
+  ExpectInvalid([&] { Forward<float>(cv, dv, cv.options); },
+                {"symmetric clip", "kClip"});
 }
 
 // A bias or pb passed to a call that does not use it gets a zero gradient on

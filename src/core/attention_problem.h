@@ -70,13 +70,22 @@ struct AttentionProblem {
     return value_term || (key_term && score_term != ScoreTerm::kAlibi);
   }
 
-  // What the fused kernel implements today: the symmetric clip (or no
-  // bucketed term at all), with the vector score term or none, and no
-  // position query bias.
+  // What the fused kernel implements today: the vector score term and the
+  // value term only under the symmetric clip; ALiBi under any bucket map
+  // (it uses none); no position query bias.
   bool FusedSupported() const {
-    return (buckets.kind == BucketKind::kSymmetricClip || !UsesBuckets()) &&
-           (!key_term || score_term == ScoreTerm::kVector) &&
-           !position_query_bias;
+    const bool clip = buckets.kind == BucketKind::kSymmetricClip;
+    if (value_term && !clip) return false;
+    if (!key_term) return true;
+    switch (score_term) {
+      case ScoreTerm::kVector:
+        return clip && !position_query_bias;
+      case ScoreTerm::kAlibi:
+        return true;
+      case ScoreTerm::kScalarTable:
+        return false;
+    }
+    return false;
   }
 
   // Keys visible to row i of batch item b are exactly [0, KeyEnd(b, i)):

@@ -645,6 +645,37 @@ HWY_INLINE void ApplyCausalMask(const AttentionProblem& p,
   }
 }
 
+// ALiBi's score term (docs/math.md section 8): xt[jj][i] -= m |r| with
+// r = j0 + jj - (i0 + i + off). It has no table and no reach, so every tile
+// pair pays it: per vector of query columns one subtraction, one absolute
+// value and one fused multiply-add. The distance is formed in float, exact
+// while |r| < 2^24; rows further out (offsets beyond 2^24) take a scalar
+// loop that rounds |r| to float as the reference does.
+HWY_INLINE void AddAlibi(const AttentionProblem& p, const fused::QueryTile& t,
+                         int64_t j0, int64_t kn, float slope, float* xt) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const VF vm = hn::Set(d, slope);
+  constexpr int64_t kExact = (int64_t{1} << 24) - kLd;
+  const int64_t rel0 = j0 - t.i0 - p.query_offset;
+  for (int64_t jj = 0; jj < kn; ++jj) {
+    const int64_t rel = rel0 + jj;
+    float* HWY_RESTRICT x = xt + jj * kLd;
+    if (rel > -kExact && rel < kExact) {
+      const VF vrel = hn::Set(d, static_cast<float>(rel));
+      for (int64_t c0 = 0; c0 < kLd; c0 += lanes) {
+        const VF r = hn::Abs(hn::Sub(vrel, hn::Iota(d, static_cast<float>(c0))));
+        hn::StoreU(hn::NegMulAdd(vm, r, hn::LoadU(d, x + c0)), d, x + c0);
+      }
+    } else {
+      for (int64_t i = 0; i < kLd; ++i) {
+        const int64_t r = rel - i;
+        x[i] -= slope * static_cast<float>(r < 0 ? -r : r);
+      }
+    }
+  }
+}
+
 // qt[c][i] = scale * x[i][c] for the tile's rows; zero columns past them
 // (so every product over the padded tile width stays finite).
 HWY_INLINE void PackTransposed(const float* x, int64_t rows, int64_t dim,
@@ -693,7 +724,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   PackTransposed(hd.q + t.i0 * dk, rows, dk, scale, qt);
-  if (p.key_term) {
+  if (p.VectorScore()) {
     // G^T slice = AK[lo : lo+nb] (Q_I / sqrt(dk))^T   (SPEC 2: G = Q AK^T /
     // sqrt(dk))
     MatMul(t.buckets, kLd, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
@@ -717,7 +748,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
     // exponent below; a band tile adds G[i, r+k] - G[i, base] pair by pair
     // for the pairs outside the base.
     const float* g_base = nullptr;
-    if (p.key_term) {
+    if (p.VectorScore()) {
       if (base.folded) g_base = gt + (base.bucket - t.bucket_lo) * kLd;
       if (base.band) {
         // k = 0 has no diagonal strip (and no skewed copy).
@@ -727,6 +758,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
         AddBandDelta(p, t, j0, base, &term, 1, delta);
       }
     }
+    if (p.AlibiScore()) AddAlibi(p, t, j0, kn, hd.alibi_slope, st);
     ApplyCausalMask(p, t, j0, kn, st);
 
     // Online softmax, one vector of query columns at a time.
@@ -872,13 +904,13 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     }
   }
   const bool want_w = p.value_term && hd.dav != nullptr;
-  if (p.key_term) {
+  if (p.VectorScore()) {
     MatMul(t.buckets, kLd, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
            kLd, 1.0f, false);
   }
   const BucketAcc e_acc = CarveBucketAcc(et, t.buckets);
   const BucketAcc w_acc = CarveBucketAcc(wt, t.buckets);
-  if (p.key_term) ZeroBucketAcc(e_acc, t.buckets);
+  if (p.VectorScore()) ZeroBucketAcc(e_acc, t.buckets);
   if (p.value_term) {
     // U^T slice = AV[lo : lo+nb] dO_I^T.
     MatMul(t.buckets, kLd, dv, hd.av + t.bucket_lo * dv, dv, 1, dot, kLd, ut,
@@ -902,7 +934,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     const float* u_base = nullptr;
     BandTerm terms[2];
     int count = 0;
-    if (p.key_term) {
+    if (p.VectorScore()) {
       if (base.folded) g_base = gt + (base.bucket - t.bucket_lo) * kLd;
       terms[count++] = {gt, gsk, st};
     }
@@ -912,12 +944,13 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     }
     if (base.band && count > 0) {
       if (!skewed && p.max_distance > 0) {  // k = 0: no diagonal strip
-        if (p.key_term) SkewTable(gt, t.buckets, gsk);
+        if (p.VectorScore()) SkewTable(gt, t.buckets, gsk);
         if (p.value_term) SkewTable(ut, t.buckets, usk);
       }
       skewed = true;
       AddBandDelta(p, t, j0, base, terms, count, delta);
     }
+    if (p.AlibiScore()) AddAlibi(p, t, j0, kn, hd.alibi_slope, st);
     ApplyCausalMask(p, t, j0, kn, st);
     for (int64_t c0 = 0; c0 < kLd; c0 += lanes) {
       const VF g = g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d);
@@ -942,7 +975,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     AccTerm acc_terms[2];
     int acc_count = 0;
     if (want_w) acc_terms[acc_count++] = {st, p_colsum, moved, &w_acc};
-    if (p.key_term) {
+    if (p.VectorScore()) {
       acc_terms[acc_count++] = {dpt, ds_colsum, moved + kLd, &e_acc};
     }
     if (acc_count > 0) AccumulateTile(p, t, j0, base, acc_terms, acc_count);
@@ -961,7 +994,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   }
   // Skewed accumulators: E(i, b) = skew[(b + i) * kLd + i], so E is read
   // with A strides (kLd + 1, kLd) and E^T with (kLd, kLd + 1).
-  if (p.key_term) {
+  if (p.VectorScore()) {
     FoldEnds(p, t, e_acc);
     if (hd.dq) {
       MatMul(rows, dk, t.buckets, e_acc.skew, kLd + 1, kLd,

@@ -107,7 +107,7 @@ BackwardLayout MakeBackwardLayout(const AttentionProblem& p, int threads,
   l.table_heads = p.per_head_tables ? p.heads : 1;
   l.want_dk = want_dk;
   l.want_dv = want_dv;
-  l.want_dak = want_dak && p.key_term;
+  l.want_dak = want_dak && p.VectorScore();
   l.want_dav = want_dav && p.value_term;
   l.scratch_floats = PaddedFloats(fused::BackwardScratch(p).Floats());
   if (l.want_dak) l.dak_floats = l.table_heads * l.range.count * p.dk;
@@ -146,8 +146,9 @@ void FusedForward(const AttentionProblem& p, const AttentionInputs<float>& in,
       hd.q = in.q.data() + bh * p.q_len * p.dk;
       hd.k = in.k.data() + bh * p.k_len * p.dk;
       hd.v = in.v.data() + bh * p.k_len * p.dv;
-      if (p.key_term) hd.ak = in.ak.data() + p.TableOffset(h, p.dk);
+      if (p.VectorScore()) hd.ak = in.ak.data() + p.TableOffset(h, p.dk);
       if (p.value_term) hd.av = in.av.data() + p.TableOffset(h, p.dv);
+      if (p.AlibiScore()) hd.alibi_slope = static_cast<float>(p.alibi_slopes[h]);
       hd.out = out + bh * p.q_len * p.dv;
       hd.lse = lse ? lse + bh * p.q_len : nullptr;
       HWY_DYNAMIC_DISPATCH(ForwardTile)(p, t, hd, mine);
@@ -217,8 +218,9 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
       hd.q = in.q.data() + bh * p.q_len * p.dk;
       hd.k = in.k.data() + bh * p.k_len * p.dk;
       hd.v = in.v.data() + bh * p.k_len * p.dv;
-      if (p.key_term) hd.ak = in.ak.data() + p.TableOffset(h, p.dk);
+      if (p.VectorScore()) hd.ak = in.ak.data() + p.TableOffset(h, p.dk);
       if (p.value_term) hd.av = in.av.data() + p.TableOffset(h, p.dv);
+      if (p.AlibiScore()) hd.alibi_slope = static_cast<float>(p.alibi_slopes[h]);
       hd.o = out + bh * p.q_len * p.dv;
       hd.lse_in = lse + bh * p.q_len;
       hd.dout = dout + bh * p.q_len * p.dv;

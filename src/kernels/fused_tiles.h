@@ -97,8 +97,8 @@ struct ForwardScratch {
     const int64_t nb = MaxTileBuckets(p);
     qt = p.dk * kQueryTile;                      // (Q_I / sqrt(dk))^T
     st = kKeyTile * kQueryTile;                  // S^T, then P^T
-    gt = p.key_term ? nb * kQueryTile : 0;       // G^T slice
-    gsk = p.key_term ? SkewTableFloats(p) : 0;   // G^T slice, skewed
+    gt = p.VectorScore() ? nb * kQueryTile : 0;       // G^T slice
+    gsk = p.VectorScore() ? SkewTableFloats(p) : 0;   // G^T slice, skewed
     wt = p.value_term ? BucketAccFloats(p) : 0;  // W, skewed + 3 end rows
     oacc = kQueryTile * p.dv;                    // unnormalised output
     // m, l, alpha, m_use, column sum, two delta rows, moved sums
@@ -116,11 +116,11 @@ struct BackwardScratch {
     dot = p.dv * kQueryTile;                     // dO_I^T
     st = kKeyTile * kQueryTile;                  // S^T, then P^T
     dpt = kKeyTile * kQueryTile;                 // dP^T, then dS^T
-    gt = p.key_term ? nb * kQueryTile : 0;       // G^T slice
+    gt = p.VectorScore() ? nb * kQueryTile : 0;       // G^T slice
     ut = p.value_term ? nb * kQueryTile : 0;     // U^T = (dO AV^T)^T slice
-    gsk = p.key_term ? SkewTableFloats(p) : 0;   // skewed copies of both
+    gsk = p.VectorScore() ? SkewTableFloats(p) : 0;   // skewed copies of both
     usk = p.value_term ? SkewTableFloats(p) : 0;
-    et = p.key_term ? BucketAccFloats(p) : 0;    // E, skewed + 3 end rows
+    et = p.VectorScore() ? BucketAccFloats(p) : 0;    // E, skewed + 3 end rows
     wt = p.value_term ? BucketAccFloats(p) : 0;  // W, skewed + 3 end rows
     dqacc = kQueryTile * p.dk;                   // dQ_I before the 1/sqrt(dk)
     // D, lse (finite), P and dS column sums, four delta rows, two moved sums
@@ -142,6 +142,8 @@ struct HeadData {
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;  // dk, dv accumulated
   float *dak = nullptr, *dav = nullptr;  // accumulated, row 0 = bucket_base
   int64_t bucket_base = 0;
+  // ALiBi (p.AlibiScore()): this head's slope m_h, rounded to float.
+  float alibi_slope = 0.0f;
 };
 
 }  // namespace fused
