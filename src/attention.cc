@@ -37,10 +37,9 @@ bool UseFused(const AttentionProblem& p, AttentionPath path) {
                        "path: the fused kernel does not support "
                        "position_query_bias; use kAuto or kReference");
       RELPOS_THROW(InvalidArgument,
-                   "path: the fused kernel supports only the vector score "
-                   "term and ALiBi (got score_term = "
+                   "path: the fused kernel does not support score_term = "
                        << ScoreTermName(p.score_term)
-                       << "); use kAuto or kReference");
+                       << "; use kAuto or kReference");
     }
     return p.FusedSupported();
   }
@@ -99,7 +98,9 @@ void AttentionBackward(const AttentionInputs<T>& in, ConstView<T> out,
   CheckOptionalGrad<T>("dpb", grads.dpb, "pb", in.pb);
   if constexpr (std::is_same_v<T, float>) {
     if (UseFused<T>(p, options.path)) {
-      // The kernel's problems use neither bias nor pb (FusedSupported).
+      // pb is never used by the kernel's problems (FusedSupported); a dbias
+      // whose scalar table is off stays zero (the kernel writes it
+      // otherwise).
       ZeroFill(grads.dbias);
       ZeroFill(grads.dpb);
       FusedBackward(p, in, out.data(), lse.data(), dout.data(), grads,

@@ -192,10 +192,6 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
     c.options.buckets.t5 = {8, 10, true};
     bad.push_back({"symmetric clip", "kT5", c});
     c = Base();
-    c.options.score_term = ScoreTerm::kScalarTable;  // bias [H, 2k+1]
-    c.options.value_term = false;
-    bad.push_back({"vector score term", "kScalarTable", c});
-    c = Base();
     c.options.position_query_bias = true;
     bad.push_back({"position_query_bias", "use kAuto", c});
   }
@@ -222,6 +218,15 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
   o.buckets.kind = BucketKind::kT5;
   o.buckets.t5 = {8, 10, true};
   EXPECT_NO_THROW(Forward<float>(c, d, o));
+  // T5 (scalar table, log buckets) runs fused.
+  {
+    const AttentionCase t5 = T5Case();
+    const AttentionData<float> d5 =
+        CastData<float>(MakeRandomData<double>(t5, 10));
+    AttentionOptions o5 = t5.options;
+    o5.path = AttentionPath::kFused;
+    EXPECT_NO_THROW(Forward<float>(t5, d5, o5));
+  }
   // ALiBi runs fused whatever the bucket map (its score uses none), but not
   // with a value table under a bucket map other than the symmetric clip.
   o = c.options;

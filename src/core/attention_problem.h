@@ -71,8 +71,8 @@ struct AttentionProblem {
   }
 
   // What the fused kernel implements today: the vector score term and the
-  // value term only under the symmetric clip; ALiBi under any bucket map
-  // (it uses none); no position query bias.
+  // value term only under the symmetric clip; ALiBi and the scalar table
+  // (T5) under any bucket map; no position query bias.
   bool FusedSupported() const {
     const bool clip = buckets.kind == BucketKind::kSymmetricClip;
     if (value_term && !clip) return false;
@@ -81,9 +81,8 @@ struct AttentionProblem {
       case ScoreTerm::kVector:
         return clip && !position_query_bias;
       case ScoreTerm::kAlibi:
-        return true;
       case ScoreTerm::kScalarTable:
-        return false;
+        return true;
     }
     return false;
   }

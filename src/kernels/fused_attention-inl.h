@@ -676,6 +676,75 @@ HWY_INLINE void AddAlibi(const AttentionProblem& p, const fused::QueryTile& t,
   }
 }
 
+// Scalar score table (T5's bias[h, b], docs/math.md section 8) on one tile
+// pair. Its buckets are constant beyond the reach, so a FAR tile pair (every
+// distance clamps to the same end of hd's distance window) adds one
+// constant to all its scores: the caller folds it into the per-column
+// shift of the softmax, as it folds G's base bucket, so it costs nothing per
+// pair. A BAND tile pair fills row[e] = bias[b(r_first - e)] for
+// e in [0, kn - 1 + kLd), r_first = rel0 + kn - 1: key row jj, query column
+// i has distance rel0 + jj - i = r_first - (kn - 1 - jj + i), so the key row
+// adds the contiguous run row[kn - 1 - jj ...] (one vector add per vector).
+struct ScalarTile {
+  bool band = false;
+  float constant = 0.0f;  // far: the tile's bias
+  int64_t bucket = 0;     // far: its bucket
+  int64_t r_first = 0;    // band: distance of row[0]
+};
+
+HWY_INLINE int64_t DistanceIndex(const fused::HeadData& hd, int64_t r) {
+  return std::clamp(r, hd.r_lo, hd.r_hi) - hd.r_lo;
+}
+
+HWY_INLINE ScalarTile ScalarBandBias(const AttentionProblem& p,
+                                     const fused::QueryTile& t, int64_t j0,
+                                     int64_t kn, const fused::HeadData& hd,
+                                     float* HWY_RESTRICT row) {
+  ScalarTile s;
+  const int64_t rel0 = j0 - t.i0 - p.query_offset;
+  s.r_first = rel0 + kn - 1;  // the largest distance of the tile pair
+  const int64_t first = DistanceIndex(hd, s.r_first);
+  if (first == DistanceIndex(hd, rel0 - (t.rows - 1))) {
+    s.bucket = hd.dist_bucket[first];
+    s.constant = hd.bias[s.bucket];
+    return s;
+  }
+  s.band = true;
+  for (int64_t e = 0; e < kn - 1 + kLd; ++e)
+    row[e] = hd.bias[hd.dist_bucket[DistanceIndex(hd, s.r_first - e)]];
+  return s;
+}
+
+// xt[jj][i] += row[kn - 1 - jj + i] (band tile pair, see ScalarBandBias).
+HWY_INLINE void AddScalarBand(int64_t kn, const float* row, float* xt) {
+  for (int64_t jj = 0; jj < kn; ++jj)
+    AddRange(xt + jj * kLd, row + (kn - 1 - jj), kLd);
+}
+
+// dbias[b] += sum of dS over the tile pair's pairs in bucket b. Far: the
+// whole tile (its column sums). Band: first per distance (acc[e] sums the
+// run each key row added from row[e], a contiguous vector add per key row),
+// then each distance to its bucket, in a fixed order (deterministic).
+// Masked pairs and padding columns have dS = 0.
+HWY_INLINE void AccumulateScalarBias(const fused::HeadData& hd,
+                                     const ScalarTile& s, int64_t kn,
+                                     const float* dst, const float* ds_colsum,
+                                     float* HWY_RESTRICT acc) {
+  if (!hd.dbias) return;
+  if (!s.band) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < kLd; ++i) sum += ds_colsum[i];
+    hd.dbias[s.bucket] += sum;
+    return;
+  }
+  const int64_t n = kn - 1 + kLd;
+  FillRange(acc, 0.0f, n);
+  for (int64_t jj = 0; jj < kn; ++jj)
+    AddRange(acc + (kn - 1 - jj), dst + jj * kLd, kLd);
+  for (int64_t e = 0; e < n; ++e)
+    hd.dbias[hd.dist_bucket[DistanceIndex(hd, s.r_first - e)]] += acc[e];
+}
+
 // qt[c][i] = scale * x[i][c] for the tile's rows; zero columns past them
 // (so every product over the padded tile width stays finite).
 HWY_INLINE void PackTransposed(const float* x, int64_t rows, int64_t dim,
@@ -721,6 +790,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
   float* colsum = m_use + kLd;
   float* delta = colsum + kLd;  // two rows
   float* moved = delta + 2 * kLd;
+  float* sbias = scratch + (sz.Floats() - sz.sb);  // ScalarBandBias row
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   PackTransposed(hd.q + t.i0 * dk, rows, dk, scale, qt);
@@ -759,12 +829,20 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
       }
     }
     if (p.AlibiScore()) AddAlibi(p, t, j0, kn, hd.alibi_slope, st);
+    ScalarTile sbt;
+    if (p.scalar_table) {
+      sbt = ScalarBandBias(p, t, j0, kn, hd, sbias);
+      if (sbt.band) AddScalarBand(kn, sbias, st);
+    }
+    // A far tile's scalar bias is one constant, folded like G's base bucket.
+    const VF v_const = hn::Set(d, sbt.constant);
     ApplyCausalMask(p, t, j0, kn, st);
 
     // Online softmax, one vector of query columns at a time.
     bool rescale = false;
     for (int64_t c0 = 0; c0 < kLd; c0 += lanes) {
-      const VF g = g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d);
+      const VF g = hn::Add(
+          g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d), v_const);
       VF tile_max = v_neg_inf;
       for (int64_t jj = 0; jj < kn; ++jj) {
         tile_max = hn::Max(tile_max, hn::LoadU(d, st + jj * kLd + c0));
@@ -880,6 +958,8 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   float* ds_colsum = p_colsum + kLd;
   float* delta = ds_colsum + kLd;  // four rows
   float* moved = delta + 4 * kLd;  // two rows
+  float* sbias = scratch + (sz.Floats() - sz.sb);  // ScalarBandBias row
+  float* sacc = sbias + kKeyTile + kLd;             // its dS sums
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   const float* q = hd.q + t.i0 * dk;
@@ -951,9 +1031,16 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       AddBandDelta(p, t, j0, base, terms, count, delta);
     }
     if (p.AlibiScore()) AddAlibi(p, t, j0, kn, hd.alibi_slope, st);
+    ScalarTile sbt;
+    if (p.scalar_table) {
+      sbt = ScalarBandBias(p, t, j0, kn, hd, sbias);
+      if (sbt.band) AddScalarBand(kn, sbias, st);
+    }
+    const VF v_const = hn::Set(d, sbt.constant);
     ApplyCausalMask(p, t, j0, kn, st);
     for (int64_t c0 = 0; c0 < kLd; c0 += lanes) {
-      const VF g = g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d);
+      const VF g = hn::Add(
+          g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d), v_const);
       const VF u = u_base ? hn::LoadU(d, u_base + c0) : hn::Zero(d);
       const VF shift = hn::Sub(hn::LoadU(d, lse_row + c0), g);
       const VF d_shift = hn::Sub(hn::LoadU(d, drow + c0), u);
@@ -979,6 +1066,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       acc_terms[acc_count++] = {dpt, ds_colsum, moved + kLd, &e_acc};
     }
     if (acc_count > 0) AccumulateTile(p, t, j0, base, acc_terms, acc_count);
+    if (p.scalar_table) AccumulateScalarBias(hd, sbt, kn, dpt, ds_colsum, sacc);
     if (hd.dv) {
       MatMul(kn, dv, rows, st, kLd, 1, dout, dv, hd.dv + j0 * dv, dv, 1.0f,
              true);

@@ -614,6 +614,45 @@ AttentionCase SchemeStressCase(const std::string& scheme) {
   return c;
 }
 
+std::vector<AttentionCase> T5Cases() {
+  std::vector<AttentionCase> cases = FusedSchemeCases({"t5", "t5causal"});
+  for (const char* s : {"t5", "t5causal"}) {
+    for (AttentionCase& c : SchemeExtraCases(s)) cases.push_back(c);
+  }
+  // The scalar table under the other bucket maps: Shaw's symmetric clip with
+  // the value table (both bucketed terms in one tile pair), and an
+  // asymmetric clip (w2v-BERT's reaches) with a causal mask.
+  AttentionCase v = MakeCase("scalar_clip_value", 1, 2, 130, 150, 16, 16, 5);
+  v.options.score_term = ScoreTerm::kScalarTable;
+  v.options.per_head_tables = true;
+  cases.push_back(v);
+  AttentionCase a = MakeCase("scalar_asym_causal", 2, 2, 200, 200, 16, 16, 0);
+  a.options.score_term = ScoreTerm::kScalarTable;
+  a.options.buckets.kind = BucketKind::kClip;
+  a.options.buckets.clip = {64, 8};
+  a.options.value_term = false;
+  a.options.causal = true;
+  a.options.key_lengths = {200, 77};
+  cases.push_back(a);
+  return cases;
+}
+
+class FusedT5 : public testing::TestWithParam<AttentionCase> {};
+TEST_P(FusedT5, MatchesDoubleReference) { CompareToReference(GetParam(), 2); }
+INSTANTIATE_TEST_SUITE_P(Schemes, FusedT5, testing::ValuesIn(T5Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(FusedSchemeTargets, T5) { EveryTarget(T5Cases()); }
+
+TEST(FusedSchemeDeterminism, T5) {
+  CheckSchemeDeterminism(SchemeStressCase("t5"));
+  CheckSchemeDeterminism(SchemeStressCase("t5causal"));
+}
+TEST(FusedSchemeMasks, T5) {
+  CheckSchemeMaskedRows(SchemeStressCase("t5"));
+  CheckSchemeMaskedRows(SchemeStressCase("t5causal"));
+}
+
 TEST(FusedSchemeDeterminism, Alibi) {
   CheckSchemeDeterminism(SchemeStressCase("alibi"));
 }

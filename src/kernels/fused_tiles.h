@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/attention_problem.h"
+#include "relpos/position_schemes.h"
 
 namespace relpos {
 namespace fused {
@@ -103,8 +105,10 @@ struct ForwardScratch {
     oacc = kQueryTile * p.dv;                    // unnormalised output
     // m, l, alpha, m_use, column sum, two delta rows, moved sums
     stats = 8 * kQueryTile;
+    sb = p.scalar_table ? kKeyTile + kQueryTile : 0;  // band bias by distance
   }
-  int64_t Floats() const { return qt + st + gt + gsk + wt + oacc + stats; }
+  int64_t sb;  // last: the scalar table's band row (ScalarBandBias)
+  int64_t Floats() const { return qt + st + gt + gsk + wt + oacc + stats + sb; }
 };
 
 // Per-thread scratch of the backward pass, in floats.
@@ -125,9 +129,13 @@ struct BackwardScratch {
     dqacc = kQueryTile * p.dk;                   // dQ_I before the 1/sqrt(dk)
     // D, lse (finite), P and dS column sums, four delta rows, two moved sums
     stats = 10 * kQueryTile;
+    // The scalar table's band row and its per-distance dS sums.
+    sb = p.scalar_table ? 2 * (kKeyTile + kQueryTile) : 0;
   }
+  int64_t sb;  // last
   int64_t Floats() const {
-    return qt + dot + st + dpt + gt + ut + gsk + usk + et + wt + dqacc + stats;
+    return qt + dot + st + dpt + gt + ut + gsk + usk + et + wt + dqacc + stats +
+           sb;
   }
 };
 
@@ -144,7 +152,48 @@ struct HeadData {
   int64_t bucket_base = 0;
   // ALiBi (p.AlibiScore()): this head's slope m_h, rounded to float.
   float alibi_slope = 0.0f;
+  // Scalar score table (p.scalar_table): row h of bias [H, nb], and (in the
+  // backward, may be null) this thread's dbias accumulator for head h.
+  const float* bias = nullptr;
+  float* dbias = nullptr;
+  const int64_t* dist_bucket = nullptr;  // DistanceBuckets::bucket
+  int64_t r_lo = 0, r_hi = 0;            // DistanceBuckets::r_lo / r_hi
 };
+
+// The bucket of every distance a scalar-table problem needs: the problem's
+// distances [-(Nq - 1) - off, Nk - 1 - off] clamped to the bucket map's
+// reach (beyond it a side's bucket is constant), so distance r uses
+// bucket[clamp(r, r_lo, r_hi) - r_lo]. At most min(nb, Nq + Nk - 1)
+// entries, computed once per call (T5's map takes a logarithm).
+struct DistanceBuckets {
+  int64_t r_lo = 0, r_hi = 0;
+  std::vector<int64_t> bucket;
+};
+
+inline DistanceBuckets MakeDistanceBuckets(const AttentionProblem& p) {
+  int64_t left = p.max_distance, right = p.max_distance;
+  if (p.buckets.kind == BucketKind::kClip) {
+    left = p.buckets.clip.left;
+    right = p.buckets.clip.right;
+  } else if (p.buckets.kind == BucketKind::kT5) {
+    left = right = T5BucketReach(p.buckets.t5);
+  }
+  DistanceBuckets db;
+  const int64_t d_min = -(std::max<int64_t>(p.q_len, 1) - 1) - p.query_offset;
+  const int64_t d_max = (std::max<int64_t>(p.k_len, 1) - 1) - p.query_offset;
+  db.r_lo = std::clamp(d_min, -left, right);
+  db.r_hi = std::clamp(d_max, -left, right);
+  const int64_t count = db.r_hi - db.r_lo + 1;
+  db.bucket.resize(static_cast<size_t>(count));
+  if (p.buckets.kind == BucketKind::kT5) {
+    T5BucketRange(db.r_lo, count, p.buckets.t5, db.bucket.data());
+  } else {
+    // Bucket(i = 0, j) has distance j - off.
+    for (int64_t e = 0; e < count; ++e)
+      db.bucket[e] = p.Bucket(0, db.r_lo + e + p.query_offset);
+  }
+  return db;
+}
 
 }  // namespace fused
 }  // namespace relpos
