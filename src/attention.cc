@@ -26,11 +26,11 @@ bool UseFused(const AttentionProblem& p, AttentionPath path) {
   } else {
     if (path == AttentionPath::kReference) return false;
     if (path == AttentionPath::kFused && !p.FusedSupported()) {
-      const bool clip = p.buckets.kind == BucketKind::kSymmetricClip;
+      const bool clip = p.buckets.kind != BucketKind::kT5;
       RELPOS_CHECK_ARG(clip || !(p.value_term || p.VectorScore()),
                        "path: the fused kernel supports the vector and value "
-                       "terms only under the symmetric clip bucket map (got "
-                       "buckets.kind = "
+                       "terms only under the symmetric or asymmetric clip "
+                       "bucket maps (got buckets.kind = "
                            << BucketKindName(p.buckets.kind)
                            << "); use kAuto or kReference");
       RELPOS_CHECK_ARG(!p.position_query_bias,

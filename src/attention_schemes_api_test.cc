@@ -183,14 +183,10 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
   };
   std::vector<Bad> bad;
   {
-    AttentionCase c = Base();
-    c.options.buckets.kind = BucketKind::kClip;
-    c.options.buckets.clip = {3, 1};
-    bad.push_back({"symmetric clip", "kClip", c});
-    c = Base();  // shaw-log: the vector terms under T5 buckets
+    AttentionCase c = Base();  // shaw-log: the vector terms under T5 buckets
     c.options.buckets.kind = BucketKind::kT5;
     c.options.buckets.t5 = {8, 10, true};
-    bad.push_back({"symmetric clip", "kT5", c});
+    bad.push_back({"asymmetric clip", "kT5", c});
     c = Base();
     c.options.position_query_bias = true;
     bad.push_back({"position_query_bias", "use kAuto", c});
@@ -228,19 +224,30 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
     EXPECT_NO_THROW(Forward<float>(t5, d5, o5));
   }
   // ALiBi runs fused whatever the bucket map (its score uses none), but not
-  // with a value table under a bucket map other than the symmetric clip.
+  // with a value table under T5 buckets. The asymmetric clip (shaw-asym)
+  // runs fused.
   o = c.options;
   o.key_term = true;
-  o.buckets.kind = BucketKind::kClip;
+  o.buckets.kind = BucketKind::kT5;
+  o.buckets.t5 = {8, 10, true};
   o.path = AttentionPath::kFused;
   EXPECT_NO_THROW(Forward<float>(c, d, o));
+  {
+    AttentionCase asym = Base();
+    asym.options.buckets.kind = BucketKind::kClip;
+    asym.options.buckets.clip = {3, 1};
+    asym.options.path = AttentionPath::kFused;
+    const AttentionData<float> da =
+        CastData<float>(MakeRandomData<double>(asym, 11));
+    EXPECT_NO_THROW(Forward<float>(asym, da, asym.options));
+  }
   AttentionCase cv = c;
   cv.options = o;
   cv.options.value_term = true;
   const AttentionData<float> dv =
       CastData<float>(MakeRandomData<double>(cv, 9));
   ExpectInvalid([&] { Forward<float>(cv, dv, cv.options); },
-                {"symmetric clip", "kClip"});
+                {"asymmetric clip", "kT5"});
 }
 
 // A bias or pb passed to a call that does not use it gets a zero gradient on

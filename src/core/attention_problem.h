@@ -71,10 +71,11 @@ struct AttentionProblem {
   }
 
   // What the fused kernel implements today: the vector score term and the
-  // value term only under the symmetric clip; ALiBi and the scalar table
-  // (T5) under any bucket map; no position query bias.
+  // value term under the symmetric or asymmetric clip (not T5 buckets);
+  // ALiBi and the scalar table (T5) under any bucket map; no position query
+  // bias.
   bool FusedSupported() const {
-    const bool clip = buckets.kind == BucketKind::kSymmetricClip;
+    const bool clip = buckets.kind != BucketKind::kT5;
     if (value_term && !clip) return false;
     if (!key_term) return true;
     switch (score_term) {

@@ -287,12 +287,12 @@ enum class TileKind { kFarLeft, kFarRight, kBand };
 HWY_INLINE TileKind Classify(const AttentionProblem& p,
                              const fused::QueryTile& t, int64_t j0,
                              int64_t kn) {
-  const int64_t kk = p.max_distance;
+  const fused::ClipReach cr = fused::Reach(p);
   // Largest and smallest distance j - (i + off) over the tile pair.
   const int64_t d_max = (j0 + kn - 1) - t.i0 - p.query_offset;
   const int64_t d_min = j0 - (t.i0 + t.rows - 1) - p.query_offset;
-  if (d_max <= -kk) return TileKind::kFarLeft;  // all in bucket 0
-  if (d_min >= kk) return TileKind::kFarRight;  // all in bucket 2k
+  if (d_max <= -cr.left) return TileKind::kFarLeft;  // all in bucket 0
+  if (d_min >= cr.right) return TileKind::kFarRight;  // all in the top one
   return TileKind::kBand;
 }
 
@@ -306,14 +306,14 @@ struct BandRuns {
 
 HWY_INLINE BandRuns MakeBandRuns(const AttentionProblem& p,
                                  const fused::QueryTile& t, int64_t j) {
-  const int64_t kk = p.max_distance;
+  const fused::ClipReach cr = fused::Reach(p);
   BandRuns r;
   r.rel = j - t.i0 - p.query_offset;
-  r.right_end = std::clamp<int64_t>(r.rel - kk + 1, 0, t.rows);
+  r.right_end = std::clamp<int64_t>(r.rel - cr.right + 1, 0, t.rows);
   // max(): with k = 0 both clamped runs would claim the column d = 0 (it is
   // bucket 0 = bucket 2k either way).
   r.left_begin =
-      std::max(std::clamp<int64_t>(r.rel + kk, 0, t.rows), r.right_end);
+      std::max(std::clamp<int64_t>(r.rel + cr.left, 0, t.rows), r.right_end);
   return r;
 }
 
@@ -359,7 +359,8 @@ struct TileBase {
 HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
                                const fused::QueryTile& t, int64_t j0,
                                int64_t kn) {
-  const int64_t kk = p.max_distance;
+  const fused::ClipReach cr = fused::Reach(p);
+  const int64_t top = cr.top();
   TileBase b;
   const TileKind kind = Classify(p, t, j0, kn);
   if (kind == TileKind::kFarLeft) {
@@ -367,15 +368,15 @@ HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
     return b;
   }
   if (kind == TileKind::kFarRight) {
-    b.bucket = 2 * kk;
+    b.bucket = top;
     return b;
   }
   b.band = true;
   const bool left_ok = t.bucket_lo == 0;
-  const bool right_ok = t.bucket_lo + t.buckets - 1 == 2 * kk;
+  const bool right_ok = t.bucket_lo + t.buckets - 1 == top;
   // Causal: every pair with d >= k >= 1 is masked, so the bucket-2k run
   // needs nothing. (k = 0: buckets 0 and 2k coincide.)
-  const bool right_visible = right_ok && !(p.causal && kk > 0);
+  const bool right_visible = right_ok && !(p.causal && cr.right > 0);
   // Sign of the tile's mean distance (times 2, to stay in integers).
   const int64_t center2 =
       (2 * j0 + kn - 1) - (2 * t.i0 + t.rows - 1) - 2 * p.query_offset;
@@ -383,7 +384,7 @@ HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
   if (left_ok && (prefer_left || !right_ok)) {
     b.bucket = 0;
   } else if (right_ok) {
-    b.bucket = 2 * kk;
+    b.bucket = top;
   } else {
     b.bucket = t.bucket_lo;  // no clamped run at all: only the diagonal
   }
@@ -392,37 +393,37 @@ HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
   // right_end for k = 0).
   const int64_t rel0 = j0 - t.i0 - p.query_offset;
   const int64_t pairs = kn * t.rows;
-  const int64_t right = SumClamped(rel0 - kk + 1, kn, t.rows);
+  const int64_t right = SumClamped(rel0 - cr.right + 1, kn, t.rows);
   const int64_t left =
-      kk > 0 ? pairs - SumClamped(rel0 + kk, kn, t.rows) : pairs - right;
+      top > 0 ? pairs - SumClamped(rel0 + cr.left, kn, t.rows) : pairs - right;
   const int64_t diag = pairs - right - left;
   const bool right_work = right_visible && right > 0;
   const bool left_work = left_ok && left > 0;
-  if (kk > 0) {
+  if (top > 0) {
     const int64_t visible = diag + left + (right_visible ? right : 0);
     int64_t outside = diag;
     if (b.bucket != 0) outside += left;
-    if (b.bucket != 2 * kk && right_visible) outside += right;
+    if (b.bucket != top && right_visible) outside += right;
     if (13 * outside > 8 * visible) b.folded = false;
   }
   b.do_left = left_work && (!b.folded || b.bucket != 0);
-  b.do_right = right_work && (!b.folded || b.bucket != 2 * kk);
+  b.do_right = right_work && (!b.folded || b.bucket != top);
   // Key rows with pair-wise work: the union of the rows where an active run
   // is non-empty (right: rel - k + 1 > 0; strip: rel - k + 1 < rows and
   // rel + k > 0; left: rel + k < rows). The intervals overlap, so their
   // union is one interval.
   int64_t first = kn, last = 0;
-  if (kk > 0) {
-    first = std::min(first, 1 - kk - rel0);
-    last = std::max(last, t.rows + kk - 1 - rel0);
+  if (top > 0) {
+    first = std::min(first, 1 - cr.left - rel0);
+    last = std::max(last, t.rows + cr.right - 1 - rel0);
   }
   if (b.do_right) {
-    first = std::min(first, kk - rel0);
+    first = std::min(first, cr.right - rel0);
     last = kn;
   }
   if (b.do_left) {
     first = 0;
-    last = std::max(last, t.rows - kk - rel0);
+    last = std::max(last, t.rows - cr.left - rel0);
   }
   b.row_begin = std::clamp<int64_t>(first, 0, kn);
   b.row_end = std::clamp<int64_t>(last, b.row_begin, kn);
@@ -457,13 +458,13 @@ HWY_INLINE void AddBandDelta(const AttentionProblem& p,
                              const fused::QueryTile& t, int64_t j0,
                              const TileBase& base, const BandTerm* terms,
                              int count, float* delta) {
-  const int64_t kk = p.max_distance;
+  const fused::ClipReach cr = fused::Reach(p);
   const float* base_row[2] = {nullptr, nullptr};
   const float* right_src[2] = {nullptr, nullptr};
   const float* left_src[2] = {nullptr, nullptr};
   for (int e = 0; e < count; ++e) {
     const float* table = terms[e].table;
-    const float* right_row = table + (2 * kk - t.bucket_lo) * kLd;
+    const float* right_row = table + (cr.top() - t.bucket_lo) * kLd;
     const float* left_row = table + (0 - t.bucket_lo) * kLd;
     if (!base.folded) {
       right_src[e] = right_row;
@@ -484,8 +485,9 @@ HWY_INLINE void AddBandDelta(const AttentionProblem& p,
       float* x = terms[e].xt + jj * kLd;
       if (base.do_right) AddRange(x, right_src[e], r.right_end);
       if (begin < r.left_begin) {
-        // Skewed row rel + k - lo holds bucket rel - i + k in column i.
-        const float* diag = terms[e].skew + (r.rel + kk - t.bucket_lo) * kLd;
+        // Skewed row rel + left - lo holds bucket rel - i + left in column i.
+        const float* diag =
+            terms[e].skew + (r.rel + cr.left - t.bucket_lo) * kLd;
         if (base.folded) {
           AddDiffRange(x + begin, diag + begin, base_row[e] + begin,
                        r.left_begin - begin);
@@ -529,23 +531,23 @@ HWY_INLINE void ZeroBucketAcc(const BucketAcc& acc, int64_t buckets) {
 HWY_INLINE float* EndRow(const AttentionProblem& p, const BucketAcc& acc,
                          int64_t bucket) {
   if (bucket == 0) return acc.ends;
-  if (bucket == 2 * p.max_distance) return acc.ends + kLd;
+  if (bucket == fused::Reach(p).top()) return acc.ends + kLd;
   return acc.ends + 2 * kLd;
 }
 
 // skew[bucket] += ends[...] for the three plain rows (unused ones are zero).
 HWY_INLINE void FoldEnds(const AttentionProblem& p, const fused::QueryTile& t,
                          const BucketAcc& acc) {
-  const int64_t kk = p.max_distance;
+  const int64_t top = fused::Reach(p).top();
   auto fold = [&](int64_t bucket, const float* row) {
     float* col0 = acc.skew + (bucket - t.bucket_lo) * kLd;
     for (int64_t i = 0; i < kLd; ++i) col0[i * (kLd + 1)] += row[i];
   };
   const bool left_ok = t.bucket_lo == 0;
-  const bool right_ok = t.bucket_lo + t.buckets - 1 == 2 * kk;
+  const bool right_ok = t.bucket_lo + t.buckets - 1 == top;
   if (left_ok) fold(0, acc.ends);
-  if (right_ok && kk > 0) fold(2 * kk, acc.ends + kLd);
-  if (t.bucket_lo != 0 && t.bucket_lo != 2 * kk)
+  if (right_ok && top > 0) fold(top, acc.ends + kLd);
+  if (t.bucket_lo != 0 && t.bucket_lo != top)
     fold(t.bucket_lo, acc.ends + 2 * kLd);
 }
 
@@ -574,7 +576,7 @@ HWY_INLINE void AccumulateTile(const AttentionProblem& p,
     }
     return;
   }
-  const int64_t kk = p.max_distance;
+  const fused::ClipReach cr = fused::Reach(p);
   const bool folded = base.folded;
   if (folded) {
     for (int e = 0; e < count; ++e) FillRange(terms[e].moved, 0.0f, kLd);
@@ -588,11 +590,11 @@ HWY_INLINE void AccumulateTile(const AttentionProblem& p,
       const BucketAcc& acc = *terms[e].acc;
       float* moved = terms[e].moved;
       if (base.do_right) {
-        AddRange(EndRow(p, acc, 2 * kk), x, r.right_end);
+        AddRange(EndRow(p, acc, cr.top()), x, r.right_end);
         if (folded) AddRange(moved, x, r.right_end);
       }
       if (begin < r.left_begin) {
-        float* row = acc.skew + (r.rel + kk - t.bucket_lo) * kLd;
+        float* row = acc.skew + (r.rel + cr.left - t.bucket_lo) * kLd;
         AddRange(row + begin, x + begin, r.left_begin - begin);
         if (folded) AddRange(moved + begin, x + begin, r.left_begin - begin);
       }
@@ -822,7 +824,9 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
       if (base.folded) g_base = gt + (base.bucket - t.bucket_lo) * kLd;
       if (base.band) {
         // k = 0 has no diagonal strip (and no skewed copy).
-        if (!skewed && p.max_distance > 0) SkewTable(gt, t.buckets, gsk);
+        if (!skewed && fused::Reach(p).top() > 0) {
+          SkewTable(gt, t.buckets, gsk);
+        }
         skewed = true;
         const BandTerm term{gt, gsk, st};
         AddBandDelta(p, t, j0, base, &term, 1, delta);
@@ -1023,7 +1027,8 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       terms[count++] = {ut, usk, dpt};
     }
     if (base.band && count > 0) {
-      if (!skewed && p.max_distance > 0) {  // k = 0: no diagonal strip
+      // left = right = 0: no diagonal strip
+      if (!skewed && fused::Reach(p).top() > 0) {
         if (p.VectorScore()) SkewTable(gt, t.buckets, gsk);
         if (p.value_term) SkewTable(ut, t.buckets, usk);
       }

@@ -653,6 +653,91 @@ TEST(FusedSchemeMasks, T5) {
   CheckSchemeMaskedRows(SchemeStressCase("t5causal"));
 }
 
+// Shaw's tables under the asymmetric clip (shaw-asym): both terms, one of
+// them, masks, left or right reach 0, reaches beyond n, far tiles.
+std::vector<AttentionCase> AsymCases() {
+  std::vector<AttentionCase> cases =
+      FusedSchemeCases({"asym", "asym0", "asym64_8"});
+  struct Reaches {
+    const char* name;
+    int64_t left, right;
+    bool causal, key, value;
+    std::optional<int64_t> offset;
+  };
+  const Reaches specs[] = {
+      {"l64_r8", 64, 8, false, true, true, {}},
+      {"l8_r64_causal", 8, 64, true, true, true, {}},
+      {"l0_r5", 0, 5, false, true, true, 7},
+      {"l5_r0_causal", 5, 0, true, true, true, {}},
+      {"l0_r0", 0, 0, false, true, true, {}},
+      {"l3_r200_key_only", 3, 200, false, true, false, {}},
+      {"l200_r3_value_only_causal", 200, 3, true, false, true, -10},
+      {"l16_r1_far", 16, 1, false, true, true, 5000},
+  };
+  for (const Reaches& r : specs) {
+    AttentionCase c = MakeCase(std::string("asym_") + r.name, 2, 2, 200, 230,
+                               17, 9, 16);
+    c.options.buckets.kind = BucketKind::kClip;
+    c.options.buckets.clip = {r.left, r.right};
+    c.options.causal = r.causal;
+    c.options.key_term = r.key;
+    c.options.value_term = r.value;
+    c.options.query_offset = r.offset;
+    c.options.key_lengths = {230, 101};
+    c.options.per_head_tables = r.left > r.right;
+    cases.push_back(std::move(c));
+  }
+  // ALiBi's score with an asymmetric-clip value table.
+  AttentionCase a = MakeCase("asym_alibi_value", 1, 2, 130, 130, 16, 16, 3);
+  a.options.score_term = ScoreTerm::kAlibi;
+  a.options.buckets.kind = BucketKind::kClip;
+  a.options.buckets.clip = {9, 2};
+  a.options.causal = true;
+  cases.push_back(a);
+  return cases;
+}
+
+class FusedAsym : public testing::TestWithParam<AttentionCase> {};
+TEST_P(FusedAsym, MatchesDoubleReference) { CompareToReference(GetParam(), 2); }
+INSTANTIATE_TEST_SUITE_P(Schemes, FusedAsym, testing::ValuesIn(AsymCases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(FusedSchemeTargets, Asym) { EveryTarget(AsymCases()); }
+
+TEST(FusedSchemeDeterminism, Asym) {
+  AttentionCase c = SchemeStressCase("alibi");
+  c.options.score_term = ScoreTerm::kVector;
+  c.options.value_term = true;
+  c.options.buckets.kind = BucketKind::kClip;
+  c.options.buckets.clip = {64, 8};
+  CheckSchemeDeterminism(c);
+  CheckSchemeMaskedRows(c);
+}
+
+// kClip with left = right = k is the symmetric clip, bit for bit.
+TEST(FusedSchemeProperties, SymmetricAsymClipIsShaw) {
+  for (int64_t k : {0, 3, 16, 70}) {
+    AttentionCase sym = MakeCase("sym", 2, 2, 150, 170, 16, 16, k);
+    sym.options.causal = k % 2 == 1;
+    sym.options.key_lengths = {170, 90};
+    AttentionCase asym = sym;
+    asym.options.buckets.kind = BucketKind::kClip;
+    asym.options.buckets.clip = {k, k};
+    SCOPED_TRACE(asym.Describe());
+    const AttentionData<float> data = MakeRandomData<float>(sym, 21);
+    const std::vector<float> dout = RandomVector<float>(sym.OutNumel(), 22);
+    const Results a = RunFused(sym, data, dout, 2);
+    const Results b = RunFused(asym, data, dout, 2);
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_EQ(a.lse, b.lse);
+    EXPECT_EQ(a.dq, b.dq);
+    EXPECT_EQ(a.dk, b.dk);
+    EXPECT_EQ(a.dv, b.dv);
+    EXPECT_EQ(a.dak, b.dak);
+    EXPECT_EQ(a.dav, b.dav);
+  }
+}
+
 TEST(FusedSchemeDeterminism, Alibi) {
   CheckSchemeDeterminism(SchemeStressCase("alibi"));
 }

@@ -34,6 +34,21 @@ struct QueryTile {
   int64_t bucket_lo = 0, buckets = 0;
 };
 
+// The clip of the vector / value terms' bucket map: row clamp(r, -left,
+// right) + left, left + right + 1 rows (docs/math.md section 8). Shaw's
+// symmetric clip is left = right = k; BucketKind::kClip gives its own
+// reaches. Row 0 collects every r <= -left, row top() every r >= right.
+struct ClipReach {
+  int64_t left = 0, right = 0;
+  int64_t top() const { return left + right; }
+};
+
+inline ClipReach Reach(const AttentionProblem& p) {
+  if (p.buckets.kind == BucketKind::kClip)
+    return {p.buckets.clip.left, p.buckets.clip.right};
+  return {p.max_distance, p.max_distance};
+}
+
 inline QueryTile MakeQueryTile(const AttentionProblem& p, int64_t b, int64_t h,
                                int64_t tile) {
   QueryTile t;
@@ -43,12 +58,13 @@ inline QueryTile MakeQueryTile(const AttentionProblem& p, int64_t b, int64_t h,
   t.rows = std::min(kQueryTile, p.q_len - t.i0);
   t.key_end = p.KeyEnd(b, t.i0 + t.rows - 1);
   if (t.key_end > 0) {
-    const int64_t kk = p.max_distance;
+    const ClipReach cr = Reach(p);
     // Distances j - (i + off) over j in [0, key_end), i in the tile.
     const int64_t d_min = -(t.i0 + t.rows - 1) - p.query_offset;
     const int64_t d_max = (t.key_end - 1) - t.i0 - p.query_offset;
-    t.bucket_lo = std::clamp(d_min, -kk, kk) + kk;
-    t.buckets = std::clamp(d_max, -kk, kk) + kk - t.bucket_lo + 1;
+    t.bucket_lo = std::clamp(d_min, -cr.left, cr.right) + cr.left;
+    t.buckets =
+        std::clamp(d_max, -cr.left, cr.right) + cr.left - t.bucket_lo + 1;
   }
   return t;
 }
@@ -71,9 +87,10 @@ inline int64_t BucketAccFloats(const AttentionProblem& p) {
 }
 
 // A skewed copy of a G^T or U^T slice (SkewTable in fused_attention-inl.h):
-// buckets + kQueryTile - 1 rows. Not needed when k = 0 (no diagonal strip).
+// buckets + kQueryTile - 1 rows. Not needed when left = right = 0 (no
+// diagonal strip).
 inline int64_t SkewTableFloats(const AttentionProblem& p) {
-  if (p.max_distance == 0) return 0;
+  if (Reach(p).top() == 0) return 0;
   return (MaxTileBuckets(p) + kQueryTile - 1) * kQueryTile;
 }
 
@@ -83,12 +100,12 @@ struct BucketRange {
   int64_t lo = 0, count = 0;
 };
 inline BucketRange ReachableBuckets(const AttentionProblem& p) {
-  const int64_t kk = p.max_distance;
+  const ClipReach cr = Reach(p);
   if (p.q_len == 0 || p.k_len == 0) return {};
   const int64_t d_min = -(p.q_len - 1) - p.query_offset;
   const int64_t d_max = (p.k_len - 1) - p.query_offset;
-  const int64_t lo = std::clamp(d_min, -kk, kk) + kk;
-  return {lo, std::clamp(d_max, -kk, kk) + kk - lo + 1};
+  const int64_t lo = std::clamp(d_min, -cr.left, cr.right) + cr.left;
+  return {lo, std::clamp(d_max, -cr.left, cr.right) + cr.left - lo + 1};
 }
 
 // Per-thread scratch of the forward pass, in floats. Every transposed tile
