@@ -9,7 +9,8 @@
 //   fwd|bwd / scheme:NAME / h:H / n:N  fused path, one relative scheme of
 //                                    docs/math.md section 8 (SchemeWorkload
 //                                    below); NAME in vanilla, vanilla_causal,
-//                                    alibi, alibi_causal, t5, t5_causal
+//                                    alibi, alibi_causal, t5, t5_causal,
+//                                    shaw16, shaw64, shaw_asym (64 / 8)
 //
 // B = 1, H = 8, d = 64, n in {256, ..., 8192}. Counter "FLOP" (a rate,
 // printed like "FLOP=14.9G/s", i.e. GFLOP/s) uses the
@@ -110,14 +111,20 @@ void BM_Sgemm(benchmark::State& state) {
 // One fused forward + backward problem of a scheme: B = 1, H heads, n = Nq =
 // Nk, d = 64, no padding; t5 is T5's scalar table with 32 buckets, max
 // distance 128 (bidirectional, or the causal map under a causal mask), bias
-// ~ N(0, 0.25); alibi uses the paper's slopes. No value term (none of these
-// schemes has one). Kept apart from AttentionWorkload (the Shaw variants of
+// ~ N(0, 0.25); alibi uses the paper's slopes; no value term for these.
+// shaw16 / shaw64 / shaw_asym: Shaw's shared vector tables on both sides
+// (N(0, 0.25)) under the symmetric clip 16, 64 or the asymmetric clip 64 / 8
+// (w2v-BERT 2.0's reaches). Kept apart from AttentionWorkload (the Shaw variants of
 // `relpos bench`) so the timed calls are exactly the public API calls.
 struct SchemeSpec {
   const char* name;
   bool causal;
   ScoreTerm term;
   bool key_term;
+  // Shaw's vector tables on both sides (shaw, shaw_asym): clip reaches
+  // (left == right: the symmetric clip k = left).
+  bool shaw = false;
+  int64_t left = 0, right = 0;
 };
 
 constexpr SchemeSpec kSchemes[] = {
@@ -127,6 +134,9 @@ constexpr SchemeSpec kSchemes[] = {
     {"alibi_causal", true, ScoreTerm::kAlibi, true},
     {"t5", false, ScoreTerm::kScalarTable, true},
     {"t5_causal", true, ScoreTerm::kScalarTable, true},
+    {"shaw16", false, ScoreTerm::kVector, true, true, 16, 16},
+    {"shaw64", false, ScoreTerm::kVector, true, true, 64, 64},
+    {"shaw_asym", false, ScoreTerm::kVector, true, true, 64, 8},
 };
 
 class SchemeWorkload {
@@ -142,6 +152,15 @@ class SchemeWorkload {
       o_.buckets.kind = BucketKind::kT5;
       o_.buckets.t5 = {32, 128, !spec.causal};
     }
+    if (spec.shaw) {
+      o_.value_term = true;
+      o_.max_distance = spec.left;
+      if (spec.left != spec.right) {
+        o_.buckets.kind = BucketKind::kClip;
+        o_.buckets.clip = {spec.left, spec.right};
+      }
+      rows_ = spec.left + spec.right + 1;
+    }
     std::mt19937_64 gen(1);
     std::normal_distribution<float> normal;
     auto fill = [&](std::vector<float>& x, int64_t count, float scale) {
@@ -156,6 +175,12 @@ class SchemeWorkload {
     if (spec.key_term && spec.term == ScoreTerm::kScalarTable) {
       fill(bias_, heads * 32, 0.5f);
       dbias_.assign(bias_.size(), 0.0f);
+    }
+    if (spec.shaw) {  // shared tables, as AttentionWorkload's "relative"
+      fill(ak_, rows_ * kDim, 0.5f);
+      fill(av_, rows_ * kDim, 0.5f);
+      dak_.assign(ak_.size(), 0.0f);
+      dav_.assign(av_.size(), 0.0f);
     }
     out_.assign(elements, 0.0f);
     dq_.assign(elements, 0.0f);
@@ -176,6 +201,10 @@ class SchemeWorkload {
     g.dv = TensorView<float>(dv_.data(), {1, heads_, n_, kDim});
     if (!bias_.empty())
       g.dbias = TensorView<float>(dbias_.data(), {heads_, 32});
+    if (rows_ > 0) {
+      g.dak = TensorView<float>(dak_.data(), {rows_, kDim});
+      g.dav = TensorView<float>(dav_.data(), {rows_, kDim});
+    }
     AttentionBackward<float>(
         Inputs(), ConstView<float>(out_.data(), {1, heads_, n_, kDim}),
         ConstView<float>(lse_.data(), {1, heads_, n_}),
@@ -189,13 +218,18 @@ class SchemeWorkload {
     in.k = ConstView<float>(k_.data(), {1, heads_, n_, kDim});
     in.v = ConstView<float>(v_.data(), {1, heads_, n_, kDim});
     if (!bias_.empty()) in.bias = ConstView<float>(bias_.data(), {heads_, 32});
+    if (rows_ > 0) {
+      in.ak = ConstView<float>(ak_.data(), {rows_, kDim});
+      in.av = ConstView<float>(av_.data(), {rows_, kDim});
+    }
     return in;
   }
 
   int64_t heads_, n_;
+  int64_t rows_ = 0;  // Shaw's table rows (0: no tables)
   AttentionOptions o_;
   std::vector<float> q_, k_, v_, dout_, bias_, out_, lse_, dq_, dk_, dv_,
-      dbias_;
+      dbias_, ak_, av_, dak_, dav_;
 };
 
 void BM_Scheme(benchmark::State& state, Pass pass, SchemeSpec spec,

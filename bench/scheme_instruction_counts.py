@@ -14,7 +14,7 @@ valgrind does not emulate AVX-512, so Highway dispatches to AVX2 under it.
 
 Usage:
   bench/scheme_instruction_counts.py --bench build/release/bench/attention_bench \
-      [--schemes alibi,t5] [--jobs 2] [--json out.json]
+      [--schemes alibi,t5,shaw16,shaw64,shaw_asym] [--jobs 2] [--json out.json]
 """
 
 import argparse
@@ -69,8 +69,12 @@ def main():
     args = ap.parse_args()
     names = []
     for s in args.schemes.split(","):
-        names += [s, s + "_causal"]
-    names += ["vanilla", "vanilla_causal"]
+        # alibi and t5 come with a causal variant; shaw16 / shaw64 /
+        # shaw_asym are bidirectional only.
+        names += [s] if s.startswith("shaw") else [s, s + "_causal"]
+    names += ["vanilla"]
+    if any(s.endswith("_causal") for s in names):
+        names += ["vanilla_causal"]
     with tempfile.TemporaryDirectory() as workdir:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             futures = {s: pool.submit(count, args.bench, s, args.n, args.heads,

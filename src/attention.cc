@@ -33,9 +33,6 @@ bool UseFused(const AttentionProblem& p, AttentionPath path) {
                        "bucket maps (got buckets.kind = "
                            << BucketKindName(p.buckets.kind)
                            << "); use kAuto or kReference");
-      RELPOS_CHECK_ARG(!p.position_query_bias,
-                       "path: the fused kernel does not support "
-                       "position_query_bias; use kAuto or kReference");
       RELPOS_THROW(InvalidArgument,
                    "path: the fused kernel does not support score_term = "
                        << ScoreTermName(p.score_term)
@@ -98,8 +95,7 @@ void AttentionBackward(const AttentionInputs<T>& in, ConstView<T> out,
   CheckOptionalGrad<T>("dpb", grads.dpb, "pb", in.pb);
   if constexpr (std::is_same_v<T, float>) {
     if (UseFused<T>(p, options.path)) {
-      // pb is never used by the kernel's problems (FusedSupported); a dbias
-      // whose scalar table is off stays zero (the kernel writes it
+      // A dbias / dpb whose term is off stays zero (the kernel writes them
       // otherwise).
       ZeroFill(grads.dbias);
       ZeroFill(grads.dpb);

@@ -187,9 +187,6 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
     c.options.buckets.kind = BucketKind::kT5;
     c.options.buckets.t5 = {8, 10, true};
     bad.push_back({"asymmetric clip", "kT5", c});
-    c = Base();
-    c.options.position_query_bias = true;
-    bad.push_back({"position_query_bias", "use kAuto", c});
   }
   for (Bad& b : bad) {
     SCOPED_TRACE(b.c.Describe());

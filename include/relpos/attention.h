@@ -115,8 +115,8 @@ struct AttentionOptions {
   // j >= key_lengths[b] are invisible.
   std::vector<int64_t> key_lengths;
   // kAuto: the fused kernel for float when it supports the scheme (today:
-  // every score term and the value term under kSymmetricClip or kClip;
-  // kScalarTable and kAlibi also under kT5; not position_query_bias; see
+  // every score term, position_query_bias and the value term under
+  // kSymmetricClip or kClip; kScalarTable and kAlibi also under kT5; see
   // docs/conventions.md, "Paths"), else the reference. kFused with a
   // scheme it does not support throws.
   AttentionPath path = AttentionPath::kAuto;

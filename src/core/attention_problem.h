@@ -72,15 +72,15 @@ struct AttentionProblem {
 
   // What the fused kernel implements today: the vector score term and the
   // value term under the symmetric or asymmetric clip (not T5 buckets);
-  // ALiBi and the scalar table (T5) under any bucket map; no position query
-  // bias.
+  // ALiBi and the scalar table (T5) under any bucket map; the position
+  // query bias (Transformer-XL) with the vector term.
   bool FusedSupported() const {
     const bool clip = buckets.kind != BucketKind::kT5;
     if (value_term && !clip) return false;
     if (!key_term) return true;
     switch (score_term) {
-      case ScoreTerm::kVector:
-        return clip && !position_query_bias;
+      case ScoreTerm::kVector:  // with or without position_query_bias
+        return clip;
       case ScoreTerm::kAlibi:
       case ScoreTerm::kScalarTable:
         return true;

@@ -747,6 +747,50 @@ HWY_INLINE void AccumulateScalarBias(const fused::HeadData& hd,
     hd.dbias[hd.dist_bucket[DistanceIndex(hd, s.r_first - e)]] += acc[e];
 }
 
+// Transformer-XL's position query bias (docs/math.md section 8): the
+// position term uses q_i + pb, G = (Q + pb) AK^T / sqrt(dk). Its pb part
+// AK[b] . pb / sqrt(dk) is one number per bucket, the same for every query
+// row: added to row b of the G^T slice (buckets x dk multiply-adds per
+// query tile, nothing per pair).
+HWY_INLINE void AddPositionBias(const AttentionProblem& p,
+                                const fused::QueryTile& t,
+                                const fused::HeadData& hd, float scale,
+                                float* gt) {
+  const DF d;
+  for (int64_t b = 0; b < t.buckets; ++b) {
+    const float* ak = hd.ak + (t.bucket_lo + b) * p.dk;
+    float c = 0.0f;
+    for (int64_t e = 0; e < p.dk; ++e) c += ak[e] * hd.pb[e];
+    const VF vc = hn::Set(d, c * scale);
+    float* row = gt + b * kLd;
+    for (int64_t i = 0; i < kLd; i += static_cast<int64_t>(hn::Lanes(d)))
+      hn::StoreU(hn::Add(hn::LoadU(d, row + i), vc), d, row + i);
+  }
+}
+
+// The pb parts of the backward: with e_b = sum_i E[i, b] (E read from the
+// skewed accumulator, FoldEnds done), dAK[b] += e_b pb / sqrt(dk) (the rest,
+// E^T Q / sqrt(dk), is the caller's product) and dpb += sum_b e_b AK[b] /
+// sqrt(dk), buckets in order.
+HWY_INLINE void PositionBiasGrads(const AttentionProblem& p,
+                                  const fused::QueryTile& t,
+                                  const fused::HeadData& hd, float scale,
+                                  const float* skew) {
+  for (int64_t b = 0; b < t.buckets; ++b) {
+    float e_b = 0.0f;
+    for (int64_t i = 0; i < t.rows; ++i) e_b += skew[(b + i) * kLd + i];
+    e_b *= scale;
+    const float* ak = hd.ak + (t.bucket_lo + b) * p.dk;
+    if (hd.dak) {
+      float* dak = hd.dak + (t.bucket_lo + b - hd.bucket_base) * p.dk;
+      for (int64_t e = 0; e < p.dk; ++e) dak[e] += e_b * hd.pb[e];
+    }
+    if (hd.dpb) {
+      for (int64_t e = 0; e < p.dk; ++e) hd.dpb[e] += e_b * ak[e];
+    }
+  }
+}
+
 // qt[c][i] = scale * x[i][c] for the tile's rows; zero columns past them
 // (so every product over the padded tile width stays finite).
 HWY_INLINE void PackTransposed(const float* x, int64_t rows, int64_t dim,
@@ -801,6 +845,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
     // sqrt(dk))
     MatMul(t.buckets, kLd, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
            kLd, 1.0f, false);
+    if (p.position_query_bias) AddPositionBias(p, t, hd, scale, gt);
   }
   const BucketAcc w_acc = CarveBucketAcc(wt, t.buckets);
   if (p.value_term) ZeroBucketAcc(w_acc, t.buckets);
@@ -991,6 +1036,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   if (p.VectorScore()) {
     MatMul(t.buckets, kLd, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
            kLd, 1.0f, false);
+    if (p.position_query_bias) AddPositionBias(p, t, hd, scale, gt);
   }
   const BucketAcc e_acc = CarveBucketAcc(et, t.buckets);
   const BucketAcc w_acc = CarveBucketAcc(wt, t.buckets);
@@ -1097,6 +1143,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       MatMul(t.buckets, dk, rows, e_acc.skew, kLd, kLd + 1, q, dk,
              hd.dak + (t.bucket_lo - hd.bucket_base) * dk, dk, scale, true);
     }
+    if (p.position_query_bias) PositionBiasGrads(p, t, hd, scale, e_acc.skew);
   }
   if (want_w) {
     FoldEnds(p, t, w_acc);

@@ -40,11 +40,11 @@ namespace {
 constexpr double kUnitRoundoff = 0x1.0p-24;
 
 struct Results {
-  std::vector<float> out, lse, dq, dk, dv, dak, dav, dbias;
+  std::vector<float> out, lse, dq, dk, dv, dak, dav, dbias, dpb;
 };
 
 struct Reference {
-  std::vector<double> out, lse, dq, dk, dv, dak, dav, dbias;
+  std::vector<double> out, lse, dq, dk, dv, dak, dav, dbias, dpb;
 };
 
 // Runs the fused path (forward + backward) on float data.
@@ -58,7 +58,7 @@ Results RunFused(const AttentionCase& c, const AttentionData<float>& data,
   AttentionGradBuffers<float> g = MakeGrads<float>(c, data);
   AttentionBackward<float>(data.Inputs(), fwd.Out(), fwd.Lse(),
                            OutShaped(c, dout), g.Grads(), o);
-  return {fwd.out, fwd.lse, g.dq, g.dk, g.dv, g.dak, g.dav, g.dbias};
+  return {fwd.out, fwd.lse, g.dq, g.dk, g.dv, g.dak, g.dav, g.dbias, g.dpb};
 }
 
 Reference RunReference(const AttentionCase& c,
@@ -71,7 +71,7 @@ Reference RunReference(const AttentionCase& c,
   AttentionGradBuffers<double> g = MakeGrads<double>(c, data);
   AttentionBackward<double>(data.Inputs(), fwd.Out(), fwd.Lse(),
                             OutShaped(c, dout), g.Grads(), o);
-  return {fwd.out, fwd.lse, g.dq, g.dk, g.dv, g.dak, g.dav, g.dbias};
+  return {fwd.out, fwd.lse, g.dq, g.dk, g.dv, g.dak, g.dav, g.dbias, g.dpb};
 }
 
 double Norm(const std::vector<double>& x) {
@@ -147,6 +147,16 @@ void CompareToReference(const AttentionCase& c, int threads) {
         << "dbias";
   } else {
     EXPECT_TRUE(got.dbias.empty());
+  }
+  // dpb (Transformer-XL) sums E AK over all rows, bucketed like dAK: the
+  // same rounding bound of its terms.
+  if (!want.dpb.empty()) {
+    const TermScales ts = ComputeTermScales(data64, dout64);
+    EXPECT_LE(MaxAbsError(got.dpb, want.dpb),
+              ts.Tolerance(kUnitRoundoff, ts.dpb))
+        << "dpb";
+  } else {
+    EXPECT_TRUE(got.dpb.empty());
   }
 }
 
@@ -566,6 +576,8 @@ void CheckSchemeDeterminism(AttentionCase c) {
     EXPECT_EQ(a.dk, b.dk);
     EXPECT_EQ(a.dv, b.dv);
     EXPECT_EQ(a.dbias, b.dbias);
+    EXPECT_EQ(a.dpb, b.dpb);
+    EXPECT_EQ(a.dak, b.dak);
     const Results one = RunFused(c, data, dout, 1);
     EXPECT_EQ(one.out, a.out);
     EXPECT_EQ(one.lse, a.lse);
@@ -574,6 +586,7 @@ void CheckSchemeDeterminism(AttentionCase c) {
     EXPECT_LE(RelFrobeniusError(a.dk, one.dk), tol);
     EXPECT_LE(RelFrobeniusError(a.dv, one.dv), tol);
     EXPECT_LE(RelFrobeniusError(a.dbias, one.dbias), tol);
+    EXPECT_LE(RelFrobeniusError(a.dpb, one.dpb), tol);
   }
 }
 
@@ -736,6 +749,40 @@ TEST(FusedSchemeProperties, SymmetricAsymClipIsShaw) {
     EXPECT_EQ(a.dak, b.dak);
     EXPECT_EQ(a.dav, b.dav);
   }
+}
+
+// Transformer-XL's position query bias (xl: k >= every distance, no value
+// term; xlv: with Shaw's value table) and pb with clipping and both terms.
+std::vector<AttentionCase> XlCases() {
+  std::vector<AttentionCase> cases = FusedSchemeCases({"xl", "xlv"});
+  AttentionCase c = MakeCase("xl_clip16_causal_pad", 2, 2, 200, 230, 17, 9, 16);
+  c.options.position_query_bias = true;
+  c.options.causal = true;
+  c.options.key_lengths = {230, 101};
+  c.options.per_head_tables = true;
+  cases.push_back(c);
+  AttentionCase a = MakeCase("xl_asym_offset", 1, 2, 130, 150, 16, 16, 0);
+  a.options.position_query_bias = true;
+  a.options.buckets.kind = BucketKind::kClip;
+  a.options.buckets.clip = {40, 3};
+  a.options.query_offset = 9;
+  cases.push_back(a);
+  return cases;
+}
+
+class FusedXl : public testing::TestWithParam<AttentionCase> {};
+TEST_P(FusedXl, MatchesDoubleReference) { CompareToReference(GetParam(), 2); }
+INSTANTIATE_TEST_SUITE_P(Schemes, FusedXl, testing::ValuesIn(XlCases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(FusedSchemeTargets, Xl) { EveryTarget(XlCases()); }
+
+TEST(FusedSchemeDeterminism, Xl) {
+  AttentionCase c = SchemeStressCase("alibi");
+  c.options.score_term = ScoreTerm::kVector;
+  c.options.position_query_bias = true;
+  CheckSchemeDeterminism(c);
+  CheckSchemeMaskedRows(c);
 }
 
 TEST(FusedSchemeDeterminism, Alibi) {

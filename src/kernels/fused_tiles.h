@@ -175,6 +175,10 @@ struct HeadData {
   float* dbias = nullptr;
   const int64_t* dist_bucket = nullptr;  // DistanceBuckets::bucket
   int64_t r_lo = 0, r_hi = 0;            // DistanceBuckets::r_lo / r_hi
+  // Position query bias (p.position_query_bias): row h of pb [H, dk], and
+  // (backward, may be null) this thread's dpb accumulator for head h.
+  const float* pb = nullptr;
+  float* dpb = nullptr;
 };
 
 // The bucket of every distance a scalar-table problem needs: the problem's
