@@ -10,7 +10,7 @@
 //                                    docs/math.md section 8 (SchemeWorkload
 //                                    below); NAME in vanilla, vanilla_causal,
 //                                    alibi, alibi_causal, t5, t5_causal,
-//                                    shaw16, shaw64, shaw_asym (64 / 8)
+//                                    shaw16, shaw64, shaw_asym (64 / 8), xl
 //
 // B = 1, H = 8, d = 64, n in {256, ..., 8192}. Counter "FLOP" (a rate,
 // printed like "FLOP=14.9G/s", i.e. GFLOP/s) uses the
@@ -114,7 +114,8 @@ void BM_Sgemm(benchmark::State& state) {
 // ~ N(0, 0.25); alibi uses the paper's slopes; no value term for these.
 // shaw16 / shaw64 / shaw_asym: Shaw's shared vector tables on both sides
 // (N(0, 0.25)) under the symmetric clip 16, 64 or the asymmetric clip 64 / 8
-// (w2v-BERT 2.0's reaches). Kept apart from AttentionWorkload (the Shaw variants of
+// (w2v-BERT 2.0's reaches). xl: Transformer-XL, the vector key term with k
+// = 4096 (nothing clipped at these n) and pb ~ N(0, 0.25), no value term. Kept apart from AttentionWorkload (the Shaw variants of
 // `relpos bench`) so the timed calls are exactly the public API calls.
 struct SchemeSpec {
   const char* name;
@@ -125,6 +126,8 @@ struct SchemeSpec {
   // (left == right: the symmetric clip k = left).
   bool shaw = false;
   int64_t left = 0, right = 0;
+  // xl: the vector key term only, with the position query bias.
+  bool xl = false;
 };
 
 constexpr SchemeSpec kSchemes[] = {
@@ -137,6 +140,7 @@ constexpr SchemeSpec kSchemes[] = {
     {"shaw16", false, ScoreTerm::kVector, true, true, 16, 16},
     {"shaw64", false, ScoreTerm::kVector, true, true, 64, 64},
     {"shaw_asym", false, ScoreTerm::kVector, true, true, 64, 8},
+    {"xl", false, ScoreTerm::kVector, true, true, 4096, 4096, true},
 };
 
 class SchemeWorkload {
@@ -153,7 +157,8 @@ class SchemeWorkload {
       o_.buckets.t5 = {32, 128, !spec.causal};
     }
     if (spec.shaw) {
-      o_.value_term = true;
+      o_.value_term = !spec.xl;
+      o_.position_query_bias = spec.xl;
       o_.max_distance = spec.left;
       if (spec.left != spec.right) {
         o_.buckets.kind = BucketKind::kClip;
@@ -182,6 +187,12 @@ class SchemeWorkload {
       dak_.assign(ak_.size(), 0.0f);
       dav_.assign(av_.size(), 0.0f);
     }
+    if (spec.xl) {
+      fill(pb_, heads * kDim, 0.5f);
+      dpb_.assign(pb_.size(), 0.0f);
+      av_.clear();
+      dav_.clear();
+    }
     out_.assign(elements, 0.0f);
     dq_.assign(elements, 0.0f);
     dk_.assign(elements, 0.0f);
@@ -201,10 +212,9 @@ class SchemeWorkload {
     g.dv = TensorView<float>(dv_.data(), {1, heads_, n_, kDim});
     if (!bias_.empty())
       g.dbias = TensorView<float>(dbias_.data(), {heads_, 32});
-    if (rows_ > 0) {
-      g.dak = TensorView<float>(dak_.data(), {rows_, kDim});
-      g.dav = TensorView<float>(dav_.data(), {rows_, kDim});
-    }
+    if (rows_ > 0) g.dak = TensorView<float>(dak_.data(), {rows_, kDim});
+    if (!dav_.empty()) g.dav = TensorView<float>(dav_.data(), {rows_, kDim});
+    if (!dpb_.empty()) g.dpb = TensorView<float>(dpb_.data(), {heads_, kDim});
     AttentionBackward<float>(
         Inputs(), ConstView<float>(out_.data(), {1, heads_, n_, kDim}),
         ConstView<float>(lse_.data(), {1, heads_, n_}),
@@ -218,10 +228,9 @@ class SchemeWorkload {
     in.k = ConstView<float>(k_.data(), {1, heads_, n_, kDim});
     in.v = ConstView<float>(v_.data(), {1, heads_, n_, kDim});
     if (!bias_.empty()) in.bias = ConstView<float>(bias_.data(), {heads_, 32});
-    if (rows_ > 0) {
-      in.ak = ConstView<float>(ak_.data(), {rows_, kDim});
-      in.av = ConstView<float>(av_.data(), {rows_, kDim});
-    }
+    if (rows_ > 0) in.ak = ConstView<float>(ak_.data(), {rows_, kDim});
+    if (!av_.empty()) in.av = ConstView<float>(av_.data(), {rows_, kDim});
+    if (!pb_.empty()) in.pb = ConstView<float>(pb_.data(), {heads_, kDim});
     return in;
   }
 
@@ -229,7 +238,7 @@ class SchemeWorkload {
   int64_t rows_ = 0;  // Shaw's table rows (0: no tables)
   AttentionOptions o_;
   std::vector<float> q_, k_, v_, dout_, bias_, out_, lse_, dq_, dk_, dv_,
-      dbias_, ak_, av_, dak_, dav_;
+      dbias_, ak_, av_, dak_, dav_, pb_, dpb_;
 };
 
 void BM_Scheme(benchmark::State& state, Pass pass, SchemeSpec spec,
