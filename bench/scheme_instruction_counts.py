@@ -70,8 +70,8 @@ def main():
     names = []
     for s in args.schemes.split(","):
         # alibi and t5 come with a causal variant; shaw16 / shaw64 /
-        # shaw_asym are bidirectional only.
-        names += [s] if s.startswith("shaw") else [s, s + "_causal"]
+        # shaw_asym / xl are bidirectional only.
+        names += [s, s + "_causal"] if s in ("alibi", "t5") else [s]
     names += ["vanilla"]
     if any(s.endswith("_causal") for s in names):
         names += ["vanilla_causal"]
