@@ -25,21 +25,18 @@ bool UseFused(const AttentionProblem& p, AttentionPath path) {
     return false;
   } else {
     if (path == AttentionPath::kReference) return false;
-    if (path == AttentionPath::kFused) {
-      RELPOS_CHECK_ARG(
-          p.buckets.kind == BucketKind::kSymmetricClip || !p.UsesBuckets(),
-          "path: the fused kernel supports only the symmetric clip bucket map "
-          "(got buckets.kind = "
-              << BucketKindName(p.buckets.kind)
-              << "); use kAuto or kReference");
-      RELPOS_CHECK_ARG(!p.key_term || p.score_term == ScoreTerm::kVector,
-                       "path: the fused kernel supports only the vector score "
-                       "term (got score_term = "
-                           << ScoreTermName(p.score_term)
+    if (path == AttentionPath::kFused && !p.FusedSupported()) {
+      const bool clip = p.buckets.kind != BucketKind::kT5;
+      RELPOS_CHECK_ARG(clip || !(p.value_term || p.VectorScore()),
+                       "path: the fused kernel supports the vector and value "
+                       "terms only under the symmetric or asymmetric clip "
+                       "bucket maps (got buckets.kind = "
+                           << BucketKindName(p.buckets.kind)
                            << "); use kAuto or kReference");
-      RELPOS_CHECK_ARG(!p.position_query_bias,
-                       "path: the fused kernel does not support "
-                       "position_query_bias; use kAuto or kReference");
+      RELPOS_THROW(InvalidArgument,
+                   "path: the fused kernel does not support score_term = "
+                       << ScoreTermName(p.score_term)
+                       << "; use kAuto or kReference");
     }
     return p.FusedSupported();
   }
@@ -98,7 +95,8 @@ void AttentionBackward(const AttentionInputs<T>& in, ConstView<T> out,
   CheckOptionalGrad<T>("dpb", grads.dpb, "pb", in.pb);
   if constexpr (std::is_same_v<T, float>) {
     if (UseFused<T>(p, options.path)) {
-      // The kernel's problems use neither bias nor pb (FusedSupported).
+      // A dbias / dpb whose term is off stays zero (the kernel writes them
+      // otherwise).
       ZeroFill(grads.dbias);
       ZeroFill(grads.dpb);
       FusedBackward(p, in, out.data(), lse.data(), dout.data(), grads,

@@ -183,22 +183,10 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
   };
   std::vector<Bad> bad;
   {
-    AttentionCase c = Base();
-    c.options.buckets.kind = BucketKind::kClip;
-    c.options.buckets.clip = {3, 1};
-    bad.push_back({"symmetric clip", "kClip", c});
-    bad.push_back({"symmetric clip", "kT5", T5Case()});
-    c = Base();
-    c.options.score_term = ScoreTerm::kScalarTable;  // bias [H, 2k+1]
-    c.options.value_term = false;
-    bad.push_back({"vector score term", "kScalarTable", c});
-    c = Base();
-    c.options.score_term = ScoreTerm::kAlibi;
-    c.options.value_term = false;
-    bad.push_back({"vector score term", "kAlibi", c});
-    c = Base();
-    c.options.position_query_bias = true;
-    bad.push_back({"position_query_bias", "use kAuto", c});
+    AttentionCase c = Base();  // shaw-log: the vector terms under T5 buckets
+    c.options.buckets.kind = BucketKind::kT5;
+    c.options.buckets.t5 = {8, 10, true};
+    bad.push_back({"asymmetric clip", "kT5", c});
   }
   for (Bad& b : bad) {
     SCOPED_TRACE(b.c.Describe());
@@ -223,14 +211,40 @@ TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
   o.buckets.kind = BucketKind::kT5;
   o.buckets.t5 = {8, 10, true};
   EXPECT_NO_THROW(Forward<float>(c, d, o));
-  // With ALiBi on, the clip bucket map is unused but the score term is not
-  // supported.
+  // T5 (scalar table, log buckets) runs fused.
+  {
+    const AttentionCase t5 = T5Case();
+    const AttentionData<float> d5 =
+        CastData<float>(MakeRandomData<double>(t5, 10));
+    AttentionOptions o5 = t5.options;
+    o5.path = AttentionPath::kFused;
+    EXPECT_NO_THROW(Forward<float>(t5, d5, o5));
+  }
+  // ALiBi runs fused whatever the bucket map (its score uses none), but not
+  // with a value table under T5 buckets. The asymmetric clip (shaw-asym)
+  // runs fused.
   o = c.options;
   o.key_term = true;
-  o.buckets.kind = BucketKind::kClip;
+  o.buckets.kind = BucketKind::kT5;
+  o.buckets.t5 = {8, 10, true};
   o.path = AttentionPath::kFused;
-  ExpectInvalid([&] { Forward<float>(c, d, o); },
-                {"vector score term", "kAlibi"});
+  EXPECT_NO_THROW(Forward<float>(c, d, o));
+  {
+    AttentionCase asym = Base();
+    asym.options.buckets.kind = BucketKind::kClip;
+    asym.options.buckets.clip = {3, 1};
+    asym.options.path = AttentionPath::kFused;
+    const AttentionData<float> da =
+        CastData<float>(MakeRandomData<double>(asym, 11));
+    EXPECT_NO_THROW(Forward<float>(asym, da, asym.options));
+  }
+  AttentionCase cv = c;
+  cv.options = o;
+  cv.options.value_term = true;
+  const AttentionData<float> dv =
+      CastData<float>(MakeRandomData<double>(cv, 9));
+  ExpectInvalid([&] { Forward<float>(cv, dv, cv.options); },
+                {"asymmetric clip", "kT5"});
 }
 
 // A bias or pb passed to a call that does not use it gets a zero gradient on

@@ -115,8 +115,10 @@ struct AttentionOptions {
   // j >= key_lengths[b] are invisible.
   std::vector<int64_t> key_lengths;
   // kAuto: the fused kernel for float when it supports the scheme (today:
-  // kSymmetricClip, kVector or key term off, no position_query_bias), else
-  // the reference. kFused with a scheme it does not support throws.
+  // every score term, position_query_bias and the value term under
+  // kSymmetricClip or kClip; kScalarTable and kAlibi also under kT5; see
+  // docs/conventions.md, "Paths"), else the reference. kFused with a
+  // scheme it does not support throws.
   AttentionPath path = AttentionPath::kAuto;
   // Threads for the fused path; 0 uses OpenMP's default.
   int num_threads = 0;

@@ -70,13 +70,22 @@ struct AttentionProblem {
     return value_term || (key_term && score_term != ScoreTerm::kAlibi);
   }
 
-  // What the fused kernel implements today: the symmetric clip (or no
-  // bucketed term at all), with the vector score term or none, and no
-  // position query bias.
+  // What the fused kernel implements today: the vector score term and the
+  // value term under the symmetric or asymmetric clip (not T5 buckets);
+  // ALiBi and the scalar table (T5) under any bucket map; the position
+  // query bias (Transformer-XL) with the vector term.
   bool FusedSupported() const {
-    return (buckets.kind == BucketKind::kSymmetricClip || !UsesBuckets()) &&
-           (!key_term || score_term == ScoreTerm::kVector) &&
-           !position_query_bias;
+    const bool clip = buckets.kind != BucketKind::kT5;
+    if (value_term && !clip) return false;
+    if (!key_term) return true;
+    switch (score_term) {
+      case ScoreTerm::kVector:  // with or without position_query_bias
+        return clip;
+      case ScoreTerm::kAlibi:
+      case ScoreTerm::kScalarTable:
+        return true;
+    }
+    return false;
   }
 
   // Keys visible to row i of batch item b are exactly [0, KeyEnd(b, i)):

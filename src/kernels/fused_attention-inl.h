@@ -308,12 +308,12 @@ enum class TileKind { kFarLeft, kFarRight, kBand };
 HWY_INLINE TileKind Classify(const AttentionProblem& p,
                              const fused::QueryTile& t, int64_t j0,
                              int64_t kn) {
-  const int64_t kk = p.max_distance;
+  const fused::ClipReach cr = fused::Reach(p);
   // Largest and smallest distance j - (i + off) over the tile pair.
   const int64_t d_max = (j0 + kn - 1) - t.i0 - p.query_offset;
   const int64_t d_min = j0 - (t.i0 + t.rows - 1) - p.query_offset;
-  if (d_max <= -kk) return TileKind::kFarLeft;  // all in bucket 0
-  if (d_min >= kk) return TileKind::kFarRight;  // all in bucket 2k
+  if (d_max <= -cr.left) return TileKind::kFarLeft;  // all in bucket 0
+  if (d_min >= cr.right) return TileKind::kFarRight;  // all in the top one
   return TileKind::kBand;
 }
 
@@ -327,14 +327,14 @@ struct BandRuns {
 
 HWY_INLINE BandRuns MakeBandRuns(const AttentionProblem& p,
                                  const fused::QueryTile& t, int64_t j) {
-  const int64_t kk = p.max_distance;
+  const fused::ClipReach cr = fused::Reach(p);
   BandRuns r;
   r.rel = j - t.i0 - p.query_offset;
-  r.right_end = std::clamp<int64_t>(r.rel - kk + 1, 0, t.rows);
+  r.right_end = std::clamp<int64_t>(r.rel - cr.right + 1, 0, t.rows);
   // max(): with k = 0 both clamped runs would claim the column d = 0 (it is
   // bucket 0 = bucket 2k either way).
   r.left_begin =
-      std::max(std::clamp<int64_t>(r.rel + kk, 0, t.rows), r.right_end);
+      std::max(std::clamp<int64_t>(r.rel + cr.left, 0, t.rows), r.right_end);
   return r;
 }
 
@@ -380,7 +380,8 @@ struct TileBase {
 HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
                                const fused::QueryTile& t, int64_t j0,
                                int64_t kn) {
-  const int64_t kk = p.max_distance;
+  const fused::ClipReach cr = fused::Reach(p);
+  const int64_t top = cr.top();
   TileBase b;
   const TileKind kind = Classify(p, t, j0, kn);
   if (kind == TileKind::kFarLeft) {
@@ -388,15 +389,15 @@ HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
     return b;
   }
   if (kind == TileKind::kFarRight) {
-    b.bucket = 2 * kk;
+    b.bucket = top;
     return b;
   }
   b.band = true;
   const bool left_ok = t.bucket_lo == 0;
-  const bool right_ok = t.bucket_lo + t.buckets - 1 == 2 * kk;
+  const bool right_ok = t.bucket_lo + t.buckets - 1 == top;
   // Causal: every pair with d >= k >= 1 is masked, so the bucket-2k run
   // needs nothing. (k = 0: buckets 0 and 2k coincide.)
-  const bool right_visible = right_ok && !(p.causal && kk > 0);
+  const bool right_visible = right_ok && !(p.causal && cr.right > 0);
   // Sign of the tile's mean distance (times 2, to stay in integers).
   const int64_t center2 =
       (2 * j0 + kn - 1) - (2 * t.i0 + t.rows - 1) - 2 * p.query_offset;
@@ -404,7 +405,7 @@ HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
   if (left_ok && (prefer_left || !right_ok)) {
     b.bucket = 0;
   } else if (right_ok) {
-    b.bucket = 2 * kk;
+    b.bucket = top;
   } else {
     b.bucket = t.bucket_lo;  // no clamped run at all: only the diagonal
   }
@@ -413,37 +414,37 @@ HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
   // right_end for k = 0).
   const int64_t rel0 = j0 - t.i0 - p.query_offset;
   const int64_t pairs = kn * t.rows;
-  const int64_t right = SumClamped(rel0 - kk + 1, kn, t.rows);
+  const int64_t right = SumClamped(rel0 - cr.right + 1, kn, t.rows);
   const int64_t left =
-      kk > 0 ? pairs - SumClamped(rel0 + kk, kn, t.rows) : pairs - right;
+      top > 0 ? pairs - SumClamped(rel0 + cr.left, kn, t.rows) : pairs - right;
   const int64_t diag = pairs - right - left;
   const bool right_work = right_visible && right > 0;
   const bool left_work = left_ok && left > 0;
-  if (kk > 0) {
+  if (top > 0) {
     const int64_t visible = diag + left + (right_visible ? right : 0);
     int64_t outside = diag;
     if (b.bucket != 0) outside += left;
-    if (b.bucket != 2 * kk && right_visible) outside += right;
+    if (b.bucket != top && right_visible) outside += right;
     if (13 * outside > 8 * visible) b.folded = false;
   }
   b.do_left = left_work && (!b.folded || b.bucket != 0);
-  b.do_right = right_work && (!b.folded || b.bucket != 2 * kk);
+  b.do_right = right_work && (!b.folded || b.bucket != top);
   // Key rows with pair-wise work: the union of the rows where an active run
   // is non-empty (right: rel - k + 1 > 0; strip: rel - k + 1 < rows and
   // rel + k > 0; left: rel + k < rows). The intervals overlap, so their
   // union is one interval.
   int64_t first = kn, last = 0;
-  if (kk > 0) {
-    first = std::min(first, 1 - kk - rel0);
-    last = std::max(last, t.rows + kk - 1 - rel0);
+  if (top > 0) {
+    first = std::min(first, 1 - cr.left - rel0);
+    last = std::max(last, t.rows + cr.right - 1 - rel0);
   }
   if (b.do_right) {
-    first = std::min(first, kk - rel0);
+    first = std::min(first, cr.right - rel0);
     last = kn;
   }
   if (b.do_left) {
     first = 0;
-    last = std::max(last, t.rows - kk - rel0);
+    last = std::max(last, t.rows - cr.left - rel0);
   }
   b.row_begin = std::clamp<int64_t>(first, 0, kn);
   b.row_end = std::clamp<int64_t>(last, b.row_begin, kn);
@@ -478,13 +479,13 @@ HWY_INLINE void AddBandDelta(const AttentionProblem& p,
                              const fused::QueryTile& t, int64_t j0,
                              const TileBase& base, const BandTerm* terms,
                              int count, float* delta) {
-  const int64_t kk = p.max_distance;
+  const fused::ClipReach cr = fused::Reach(p);
   const float* base_row[2] = {nullptr, nullptr};
   const float* right_src[2] = {nullptr, nullptr};
   const float* left_src[2] = {nullptr, nullptr};
   for (int e = 0; e < count; ++e) {
     const float* table = terms[e].table;
-    const float* right_row = table + (2 * kk - t.bucket_lo) * kLd;
+    const float* right_row = table + (cr.top() - t.bucket_lo) * kLd;
     const float* left_row = table + (0 - t.bucket_lo) * kLd;
     if (!base.folded) {
       right_src[e] = right_row;
@@ -509,8 +510,9 @@ HWY_INLINE void AddBandDelta(const AttentionProblem& p,
       float* x = terms[e].xt + jj * kLd;
       if (base.do_right) AddRange(x, right_src[e], r.right_end);
       if (begin < r.left_begin) {
-        // Skewed row rel + k - lo holds bucket rel - i + k in column i.
-        const float* diag = terms[e].skew + (r.rel + kk - t.bucket_lo) * kLd;
+        // Skewed row rel + left - lo holds bucket rel - i + left in column i.
+        const float* diag =
+            terms[e].skew + (r.rel + cr.left - t.bucket_lo) * kLd;
         if (base.folded) {
           AddDiffRange(x + begin, diag + begin, base_row[e] + begin,
                        r.left_begin - begin);
@@ -554,23 +556,23 @@ HWY_INLINE void ZeroBucketAcc(const BucketAcc& acc, int64_t buckets) {
 HWY_INLINE float* EndRow(const AttentionProblem& p, const BucketAcc& acc,
                          int64_t bucket) {
   if (bucket == 0) return acc.ends;
-  if (bucket == 2 * p.max_distance) return acc.ends + kLd;
+  if (bucket == fused::Reach(p).top()) return acc.ends + kLd;
   return acc.ends + 2 * kLd;
 }
 
 // skew[bucket] += ends[...] for the three plain rows (unused ones are zero).
 HWY_INLINE void FoldEnds(const AttentionProblem& p, const fused::QueryTile& t,
                          const BucketAcc& acc) {
-  const int64_t kk = p.max_distance;
+  const int64_t top = fused::Reach(p).top();
   auto fold = [&](int64_t bucket, const float* row) {
     float* col0 = acc.skew + (bucket - t.bucket_lo) * kLd;
     for (int64_t i = 0; i < t.rows; ++i) col0[i * (kLd + 1)] += row[i];
   };
   const bool left_ok = t.bucket_lo == 0;
-  const bool right_ok = t.bucket_lo + t.buckets - 1 == 2 * kk;
+  const bool right_ok = t.bucket_lo + t.buckets - 1 == top;
   if (left_ok) fold(0, acc.ends);
-  if (right_ok && kk > 0) fold(2 * kk, acc.ends + kLd);
-  if (t.bucket_lo != 0 && t.bucket_lo != 2 * kk)
+  if (right_ok && top > 0) fold(top, acc.ends + kLd);
+  if (t.bucket_lo != 0 && t.bucket_lo != top)
     fold(t.bucket_lo, acc.ends + 2 * kLd);
 }
 
@@ -600,7 +602,7 @@ HWY_INLINE void AccumulateTile(const AttentionProblem& p,
     }
     return;
   }
-  const int64_t kk = p.max_distance;
+  const fused::ClipReach cr = fused::Reach(p);
   const bool folded = base.folded;
   if (folded) {
     for (int e = 0; e < count; ++e) FillRange(terms[e].moved, 0.0f, cols);
@@ -614,11 +616,11 @@ HWY_INLINE void AccumulateTile(const AttentionProblem& p,
       const BucketAcc& acc = *terms[e].acc;
       float* moved = terms[e].moved;
       if (base.do_right) {
-        AddRange(EndRow(p, acc, 2 * kk), x, r.right_end);
+        AddRange(EndRow(p, acc, cr.top()), x, r.right_end);
         if (folded) AddRange(moved, x, r.right_end);
       }
       if (begin < r.left_begin) {
-        float* row = acc.skew + (r.rel + kk - t.bucket_lo) * kLd;
+        float* row = acc.skew + (r.rel + cr.left - t.bucket_lo) * kLd;
         AddRange(row + begin, x + begin, r.left_begin - begin);
         if (folded) AddRange(moved + begin, x + begin, r.left_begin - begin);
       }
@@ -672,6 +674,156 @@ HWY_INLINE void ApplyCausalMask(const AttentionProblem& p,
   }
 }
 
+// ALiBi's score term (docs/math.md section 8): xt[jj][i] -= m |r| with
+// r = j0 + jj - (i0 + i + off). It has no table and no reach, so every tile
+// pair pays it: per vector of query columns one subtraction, one absolute
+// value and one fused multiply-add. The distance is formed in float, exact
+// while |r| < 2^24; rows further out (offsets beyond 2^24) take a scalar
+// loop that rounds |r| to float as the reference does.
+// Only the tile's first `cols` query columns (Cols(t)) are computed.
+HWY_INLINE void AddAlibi(const AttentionProblem& p, const fused::QueryTile& t,
+                         int64_t j0, int64_t kn, int64_t cols, float slope,
+                         float* xt) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const VF vm = hn::Set(d, slope);
+  constexpr int64_t kExact = (int64_t{1} << 24) - kLd;
+  const int64_t rel0 = j0 - t.i0 - p.query_offset;
+  for (int64_t jj = 0; jj < kn; ++jj) {
+    const int64_t rel = rel0 + jj;
+    float* HWY_RESTRICT x = xt + jj * kLd;
+    if (rel > -kExact && rel < kExact) {
+      const VF vrel = hn::Set(d, static_cast<float>(rel));
+      for (int64_t c0 = 0; c0 < cols; c0 += lanes) {
+        const VF r = hn::Abs(hn::Sub(vrel, hn::Iota(d, static_cast<float>(c0))));
+        hn::StoreU(hn::NegMulAdd(vm, r, hn::LoadU(d, x + c0)), d, x + c0);
+      }
+    } else {
+      for (int64_t i = 0; i < cols; ++i) {
+        const int64_t r = rel - i;
+        x[i] -= slope * static_cast<float>(r < 0 ? -r : r);
+      }
+    }
+  }
+}
+
+// Scalar score table (T5's bias[h, b], docs/math.md section 8) on one tile
+// pair. Its buckets are constant beyond the reach, so a FAR tile pair (every
+// distance clamps to the same end of hd's distance window) adds one
+// constant to all its scores: the caller folds it into the per-column
+// shift of the softmax, as it folds G's base bucket, so it costs nothing per
+// pair. A BAND tile pair fills row[e] = bias[b(r_first - e)] for
+// e in [0, kn - 1 + kLd), r_first = rel0 + kn - 1: key row jj, query column
+// i has distance rel0 + jj - i = r_first - (kn - 1 - jj + i), so the key row
+// adds the contiguous run row[kn - 1 - jj ...] (one vector add per vector).
+struct ScalarTile {
+  bool band = false;
+  float constant = 0.0f;  // far: the tile's bias
+  int64_t bucket = 0;     // far: its bucket
+  int64_t r_first = 0;    // band: distance of row[0]
+};
+
+HWY_INLINE int64_t DistanceIndex(const fused::HeadData& hd, int64_t r) {
+  return std::clamp(r, hd.r_lo, hd.r_hi) - hd.r_lo;
+}
+
+HWY_INLINE ScalarTile ScalarBandBias(const AttentionProblem& p,
+                                     const fused::QueryTile& t, int64_t j0,
+                                     int64_t kn, const fused::HeadData& hd,
+                                     float* HWY_RESTRICT row) {
+  ScalarTile s;
+  const int64_t rel0 = j0 - t.i0 - p.query_offset;
+  s.r_first = rel0 + kn - 1;  // the largest distance of the tile pair
+  const int64_t first = DistanceIndex(hd, s.r_first);
+  if (first == DistanceIndex(hd, rel0 - (t.rows - 1))) {
+    s.bucket = hd.dist_bucket[first];
+    s.constant = hd.bias[s.bucket];
+    return s;
+  }
+  s.band = true;
+  for (int64_t e = 0; e < kn - 1 + kLd; ++e)
+    row[e] = hd.bias[hd.dist_bucket[DistanceIndex(hd, s.r_first - e)]];
+  return s;
+}
+
+// xt[jj][i] += row[kn - 1 - jj + i] (band tile pair, see ScalarBandBias),
+// for the computed columns i < cols.
+HWY_INLINE void AddScalarBand(int64_t kn, int64_t cols, const float* row,
+                              float* xt) {
+  for (int64_t jj = 0; jj < kn; ++jj)
+    AddRange(xt + jj * kLd, row + (kn - 1 - jj), cols);
+}
+
+// dbias[b] += sum of dS over the tile pair's pairs in bucket b. Far: the
+// whole tile (its column sums). Band: first per distance (acc[e] sums the
+// run each key row added from row[e], a contiguous vector add per key row),
+// then each distance to its bucket, in a fixed order (deterministic).
+// Masked pairs and the padding columns in [rows, cols) have dS = 0; columns
+// from cols on are not computed and are not read.
+HWY_INLINE void AccumulateScalarBias(const fused::HeadData& hd,
+                                     const ScalarTile& s, int64_t kn,
+                                     int64_t cols, const float* dst,
+                                     const float* ds_colsum,
+                                     float* HWY_RESTRICT acc) {
+  if (!hd.dbias) return;
+  if (!s.band) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < cols; ++i) sum += ds_colsum[i];
+    hd.dbias[s.bucket] += sum;
+    return;
+  }
+  const int64_t n = kn - 1 + kLd;
+  FillRange(acc, 0.0f, n);
+  for (int64_t jj = 0; jj < kn; ++jj)
+    AddRange(acc + (kn - 1 - jj), dst + jj * kLd, cols);
+  for (int64_t e = 0; e < n; ++e)
+    hd.dbias[hd.dist_bucket[DistanceIndex(hd, s.r_first - e)]] += acc[e];
+}
+
+// Transformer-XL's position query bias (docs/math.md section 8): the
+// position term uses q_i + pb, G = (Q + pb) AK^T / sqrt(dk). Its pb part
+// AK[b] . pb / sqrt(dk) is one number per bucket, the same for every query
+// row: added to row b of the G^T slice (buckets x dk multiply-adds per
+// query tile, nothing per pair).
+HWY_INLINE void AddPositionBias(const AttentionProblem& p,
+                                const fused::QueryTile& t,
+                                const fused::HeadData& hd, float scale,
+                                float* gt) {
+  const DF d;
+  for (int64_t b = 0; b < t.buckets; ++b) {
+    const float* ak = hd.ak + (t.bucket_lo + b) * p.dk;
+    float c = 0.0f;
+    for (int64_t e = 0; e < p.dk; ++e) c += ak[e] * hd.pb[e];
+    const VF vc = hn::Set(d, c * scale);
+    float* row = gt + b * kLd;
+    for (int64_t i = 0; i < kLd; i += static_cast<int64_t>(hn::Lanes(d)))
+      hn::StoreU(hn::Add(hn::LoadU(d, row + i), vc), d, row + i);
+  }
+}
+
+// The pb parts of the backward: with e_b = sum_i E[i, b] (E read from the
+// skewed accumulator, FoldEnds done), dAK[b] += e_b pb / sqrt(dk) (the rest,
+// E^T Q / sqrt(dk), is the caller's product) and dpb += sum_b e_b AK[b] /
+// sqrt(dk), buckets in order.
+HWY_INLINE void PositionBiasGrads(const AttentionProblem& p,
+                                  const fused::QueryTile& t,
+                                  const fused::HeadData& hd, float scale,
+                                  const float* skew) {
+  for (int64_t b = 0; b < t.buckets; ++b) {
+    float e_b = 0.0f;
+    for (int64_t i = 0; i < t.rows; ++i) e_b += skew[(b + i) * kLd + i];
+    e_b *= scale;
+    const float* ak = hd.ak + (t.bucket_lo + b) * p.dk;
+    if (hd.dak) {
+      float* dak = hd.dak + (t.bucket_lo + b - hd.bucket_base) * p.dk;
+      for (int64_t e = 0; e < p.dk; ++e) dak[e] += e_b * hd.pb[e];
+    }
+    if (hd.dpb) {
+      for (int64_t e = 0; e < p.dk; ++e) hd.dpb[e] += e_b * ak[e];
+    }
+  }
+}
+
 // qt[c][i] = scale * x[i][c] for the tile's rows; zero columns past them
 // (so every product over the padded tile width stays finite).
 HWY_INLINE void PackTransposed(const float* x, int64_t rows, int64_t dim,
@@ -718,14 +870,16 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
   float* colsum = m_use + kLd;
   float* delta = colsum + kLd;  // two rows
   float* moved = delta + 2 * kLd;
+  float* sbias = scratch + (sz.Floats() - sz.sb);  // ScalarBandBias row
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   PackTransposed(hd.q + t.i0 * dk, rows, dk, scale, qt);
-  if (p.key_term) {
+  if (p.VectorScore()) {
     // G^T slice = AK[lo : lo+nb] (Q_I / sqrt(dk))^T   (SPEC 2: G = Q AK^T /
     // sqrt(dk))
     MatMul(t.buckets, cols, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
            kLd, 1.0f, false);
+    if (p.position_query_bias) AddPositionBias(p, t, hd, scale, gt);
   }
   const BucketAcc w_acc = CarveBucketAcc(wt, t.buckets);
   if (p.value_term) ZeroBucketAcc(w_acc, t.buckets);
@@ -745,22 +899,33 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
     // exponent below; a band tile adds G[i, r+k] - G[i, base] pair by pair
     // for the pairs outside the base.
     const float* g_base = nullptr;
-    if (p.key_term) {
+    if (p.VectorScore()) {
       if (base.folded) g_base = gt + (base.bucket - t.bucket_lo) * kLd;
       if (base.band) {
         // k = 0 has no diagonal strip (and no skewed copy).
-        if (!skewed && p.max_distance > 0) SkewTable(gt, t.buckets, cols, gsk);
+        if (!skewed && fused::Reach(p).top() > 0) {
+          SkewTable(gt, t.buckets, cols, gsk);
+        }
         skewed = true;
         const BandTerm term{gt, gsk, st};
         AddBandDelta(p, t, j0, base, &term, 1, delta);
       }
     }
+    if (p.AlibiScore()) AddAlibi(p, t, j0, kn, cols, hd.alibi_slope, st);
+    ScalarTile sbt;
+    if (p.scalar_table) {
+      sbt = ScalarBandBias(p, t, j0, kn, hd, sbias);
+      if (sbt.band) AddScalarBand(kn, cols, sbias, st);
+    }
+    // A far tile's scalar bias is one constant, folded like G's base bucket.
+    const VF v_const = hn::Set(d, sbt.constant);
     ApplyCausalMask(p, t, j0, kn, st);
 
     // Online softmax, one vector of query columns at a time.
     bool rescale = false;
     for (int64_t c0 = 0; c0 < cols; c0 += lanes) {
-      const VF g = g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d);
+      const VF g = hn::Add(
+          g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d), v_const);
       VF tile_max = v_neg_inf;
       for (int64_t jj = 0; jj < kn; ++jj) {
         tile_max = hn::Max(tile_max, hn::LoadU(d, st + jj * kLd + c0));
@@ -877,6 +1042,8 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   float* ds_colsum = p_colsum + kLd;
   float* delta = ds_colsum + kLd;  // four rows
   float* moved = delta + 4 * kLd;  // two rows
+  float* sbias = scratch + (sz.Floats() - sz.sb);  // ScalarBandBias row
+  float* sacc = sbias + kKeyTile + kLd;             // its dS sums
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   const float* q = hd.q + t.i0 * dk;
@@ -901,13 +1068,14 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     }
   }
   const bool want_w = p.value_term && hd.dav != nullptr;
-  if (p.key_term) {
+  if (p.VectorScore()) {
     MatMul(t.buckets, cols, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
            kLd, 1.0f, false);
+    if (p.position_query_bias) AddPositionBias(p, t, hd, scale, gt);
   }
   const BucketAcc e_acc = CarveBucketAcc(et, t.buckets);
   const BucketAcc w_acc = CarveBucketAcc(wt, t.buckets);
-  if (p.key_term) ZeroBucketAcc(e_acc, t.buckets);
+  if (p.VectorScore()) ZeroBucketAcc(e_acc, t.buckets);
   if (p.value_term) {
     // U^T slice = AV[lo : lo+nb] dO_I^T.
     MatMul(t.buckets, cols, dv, hd.av + t.bucket_lo * dv, dv, 1, dot, kLd, ut,
@@ -932,7 +1100,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     const float* u_base = nullptr;
     BandTerm terms[2];
     int count = 0;
-    if (p.key_term) {
+    if (p.VectorScore()) {
       if (base.folded) g_base = gt + (base.bucket - t.bucket_lo) * kLd;
       terms[count++] = {gt, gsk, st};
     }
@@ -941,16 +1109,25 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       terms[count++] = {ut, usk, dpt};
     }
     if (base.band && count > 0) {
-      if (!skewed && p.max_distance > 0) {  // k = 0: no diagonal strip
-        if (p.key_term) SkewTable(gt, t.buckets, cols, gsk);
+      // left = right = 0: no diagonal strip
+      if (!skewed && fused::Reach(p).top() > 0) {
+        if (p.VectorScore()) SkewTable(gt, t.buckets, cols, gsk);
         if (p.value_term) SkewTable(ut, t.buckets, cols, usk);
       }
       skewed = true;
       AddBandDelta(p, t, j0, base, terms, count, delta);
     }
+    if (p.AlibiScore()) AddAlibi(p, t, j0, kn, cols, hd.alibi_slope, st);
+    ScalarTile sbt;
+    if (p.scalar_table) {
+      sbt = ScalarBandBias(p, t, j0, kn, hd, sbias);
+      if (sbt.band) AddScalarBand(kn, cols, sbias, st);
+    }
+    const VF v_const = hn::Set(d, sbt.constant);
     ApplyCausalMask(p, t, j0, kn, st);
     for (int64_t c0 = 0; c0 < cols; c0 += lanes) {
-      const VF g = g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d);
+      const VF g = hn::Add(
+          g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d), v_const);
       const VF u = u_base ? hn::LoadU(d, u_base + c0) : hn::Zero(d);
       const VF shift = hn::Sub(hn::LoadU(d, lse_row + c0), g);
       const VF d_shift = hn::Sub(hn::LoadU(d, drow + c0), u);
@@ -972,10 +1149,11 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     AccTerm acc_terms[2];
     int acc_count = 0;
     if (want_w) acc_terms[acc_count++] = {st, p_colsum, moved, &w_acc};
-    if (p.key_term) {
+    if (p.VectorScore()) {
       acc_terms[acc_count++] = {dpt, ds_colsum, moved + kLd, &e_acc};
     }
     if (acc_count > 0) AccumulateTile(p, t, j0, base, acc_terms, acc_count);
+    if (p.scalar_table) AccumulateScalarBias(hd, sbt, kn, cols, dpt, ds_colsum, sacc);
     if (hd.dv) {
       MatMul(kn, dv, rows, st, kLd, 1, dout, dv, hd.dv + j0 * dv, dv, 1.0f,
              true);
@@ -991,7 +1169,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   }
   // Skewed accumulators: E(i, b) = skew[(b + i) * kLd + i], so E is read
   // with A strides (kLd + 1, kLd) and E^T with (kLd, kLd + 1).
-  if (p.key_term) {
+  if (p.VectorScore()) {
     FoldEnds(p, t, e_acc);
     if (hd.dq) {
       MatMul(rows, dk, t.buckets, e_acc.skew, kLd + 1, kLd,
@@ -1001,6 +1179,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       MatMul(t.buckets, dk, rows, e_acc.skew, kLd, kLd + 1, q, dk,
              hd.dak + (t.bucket_lo - hd.bucket_base) * dk, dk, scale, true);
     }
+    if (p.position_query_bias) PositionBiasGrads(p, t, hd, scale, e_acc.skew);
   }
   if (want_w) {
     FoldEnds(p, t, w_acc);

@@ -90,30 +90,51 @@ struct BackwardLayout {
   int64_t scratch_floats = 0;  // per thread, padded
   int64_t dak_floats = 0;      // per thread
   int64_t dav_floats = 0;      // per thread
+  int64_t dbias_floats = 0;    // per thread: H x nb (scalar score table)
+  int64_t dpb_floats = 0;      // per thread: H x dk (position query bias)
   int64_t chunk_floats = 0;    // per (batch, head, chunk > 0)
   bool want_dak = false, want_dav = false, want_dk = false, want_dv = false;
+  bool want_dbias = false, want_dpb = false;
 
+  int64_t AccFloats() const {
+    return dak_floats + dav_floats + dbias_floats + dpb_floats;
+  }
   int64_t ThreadFloats() const {
-    return PaddedFloats(scratch_floats + dak_floats + dav_floats);
+    return PaddedFloats(scratch_floats + AccFloats());
   }
 };
 
 BackwardLayout MakeBackwardLayout(const AttentionProblem& p, int threads,
                                   bool want_dq, bool want_dk, bool want_dv,
-                                  bool want_dak, bool want_dav) {
+                                  bool want_dak, bool want_dav,
+                                  bool want_dbias, bool want_dpb) {
   BackwardLayout l;
   l.chunks = BackwardChunks(p, threads);
   l.range = fused::ReachableBuckets(p);
   l.table_heads = p.per_head_tables ? p.heads : 1;
   l.want_dk = want_dk;
   l.want_dv = want_dv;
-  l.want_dak = want_dak && p.key_term;
+  l.want_dak = want_dak && p.VectorScore();
   l.want_dav = want_dav && p.value_term;
   l.scratch_floats = PaddedFloats(fused::BackwardScratch(p).Floats());
   if (l.want_dak) l.dak_floats = l.table_heads * l.range.count * p.dk;
   if (l.want_dav) l.dav_floats = l.table_heads * l.range.count * p.dv;
+  l.want_dbias = want_dbias && p.scalar_table;
+  if (l.want_dbias) l.dbias_floats = p.heads * p.TableRows();
+  l.want_dpb = want_dpb && p.position_query_bias;
+  if (l.want_dpb) l.dpb_floats = p.heads * p.dk;
   if (l.chunks > 1 && want_dq) l.chunk_floats = p.q_len * p.dk;
   return l;
+}
+
+// The scalar score table of head h (bias row, distance -> bucket map).
+void SetScalarTable(const AttentionProblem& p, const AttentionInputs<float>& in,
+                    const fused::DistanceBuckets& dist, int64_t h,
+                    HeadData* hd) {
+  hd->bias = in.bias.data() + h * p.TableRows();
+  hd->dist_bucket = dist.bucket.data();
+  hd->r_lo = dist.r_lo;
+  hd->r_hi = dist.r_hi;
 }
 
 }  // namespace
@@ -129,6 +150,8 @@ void FusedForward(const AttentionProblem& p, const AttentionInputs<float>& in,
   const int64_t per_thread = PaddedFloats(fused::ForwardScratch(p).Floats());
   auto scratch = AllocateFloats(per_thread * threads, "forward scratch");
   // No zero fill: every tile body writes its scratch before reading it.
+  const fused::DistanceBuckets dist =
+      p.scalar_table ? fused::MakeDistanceBuckets(p) : fused::DistanceBuckets();
   // Resolve the dispatch target once, outside the parallel region.
   (void)HWY_DYNAMIC_DISPATCH(TargetName)();
 
@@ -146,8 +169,11 @@ void FusedForward(const AttentionProblem& p, const AttentionInputs<float>& in,
       hd.q = in.q.data() + bh * p.q_len * p.dk;
       hd.k = in.k.data() + bh * p.k_len * p.dk;
       hd.v = in.v.data() + bh * p.k_len * p.dv;
-      if (p.key_term) hd.ak = in.ak.data() + p.TableOffset(h, p.dk);
+      if (p.VectorScore()) hd.ak = in.ak.data() + p.TableOffset(h, p.dk);
       if (p.value_term) hd.av = in.av.data() + p.TableOffset(h, p.dv);
+      if (p.AlibiScore()) hd.alibi_slope = static_cast<float>(p.alibi_slopes[h]);
+      if (p.scalar_table) SetScalarTable(p, in, dist, h, &hd);
+      if (p.position_query_bias) hd.pb = in.pb.data() + h * p.dk;
       hd.out = out + bh * p.q_len * p.dv;
       hd.lse = lse ? lse + bh * p.q_len : nullptr;
       HWY_DYNAMIC_DISPATCH(ForwardTile)(p, t, hd, mine);
@@ -161,7 +187,8 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
   const int threads = ResolveThreads(num_threads);
   const BackwardLayout lay = MakeBackwardLayout(
       p, threads, !grads.dq.empty(), !grads.dk.empty(), !grads.dv.empty(),
-      !grads.dak.empty(), !grads.dav.empty());
+      !grads.dak.empty(), !grads.dav.empty(), !grads.dbias.empty(),
+      !grads.dpb.empty());
   // A provided table gradient whose term is off is all zeros; so is every
   // table row no pair can reach (only the reachable range is accumulated).
   if (!grads.dak.empty()) {
@@ -187,7 +214,7 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
   // rest of their scratch before reading it.
   for (int th = 0; th < threads; ++th) {
     float* acc = thread_buf.get() + per_thread * th + lay.scratch_floats;
-    std::fill(acc, acc + lay.dak_floats + lay.dav_floats, 0.0f);
+    std::fill(acc, acc + lay.AccFloats(), 0.0f);
   }
   hwy::AlignedFreeUniquePtr<float[]> chunk_buf;
   const int64_t chunk_count = bh_count * (chunks - 1);
@@ -200,6 +227,8 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
     std::fill(grads.dk.data(), grads.dk.data() + grads.dk.numel(), 0.0f);
   if (lay.want_dv)
     std::fill(grads.dv.data(), grads.dv.data() + grads.dv.numel(), 0.0f);
+  const fused::DistanceBuckets dist =
+      p.scalar_table ? fused::MakeDistanceBuckets(p) : fused::DistanceBuckets();
   (void)HWY_DYNAMIC_DISPATCH(TargetName)();
 
 #pragma omp parallel num_threads(threads)
@@ -207,6 +236,8 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
     float* mine = thread_buf.get() + per_thread * omp_get_thread_num();
     float* my_dak = mine + lay.scratch_floats;
     float* my_dav = my_dak + lay.dak_floats;
+    float* my_dbias = my_dav + lay.dav_floats;
+    float* my_dpb = my_dbias + lay.dbias_floats;
     // static, 1: item -> thread is fixed for a given thread count, so every
     // per-thread dAK / dAV sum is formed in the same order on every run.
 #pragma omp for schedule(static, 1)
@@ -217,8 +248,13 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
       hd.q = in.q.data() + bh * p.q_len * p.dk;
       hd.k = in.k.data() + bh * p.k_len * p.dk;
       hd.v = in.v.data() + bh * p.k_len * p.dv;
-      if (p.key_term) hd.ak = in.ak.data() + p.TableOffset(h, p.dk);
+      if (p.VectorScore()) hd.ak = in.ak.data() + p.TableOffset(h, p.dk);
       if (p.value_term) hd.av = in.av.data() + p.TableOffset(h, p.dv);
+      if (p.AlibiScore()) hd.alibi_slope = static_cast<float>(p.alibi_slopes[h]);
+      if (p.scalar_table) SetScalarTable(p, in, dist, h, &hd);
+      if (lay.want_dbias) hd.dbias = my_dbias + h * p.TableRows();
+      if (p.position_query_bias) hd.pb = in.pb.data() + h * p.dk;
+      if (lay.want_dpb) hd.dpb = my_dpb + h * p.dk;
       hd.o = out + bh * p.q_len * p.dv;
       hd.lse_in = lse + bh * p.q_len;
       hd.dout = dout + bh * p.q_len * p.dv;
@@ -280,6 +316,26 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
                  lay.want_dak ? grads.dak.data() : nullptr);
     reduce_table(lay.want_dav, lay.scratch_floats + lay.dak_floats, p.dv,
                  lay.want_dav ? grads.dav.data() : nullptr);
+    // dbias [H, nb] and dpb [H, dk]: every entry written, the per-thread
+    // sums in thread order.
+    auto reduce_heads = [&](int64_t offset, int64_t width, float* dst_all) {
+#pragma omp for schedule(static)
+      for (int64_t h = 0; h < p.heads; ++h) {
+        float* dst = dst_all + h * width;
+        const float* src0 = thread_buf.get() + offset + h * width;
+        std::copy(src0, src0 + width, dst);
+        for (int t = 1; t < threads; ++t) {
+          const float* src = src0 + per_thread * t;
+          for (int64_t e = 0; e < width; ++e) dst[e] += src[e];
+        }
+      }
+    };
+    const int64_t dbias_offset =
+        lay.scratch_floats + lay.dak_floats + lay.dav_floats;
+    if (lay.want_dbias)
+      reduce_heads(dbias_offset, p.TableRows(), grads.dbias.data());
+    if (lay.want_dpb)
+      reduce_heads(dbias_offset + lay.dbias_floats, p.dk, grads.dpb.data());
   }
 }
 
@@ -288,7 +344,7 @@ int64_t FusedExtraBytes(const AttentionProblem& p, int num_threads) {
   const int64_t forward =
       PaddedFloats(fused::ForwardScratch(p).Floats()) * threads;
   const BackwardLayout lay =
-      MakeBackwardLayout(p, threads, true, true, true, true, true);
+      MakeBackwardLayout(p, threads, true, true, true, true, true, true, true);
   const int64_t backward =
       lay.ThreadFloats() * threads +
       lay.chunk_floats * p.batch * p.heads * (lay.chunks - 1);

@@ -40,11 +40,11 @@ namespace {
 constexpr double kUnitRoundoff = 0x1.0p-24;
 
 struct Results {
-  std::vector<float> out, lse, dq, dk, dv, dak, dav;
+  std::vector<float> out, lse, dq, dk, dv, dak, dav, dbias, dpb;
 };
 
 struct Reference {
-  std::vector<double> out, lse, dq, dk, dv, dak, dav;
+  std::vector<double> out, lse, dq, dk, dv, dak, dav, dbias, dpb;
 };
 
 // Runs the fused path (forward + backward) on float data.
@@ -58,7 +58,7 @@ Results RunFused(const AttentionCase& c, const AttentionData<float>& data,
   AttentionGradBuffers<float> g = MakeGrads<float>(c, data);
   AttentionBackward<float>(data.Inputs(), fwd.Out(), fwd.Lse(),
                            OutShaped(c, dout), g.Grads(), o);
-  return {fwd.out, fwd.lse, g.dq, g.dk, g.dv, g.dak, g.dav};
+  return {fwd.out, fwd.lse, g.dq, g.dk, g.dv, g.dak, g.dav, g.dbias, g.dpb};
 }
 
 Reference RunReference(const AttentionCase& c,
@@ -71,7 +71,7 @@ Reference RunReference(const AttentionCase& c,
   AttentionGradBuffers<double> g = MakeGrads<double>(c, data);
   AttentionBackward<double>(data.Inputs(), fwd.Out(), fwd.Lse(),
                             OutShaped(c, dout), g.Grads(), o);
-  return {fwd.out, fwd.lse, g.dq, g.dk, g.dv, g.dak, g.dav};
+  return {fwd.out, fwd.lse, g.dq, g.dk, g.dv, g.dak, g.dav, g.dbias, g.dpb};
 }
 
 double Norm(const std::vector<double>& x) {
@@ -108,7 +108,16 @@ void CompareToReference(const AttentionCase& c, int threads) {
   const Reference want = RunReference(c, data64, dout64);
   const Results got = RunFused(c, data32, dout32, threads);
 
-  const double root = std::sqrt(ChainLength(c));
+  // A float score s carries an absolute rounding error ~u |s|, which moves
+  // p = exp(s - lse) by that much relatively; the scores that matter lie
+  // within a few units of lse, so |lse| bounds them. It is small (< sqrt(L))
+  // for Shaw's terms, but ALiBi's -m |r| grows with the distance (query
+  // offsets far beyond the keys), and so does lse: use the larger of the two.
+  double lse_scale = 0;
+  for (double x : want.lse) {
+    if (std::isfinite(x)) lse_scale = std::max(lse_scale, std::abs(x));
+  }
+  const double root = std::max(std::sqrt(ChainLength(c)), lse_scale);
   const double fwd_tol = 4 * kUnitRoundoff * root;
   const double grad_tol = 16 * kUnitRoundoff * root;
   EXPECT_LE(RelFrobeniusError(got.out, want.out), fwd_tol) << "out";
@@ -128,6 +137,27 @@ void CompareToReference(const AttentionCase& c, int threads) {
             grad_tol)
       << "dak";
   EXPECT_LE(RelFrobeniusError(got.dav, want.dav), grad_tol) << "dav";
+  // dbias[h, b] sums dS over the pairs of bucket b (T5's scalar table): like
+  // dAK it can vanish (whole rows of dS sum to zero), so it is held to the
+  // rounding bound of its terms, sum_i sum_j |dS_ij| (TermScales).
+  if (!want.dbias.empty()) {
+    const TermScales ts = ComputeTermScales(data64, dout64);
+    EXPECT_LE(MaxAbsError(got.dbias, want.dbias),
+              ts.Tolerance(kUnitRoundoff, ts.dbias))
+        << "dbias";
+  } else {
+    EXPECT_TRUE(got.dbias.empty());
+  }
+  // dpb (Transformer-XL) sums E AK over all rows, bucketed like dAK: the
+  // same rounding bound of its terms.
+  if (!want.dpb.empty()) {
+    const TermScales ts = ComputeTermScales(data64, dout64);
+    EXPECT_LE(MaxAbsError(got.dpb, want.dpb),
+              ts.Tolerance(kUnitRoundoff, ts.dpb))
+        << "dpb";
+  } else {
+    EXPECT_TRUE(got.dpb.empty());
+  }
 }
 
 // ---- covering design -------------------------------------------------------
@@ -449,6 +479,316 @@ TEST(FusedShapes, EmptyBatchOrHeads) {
     for (float x : dav) EXPECT_EQ(x, 0.0f) << batch << "x" << heads;
   }
 }
+
+// ---- relative schemes (docs/math.md section 8) ------------------------------
+
+// The cases of SchemeSweepCases (realistic settings on tile-boundary sizes)
+// and SchemeCases (the small awkward-size matrix) whose name starts with one
+// of `prefixes`. They run with AttentionPath::kFused, which throws if the
+// kernel does not take the scheme, so a scheme listed here cannot silently
+// fall back to the reference.
+std::vector<AttentionCase> FusedSchemeCases(
+    const std::vector<std::string>& prefixes) {
+  std::vector<AttentionCase> all = SchemeSweepCases();
+  for (AttentionCase& c : SchemeCases()) all.push_back(std::move(c));
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : all) {
+    for (const std::string& prefix : prefixes) {
+      if (c.name.rfind(prefix + "_", 0) == 0) {
+        cases.push_back(c);
+        break;
+      }
+    }
+  }
+  return cases;
+}
+
+// Extra cases for the schemes: several key tiles with a causal mask and an
+// offset (far tiles on both sides), and one far beyond every reach.
+std::vector<AttentionCase> SchemeExtraCases(const std::string& scheme) {
+  std::vector<AttentionCase> cases;
+  AttentionCase a = MakeCase("q200_k300_off40", 1, 2, 200, 300, 32, 32, 16);
+  a.options.query_offset = 40;
+  AttentionCase b = MakeCase("n300_causal_pad", 2, 2, 300, 300, 17, 9, 16);
+  b.options.causal = true;
+  b.options.key_lengths = {300, 130};
+  AttentionCase far = MakeCase("far_left", 1, 2, 70, 70, 16, 16, 16);
+  far.options.query_offset = 5000;
+  for (AttentionCase c : {a, b, far}) {
+    c.name = scheme + "_" + c.name;
+    c.options.value_term = false;
+    if (scheme == "alibi") {
+      c.options.score_term = ScoreTerm::kAlibi;
+    } else if (scheme == "t5" || scheme == "t5causal") {
+      c.options.score_term = ScoreTerm::kScalarTable;
+      c.options.buckets.kind = BucketKind::kT5;
+      c.options.buckets.t5 = {32, 128, scheme == "t5"};
+    }
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+std::vector<AttentionCase> AlibiCases() {
+  std::vector<AttentionCase> cases = FusedSchemeCases({"alibi", "alibiuser"});
+  for (AttentionCase& c : SchemeExtraCases("alibi")) cases.push_back(c);
+  // ALiBi with Shaw's value table (symmetric clip) also runs fused.
+  AttentionCase v = MakeCase("alibi_value_k3", 1, 2, 130, 130, 16, 16, 3);
+  v.options.score_term = ScoreTerm::kAlibi;
+  v.options.causal = true;
+  cases.push_back(v);
+  return cases;
+}
+
+class FusedAlibi : public testing::TestWithParam<AttentionCase> {};
+TEST_P(FusedAlibi, MatchesDoubleReference) { CompareToReference(GetParam(), 2); }
+INSTANTIATE_TEST_SUITE_P(Schemes, FusedAlibi, testing::ValuesIn(AlibiCases()),
+                         [](const auto& info) { return info.param.name; });
+
+// Every compiled Highway target on every scheme case, one thread.
+void EveryTarget(const std::vector<AttentionCase>& cases) {
+  ASSERT_FALSE(cases.empty());
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const AttentionCase& c : cases) CompareToReference(c, 1);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST(FusedSchemeTargets, Alibi) { EveryTarget(AlibiCases()); }
+
+// Bitwise equal on repeat (2 threads, one (batch, head) split over key
+// tiles and several pairs sharing the per-thread buffers), 1 vs 2 threads
+// within rounding; fully masked rows exactly zero.
+void CheckSchemeDeterminism(AttentionCase c) {
+  SCOPED_TRACE(c.Describe());
+  for (int64_t heads : {1, 3}) {
+    c.heads = heads;
+    if (!c.options.alibi_slopes.empty()) c.options.alibi_slopes.resize(heads, 0.25);
+    const AttentionData<float> data = MakeRandomData<float>(c, 3);
+    const std::vector<float> dout = RandomVector<float>(c.OutNumel(), 4);
+    const Results a = RunFused(c, data, dout, 2);
+    const Results b = RunFused(c, data, dout, 2);
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_EQ(a.lse, b.lse);
+    EXPECT_EQ(a.dq, b.dq);
+    EXPECT_EQ(a.dk, b.dk);
+    EXPECT_EQ(a.dv, b.dv);
+    EXPECT_EQ(a.dbias, b.dbias);
+    EXPECT_EQ(a.dpb, b.dpb);
+    EXPECT_EQ(a.dak, b.dak);
+    const Results one = RunFused(c, data, dout, 1);
+    EXPECT_EQ(one.out, a.out);
+    EXPECT_EQ(one.lse, a.lse);
+    const double tol = 8 * kUnitRoundoff * std::sqrt(ChainLength(c));
+    EXPECT_LE(RelFrobeniusError(a.dq, one.dq), tol);
+    EXPECT_LE(RelFrobeniusError(a.dk, one.dk), tol);
+    EXPECT_LE(RelFrobeniusError(a.dv, one.dv), tol);
+    EXPECT_LE(RelFrobeniusError(a.dbias, one.dbias), tol);
+    EXPECT_LE(RelFrobeniusError(a.dpb, one.dpb), tol);
+  }
+}
+
+void CheckSchemeMaskedRows(AttentionCase c) {
+  SCOPED_TRACE(c.Describe());
+  c.options.causal = true;
+  c.options.query_offset = -5;
+  c.options.key_lengths = {c.k_len, 0};
+  c.batch = 2;
+  const AttentionData<float> data = MakeRandomData<float>(c, 8);
+  const std::vector<float> dout = RandomVector<float>(c.OutNumel(), 9);
+  const Results r = RunFused(c, data, dout, 2);
+  EXPECT_TRUE(AllFinite(r.out));
+  EXPECT_TRUE(AllFinite(r.dq));
+  EXPECT_TRUE(AllFinite(r.dk));
+  EXPECT_TRUE(AllFinite(r.dv));
+  EXPECT_TRUE(AllFinite(r.dbias));
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t h = 0; h < c.heads; ++h) {
+      for (int64_t i = 0; i < c.q_len; ++i) {
+        if (c.KeyEnd(b, i) > 0) continue;
+        const int64_t row = (b * c.heads + h) * c.q_len + i;
+        EXPECT_TRUE(std::isinf(r.lse[row]) && r.lse[row] < 0) << row;
+        for (int64_t e = 0; e < c.dv; ++e)
+          EXPECT_EQ(r.out[row * c.dv + e], 0.0f);
+        for (int64_t e = 0; e < c.dk; ++e)
+          EXPECT_EQ(r.dq[row * c.dk + e], 0.0f);
+      }
+    }
+  }
+}
+
+AttentionCase SchemeStressCase(const std::string& scheme) {
+  AttentionCase c = SchemeExtraCases(scheme)[0];
+  c.q_len = c.k_len = 200;
+  c.options.query_offset.reset();
+  c.options.causal = true;
+  return c;
+}
+
+std::vector<AttentionCase> T5Cases() {
+  std::vector<AttentionCase> cases = FusedSchemeCases({"t5", "t5causal"});
+  for (const char* s : {"t5", "t5causal"}) {
+    for (AttentionCase& c : SchemeExtraCases(s)) cases.push_back(c);
+  }
+  // The scalar table under the other bucket maps: Shaw's symmetric clip with
+  // the value table (both bucketed terms in one tile pair), and an
+  // asymmetric clip (w2v-BERT's reaches) with a causal mask.
+  AttentionCase v = MakeCase("scalar_clip_value", 1, 2, 130, 150, 16, 16, 5);
+  v.options.score_term = ScoreTerm::kScalarTable;
+  v.options.per_head_tables = true;
+  cases.push_back(v);
+  AttentionCase a = MakeCase("scalar_asym_causal", 2, 2, 200, 200, 16, 16, 0);
+  a.options.score_term = ScoreTerm::kScalarTable;
+  a.options.buckets.kind = BucketKind::kClip;
+  a.options.buckets.clip = {64, 8};
+  a.options.value_term = false;
+  a.options.causal = true;
+  a.options.key_lengths = {200, 77};
+  cases.push_back(a);
+  return cases;
+}
+
+class FusedT5 : public testing::TestWithParam<AttentionCase> {};
+TEST_P(FusedT5, MatchesDoubleReference) { CompareToReference(GetParam(), 2); }
+INSTANTIATE_TEST_SUITE_P(Schemes, FusedT5, testing::ValuesIn(T5Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(FusedSchemeTargets, T5) { EveryTarget(T5Cases()); }
+
+TEST(FusedSchemeDeterminism, T5) {
+  CheckSchemeDeterminism(SchemeStressCase("t5"));
+  CheckSchemeDeterminism(SchemeStressCase("t5causal"));
+}
+TEST(FusedSchemeMasks, T5) {
+  CheckSchemeMaskedRows(SchemeStressCase("t5"));
+  CheckSchemeMaskedRows(SchemeStressCase("t5causal"));
+}
+
+// Shaw's tables under the asymmetric clip (shaw-asym): both terms, one of
+// them, masks, left or right reach 0, reaches beyond n, far tiles.
+std::vector<AttentionCase> AsymCases() {
+  std::vector<AttentionCase> cases =
+      FusedSchemeCases({"asym", "asym0", "asym64_8"});
+  struct Reaches {
+    const char* name;
+    int64_t left, right;
+    bool causal, key, value;
+    std::optional<int64_t> offset;
+  };
+  const Reaches specs[] = {
+      {"l64_r8", 64, 8, false, true, true, {}},
+      {"l8_r64_causal", 8, 64, true, true, true, {}},
+      {"l0_r5", 0, 5, false, true, true, 7},
+      {"l5_r0_causal", 5, 0, true, true, true, {}},
+      {"l0_r0", 0, 0, false, true, true, {}},
+      {"l3_r200_key_only", 3, 200, false, true, false, {}},
+      {"l200_r3_value_only_causal", 200, 3, true, false, true, -10},
+      {"l16_r1_far", 16, 1, false, true, true, 5000},
+  };
+  for (const Reaches& r : specs) {
+    AttentionCase c = MakeCase(std::string("asym_") + r.name, 2, 2, 200, 230,
+                               17, 9, 16);
+    c.options.buckets.kind = BucketKind::kClip;
+    c.options.buckets.clip = {r.left, r.right};
+    c.options.causal = r.causal;
+    c.options.key_term = r.key;
+    c.options.value_term = r.value;
+    c.options.query_offset = r.offset;
+    c.options.key_lengths = {230, 101};
+    c.options.per_head_tables = r.left > r.right;
+    cases.push_back(std::move(c));
+  }
+  // ALiBi's score with an asymmetric-clip value table.
+  AttentionCase a = MakeCase("asym_alibi_value", 1, 2, 130, 130, 16, 16, 3);
+  a.options.score_term = ScoreTerm::kAlibi;
+  a.options.buckets.kind = BucketKind::kClip;
+  a.options.buckets.clip = {9, 2};
+  a.options.causal = true;
+  cases.push_back(a);
+  return cases;
+}
+
+class FusedAsym : public testing::TestWithParam<AttentionCase> {};
+TEST_P(FusedAsym, MatchesDoubleReference) { CompareToReference(GetParam(), 2); }
+INSTANTIATE_TEST_SUITE_P(Schemes, FusedAsym, testing::ValuesIn(AsymCases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(FusedSchemeTargets, Asym) { EveryTarget(AsymCases()); }
+
+TEST(FusedSchemeDeterminism, Asym) {
+  AttentionCase c = SchemeStressCase("alibi");
+  c.options.score_term = ScoreTerm::kVector;
+  c.options.value_term = true;
+  c.options.buckets.kind = BucketKind::kClip;
+  c.options.buckets.clip = {64, 8};
+  CheckSchemeDeterminism(c);
+  CheckSchemeMaskedRows(c);
+}
+
+// kClip with left = right = k is the symmetric clip, bit for bit.
+TEST(FusedSchemeProperties, SymmetricAsymClipIsShaw) {
+  for (int64_t k : {0, 3, 16, 70}) {
+    AttentionCase sym = MakeCase("sym", 2, 2, 150, 170, 16, 16, k);
+    sym.options.causal = k % 2 == 1;
+    sym.options.key_lengths = {170, 90};
+    AttentionCase asym = sym;
+    asym.options.buckets.kind = BucketKind::kClip;
+    asym.options.buckets.clip = {k, k};
+    SCOPED_TRACE(asym.Describe());
+    const AttentionData<float> data = MakeRandomData<float>(sym, 21);
+    const std::vector<float> dout = RandomVector<float>(sym.OutNumel(), 22);
+    const Results a = RunFused(sym, data, dout, 2);
+    const Results b = RunFused(asym, data, dout, 2);
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_EQ(a.lse, b.lse);
+    EXPECT_EQ(a.dq, b.dq);
+    EXPECT_EQ(a.dk, b.dk);
+    EXPECT_EQ(a.dv, b.dv);
+    EXPECT_EQ(a.dak, b.dak);
+    EXPECT_EQ(a.dav, b.dav);
+  }
+}
+
+// Transformer-XL's position query bias (xl: k >= every distance, no value
+// term; xlv: with Shaw's value table) and pb with clipping and both terms.
+std::vector<AttentionCase> XlCases() {
+  std::vector<AttentionCase> cases = FusedSchemeCases({"xl", "xlv"});
+  AttentionCase c = MakeCase("xl_clip16_causal_pad", 2, 2, 200, 230, 17, 9, 16);
+  c.options.position_query_bias = true;
+  c.options.causal = true;
+  c.options.key_lengths = {230, 101};
+  c.options.per_head_tables = true;
+  cases.push_back(c);
+  AttentionCase a = MakeCase("xl_asym_offset", 1, 2, 130, 150, 16, 16, 0);
+  a.options.position_query_bias = true;
+  a.options.buckets.kind = BucketKind::kClip;
+  a.options.buckets.clip = {40, 3};
+  a.options.query_offset = 9;
+  cases.push_back(a);
+  return cases;
+}
+
+class FusedXl : public testing::TestWithParam<AttentionCase> {};
+TEST_P(FusedXl, MatchesDoubleReference) { CompareToReference(GetParam(), 2); }
+INSTANTIATE_TEST_SUITE_P(Schemes, FusedXl, testing::ValuesIn(XlCases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(FusedSchemeTargets, Xl) { EveryTarget(XlCases()); }
+
+TEST(FusedSchemeDeterminism, Xl) {
+  AttentionCase c = SchemeStressCase("alibi");
+  c.options.score_term = ScoreTerm::kVector;
+  c.options.position_query_bias = true;
+  CheckSchemeDeterminism(c);
+  CheckSchemeMaskedRows(c);
+}
+
+TEST(FusedSchemeDeterminism, Alibi) {
+  CheckSchemeDeterminism(SchemeStressCase("alibi"));
+}
+TEST(FusedSchemeMasks, Alibi) { CheckSchemeMaskedRows(SchemeStressCase("alibi")); }
 
 }  // namespace
 }  // namespace relpos

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/attention_problem.h"
+#include "relpos/position_schemes.h"
 
 namespace relpos {
 namespace fused {
@@ -32,6 +34,21 @@ struct QueryTile {
   int64_t bucket_lo = 0, buckets = 0;
 };
 
+// The clip of the vector / value terms' bucket map: row clamp(r, -left,
+// right) + left, left + right + 1 rows (docs/math.md section 8). Shaw's
+// symmetric clip is left = right = k; BucketKind::kClip gives its own
+// reaches. Row 0 collects every r <= -left, row top() every r >= right.
+struct ClipReach {
+  int64_t left = 0, right = 0;
+  int64_t top() const { return left + right; }
+};
+
+inline ClipReach Reach(const AttentionProblem& p) {
+  if (p.buckets.kind == BucketKind::kClip)
+    return {p.buckets.clip.left, p.buckets.clip.right};
+  return {p.max_distance, p.max_distance};
+}
+
 inline QueryTile MakeQueryTile(const AttentionProblem& p, int64_t b, int64_t h,
                                int64_t tile) {
   QueryTile t;
@@ -41,12 +58,13 @@ inline QueryTile MakeQueryTile(const AttentionProblem& p, int64_t b, int64_t h,
   t.rows = std::min(kQueryTile, p.q_len - t.i0);
   t.key_end = p.KeyEnd(b, t.i0 + t.rows - 1);
   if (t.key_end > 0) {
-    const int64_t kk = p.max_distance;
+    const ClipReach cr = Reach(p);
     // Distances j - (i + off) over j in [0, key_end), i in the tile.
     const int64_t d_min = -(t.i0 + t.rows - 1) - p.query_offset;
     const int64_t d_max = (t.key_end - 1) - t.i0 - p.query_offset;
-    t.bucket_lo = std::clamp(d_min, -kk, kk) + kk;
-    t.buckets = std::clamp(d_max, -kk, kk) + kk - t.bucket_lo + 1;
+    t.bucket_lo = std::clamp(d_min, -cr.left, cr.right) + cr.left;
+    t.buckets =
+        std::clamp(d_max, -cr.left, cr.right) + cr.left - t.bucket_lo + 1;
   }
   return t;
 }
@@ -69,9 +87,10 @@ inline int64_t BucketAccFloats(const AttentionProblem& p) {
 }
 
 // A skewed copy of a G^T or U^T slice (SkewTable in fused_attention-inl.h):
-// buckets + kQueryTile - 1 rows. Not needed when k = 0 (no diagonal strip).
+// buckets + kQueryTile - 1 rows. Not needed when left = right = 0 (no
+// diagonal strip).
 inline int64_t SkewTableFloats(const AttentionProblem& p) {
-  if (p.max_distance == 0) return 0;
+  if (Reach(p).top() == 0) return 0;
   return (MaxTileBuckets(p) + kQueryTile - 1) * kQueryTile;
 }
 
@@ -81,12 +100,12 @@ struct BucketRange {
   int64_t lo = 0, count = 0;
 };
 inline BucketRange ReachableBuckets(const AttentionProblem& p) {
-  const int64_t kk = p.max_distance;
+  const ClipReach cr = Reach(p);
   if (p.q_len == 0 || p.k_len == 0) return {};
   const int64_t d_min = -(p.q_len - 1) - p.query_offset;
   const int64_t d_max = (p.k_len - 1) - p.query_offset;
-  const int64_t lo = std::clamp(d_min, -kk, kk) + kk;
-  return {lo, std::clamp(d_max, -kk, kk) + kk - lo + 1};
+  const int64_t lo = std::clamp(d_min, -cr.left, cr.right) + cr.left;
+  return {lo, std::clamp(d_max, -cr.left, cr.right) + cr.left - lo + 1};
 }
 
 // Per-thread scratch of the forward pass, in floats. Every transposed tile
@@ -97,14 +116,16 @@ struct ForwardScratch {
     const int64_t nb = MaxTileBuckets(p);
     qt = p.dk * kQueryTile;                      // (Q_I / sqrt(dk))^T
     st = kKeyTile * kQueryTile;                  // S^T, then P^T
-    gt = p.key_term ? nb * kQueryTile : 0;       // G^T slice
-    gsk = p.key_term ? SkewTableFloats(p) : 0;   // G^T slice, skewed
+    gt = p.VectorScore() ? nb * kQueryTile : 0;       // G^T slice
+    gsk = p.VectorScore() ? SkewTableFloats(p) : 0;   // G^T slice, skewed
     wt = p.value_term ? BucketAccFloats(p) : 0;  // W, skewed + 3 end rows
     oacc = kQueryTile * p.dv;                    // unnormalised output
     // m, l, alpha, m_use, column sum, two delta rows, moved sums
     stats = 8 * kQueryTile;
+    sb = p.scalar_table ? kKeyTile + kQueryTile : 0;  // band bias by distance
   }
-  int64_t Floats() const { return qt + st + gt + gsk + wt + oacc + stats; }
+  int64_t sb;  // last: the scalar table's band row (ScalarBandBias)
+  int64_t Floats() const { return qt + st + gt + gsk + wt + oacc + stats + sb; }
 };
 
 // Per-thread scratch of the backward pass, in floats.
@@ -116,18 +137,22 @@ struct BackwardScratch {
     dot = p.dv * kQueryTile;                     // dO_I^T
     st = kKeyTile * kQueryTile;                  // S^T, then P^T
     dpt = kKeyTile * kQueryTile;                 // dP^T, then dS^T
-    gt = p.key_term ? nb * kQueryTile : 0;       // G^T slice
+    gt = p.VectorScore() ? nb * kQueryTile : 0;       // G^T slice
     ut = p.value_term ? nb * kQueryTile : 0;     // U^T = (dO AV^T)^T slice
-    gsk = p.key_term ? SkewTableFloats(p) : 0;   // skewed copies of both
+    gsk = p.VectorScore() ? SkewTableFloats(p) : 0;   // skewed copies of both
     usk = p.value_term ? SkewTableFloats(p) : 0;
-    et = p.key_term ? BucketAccFloats(p) : 0;    // E, skewed + 3 end rows
+    et = p.VectorScore() ? BucketAccFloats(p) : 0;    // E, skewed + 3 end rows
     wt = p.value_term ? BucketAccFloats(p) : 0;  // W, skewed + 3 end rows
     dqacc = kQueryTile * p.dk;                   // dQ_I before the 1/sqrt(dk)
     // D, lse (finite), P and dS column sums, four delta rows, two moved sums
     stats = 10 * kQueryTile;
+    // The scalar table's band row and its per-distance dS sums.
+    sb = p.scalar_table ? 2 * (kKeyTile + kQueryTile) : 0;
   }
+  int64_t sb;  // last
   int64_t Floats() const {
-    return qt + dot + st + dpt + gt + ut + gsk + usk + et + wt + dqacc + stats;
+    return qt + dot + st + dpt + gt + ut + gsk + usk + et + wt + dqacc + stats +
+           sb;
   }
 };
 
@@ -142,7 +167,54 @@ struct HeadData {
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;  // dk, dv accumulated
   float *dak = nullptr, *dav = nullptr;  // accumulated, row 0 = bucket_base
   int64_t bucket_base = 0;
+  // ALiBi (p.AlibiScore()): this head's slope m_h, rounded to float.
+  float alibi_slope = 0.0f;
+  // Scalar score table (p.scalar_table): row h of bias [H, nb], and (in the
+  // backward, may be null) this thread's dbias accumulator for head h.
+  const float* bias = nullptr;
+  float* dbias = nullptr;
+  const int64_t* dist_bucket = nullptr;  // DistanceBuckets::bucket
+  int64_t r_lo = 0, r_hi = 0;            // DistanceBuckets::r_lo / r_hi
+  // Position query bias (p.position_query_bias): row h of pb [H, dk], and
+  // (backward, may be null) this thread's dpb accumulator for head h.
+  const float* pb = nullptr;
+  float* dpb = nullptr;
 };
+
+// The bucket of every distance a scalar-table problem needs: the problem's
+// distances [-(Nq - 1) - off, Nk - 1 - off] clamped to the bucket map's
+// reach (beyond it a side's bucket is constant), so distance r uses
+// bucket[clamp(r, r_lo, r_hi) - r_lo]. At most min(nb, Nq + Nk - 1)
+// entries, computed once per call (T5's map takes a logarithm).
+struct DistanceBuckets {
+  int64_t r_lo = 0, r_hi = 0;
+  std::vector<int64_t> bucket;
+};
+
+inline DistanceBuckets MakeDistanceBuckets(const AttentionProblem& p) {
+  int64_t left = p.max_distance, right = p.max_distance;
+  if (p.buckets.kind == BucketKind::kClip) {
+    left = p.buckets.clip.left;
+    right = p.buckets.clip.right;
+  } else if (p.buckets.kind == BucketKind::kT5) {
+    left = right = T5BucketReach(p.buckets.t5);
+  }
+  DistanceBuckets db;
+  const int64_t d_min = -(std::max<int64_t>(p.q_len, 1) - 1) - p.query_offset;
+  const int64_t d_max = (std::max<int64_t>(p.k_len, 1) - 1) - p.query_offset;
+  db.r_lo = std::clamp(d_min, -left, right);
+  db.r_hi = std::clamp(d_max, -left, right);
+  const int64_t count = db.r_hi - db.r_lo + 1;
+  db.bucket.resize(static_cast<size_t>(count));
+  if (p.buckets.kind == BucketKind::kT5) {
+    T5BucketRange(db.r_lo, count, p.buckets.t5, db.bucket.data());
+  } else {
+    // Bucket(i = 0, j) has distance j - off.
+    for (int64_t e = 0; e < count; ++e)
+      db.bucket[e] = p.Bucket(0, db.r_lo + e + p.query_offset);
+  }
+  return db;
+}
 
 }  // namespace fused
 }  // namespace relpos
