@@ -1,4 +1,4 @@
-// Google Benchmark timings of the attention kernels (SPEC.md section 7,
+// Google Benchmark timings of the attention kernels (docs/math.md section 7,
 // docs/benchmarks.md):
 //
 //   fwd|bwd / vanilla   / n:N        fused path, both relative terms off

@@ -6,14 +6,14 @@ The "gathered" form used by tensor2tensor (`_relative_attention_inner`) and
 Hugging Face BERT (`position_embedding_type="relative_key"`): build the [n, n]
 relative index matrix, gather the tables into [n, n, d] tensors, einsum.
 
-    idx[i, j] = clip(j - i, -k, k) + k                 (SPEC.md section 1)
+    idx[i, j] = clip(j - i, -k, k) + k                 (docs/math.md section 1)
     AKg = AK[idx], AVg = AV[idx]                       [n, n, d] each
     s   = (q k^T + einsum(q, AKg)) / sqrt(d)           [B, H, n, n]
     p   = softmax(s)
     o   = p v + einsum(p, AVg)
 
 Forward runs with autograd recording (as in training); backward is
-out.backward(dout). FLOPs follow relpos's convention (SPEC.md section 7):
+out.backward(dout). FLOPs follow relpos's convention (docs/math.md section 7):
 vanilla attention's 4 B H n^2 d forward and 2.5x that backward for every
 variant, so GFLOP/s ratios are speed ratios.
 
@@ -126,7 +126,7 @@ def attention(torch, q, key, v, ak, av, max_distance):
 
 
 def self_check(torch):
-    """The gathered form must match SPEC.md section 2 pair by pair (float64,
+    """The gathered form must match docs/math.md section 2 pair by pair (float64,
     n = 7 > 2k + 1 so both far buckets and the band occur). Returns the max
     abs error; float64 round-off on O(1) values is ~1e-15, 1e-10 is safe."""
     g = torch.Generator().manual_seed(0)

@@ -13,7 +13,7 @@
 namespace relpos {
 namespace {
 
-// kAuto: the tiled kernel of SPEC.md section 4 for float problems it
+// kAuto: the tiled kernel of docs/math.md section 4 for float problems it
 // supports (AttentionProblem::FusedSupported), the reference otherwise.
 // kFused: the kernel, or InvalidArgument when it cannot run the problem.
 template <typename T>

@@ -1,4 +1,4 @@
-// Parameter counts and table initialisation (SPEC.md section 5).
+// Parameter counts and table initialisation (docs/math.md section 5).
 #include "relpos/params.h"
 
 #include <cmath>

@@ -11,7 +11,7 @@ namespace relpos {
 namespace {
 
 TEST(CountParams, ShawBaseTwelveHeadsPerHead) {
-  // SPEC.md section 5: d_model 768, 12 heads (dk = 64), k = 64.
+  // docs/math.md section 5: d_model 768, 12 heads (dk = 64), k = 64.
   LayerShape s{.d_model = 768, .heads = 12, .max_distance = 64,
                .per_head_tables = true};
   const ParamCounts c = CountParams(s);

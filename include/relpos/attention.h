@@ -1,5 +1,5 @@
 // Self-attention with relative position representations (Shaw et al., 2018):
-// forward and backward passes. SPEC.md sections 1-3 fix the mathematics:
+// forward and backward passes. docs/math.md sections 1-3 fix the mathematics:
 //
 //   r(i, j) = clip(j - (i + off), -k, k)                  off = Nk - Nq by default
 //   s_ij    = (q_i . k_j + q_i . AK[r(i,j) + k]) / sqrt(dk)     (masked -> -inf)

@@ -1,5 +1,5 @@
 // Parameter counts and initialisation of relative position tables
-// (SPEC.md section 5).
+// (docs/math.md section 5).
 #ifndef RELPOS_PARAMS_H_
 #define RELPOS_PARAMS_H_
 

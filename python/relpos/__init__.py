@@ -1,7 +1,7 @@
 """Self-attention with relative position representations (Shaw et al., 2018).
 
 numpy interface to the relpos C++ library. The mathematics and conventions are
-those of the C++ API (SPEC.md sections 1-3)::
+those of the C++ API (docs/math.md sections 1-3)::
 
     r(i, j) = clip(j - (i + off), -k, k)          off = Nk - Nq by default
     s_ij    = (q_i . k_j + q_i . ak[r + k]) / sqrt(dk)     (masked -> -inf)
@@ -18,7 +18,7 @@ instead of ``ak``), ``alibi=True`` or a list of slopes (ALiBi instead of
 Functions:
     attention           forward pass (optionally also the log-sum-exp)
     attention_backward  gradients of q, k, v and both tables
-    init_relative_table seeded Xavier initialisation of a table (SPEC 5)
+    init_relative_table seeded Xavier initialisation of a table (docs/math.md section 5)
 
 float32 arrays run on relpos's fast path (the fused kernel where it is
 built), float64 arrays on the reference path (used for gradient checks).
@@ -380,7 +380,7 @@ def attention_backward(dout, q, k, v, ak=None, av=None, *,
 
 
 def init_relative_table(shape, *, init="xavier_normal", scale=1.0, seed=0):
-    """A new float32 relative position table, initialised as in SPEC.md 5.
+    """A new float32 relative position table, initialised as in docs/math.md section 5.
 
     Args:
         shape: (2k+1, d) for a shared table or (H, 2k+1, d) per head.

@@ -55,7 +55,7 @@ class _AttentionFunction(torch.autograd.Function):
     """relpos forward / backward as one autograd node.
 
     Saves the inputs, the output and the log-sum-exp; the backward pass
-    recomputes the probabilities from them (SPEC.md section 4) instead of
+    recomputes the probabilities from them (docs/math.md section 4) instead of
     keeping anything of size Nq x Nk. Not twice differentiable.
     """
 
@@ -139,7 +139,7 @@ class RelativeMultiheadAttention(nn.Module):
         causal: each query sees only keys at or before its position.
         bias: biases in the four projections.
         table_init: "xavier_normal" (std = table_init_scale *
-            sqrt(2 / ((2k+1) + E/H)), SPEC.md section 5), "xavier_uniform"
+            sqrt(2 / ((2k+1) + E/H)), docs/math.md section 5), "xavier_uniform"
             (bound = table_init_scale * sqrt(6 / ((2k+1) + E/H))) or "zeros".
         table_init_scale: the multiplier on the Xavier std / bound (too
             large and position dominates content early; too small and
@@ -207,7 +207,7 @@ class RelativeMultiheadAttention(nn.Module):
         self.reset_parameters()
 
     def table_std(self):
-        """Xavier normal std of a [2k+1, E/H] table (SPEC.md section 5)."""
+        """Xavier normal std of a [2k+1, E/H] table (docs/math.md section 5)."""
         rows = 2 * self.max_distance + 1
         return self.table_init_scale * math.sqrt(2.0 / (rows + self.head_dim))
 

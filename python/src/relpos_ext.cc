@@ -232,7 +232,7 @@ void BindAttention(nb::module_& m, const std::string& suffix) {
         "Internal: fills the gradients. Use relpos.attention_backward.");
 }
 
-// SPEC.md section 5 initialisation with relpos's own generator: the same
+// docs/math.md section 5 initialisation with relpos's own generator: the same
 // numbers for a given seed on every platform.
 void InitTable(OutArray<float> table, const std::string& kind, double scale,
                uint64_t seed) {

@@ -1,4 +1,4 @@
-"""An independent numpy implementation of SPEC.md sections 2-3 (the oracle).
+"""An independent numpy implementation of docs/math.md sections 2-3 (the oracle).
 
 Written from the equations, not from the C++ code, and deliberately literal:
 the relative tables are gathered into full [H, Nq, Nk, d] tensors
@@ -58,7 +58,7 @@ def alibi_slopes(h):
 def _rows(r, max_distance, buckets):
     """(table row of every distance r, number of rows)."""
     if buckets is None:
-        # SPEC 1: r(i, j) = clip(j - (i + off), -k, k); table row r + k.
+        # docs/math.md section 1: r(i, j) = clip(j - (i + off), -k, k); table row r + k.
         return (np.clip(r, -max_distance, max_distance) + max_distance,
                 2 * max_distance + 1)
     if hasattr(buckets, "left"):
@@ -102,7 +102,7 @@ def _softmax(q, k, v, ak, av, max_distance, causal, key_lengths,
     scale = 1.0 / np.sqrt(q.shape[3])
     # The position-term query: q, or q + pb (Transformer-XL).
     qp = q if pb is None else q + np.asarray(pb, np.float64)[None, :, None]
-    # SPEC 2: s_ij = (q_i . k_j + qp_i . AK[r(i,j)]) / sqrt(dk)
+    # docs/math.md section 2: s_ij = (q_i . k_j + qp_i . AK[r(i,j)]) / sqrt(dk)
     s = np.einsum("bhid,bhjd->bhij", q, k)
     ak_ij = None
     if akh is not None:
@@ -122,7 +122,7 @@ def _softmax(q, k, v, ak, av, max_distance, causal, key_lengths,
                  0.0)
     e = np.where(visible, np.exp(s - m), 0.0)
     z = e.sum(axis=3, keepdims=True)
-    # A row that sees no key: p = 0, output 0, lse = -inf (SPEC 1).
+    # A row that sees no key: p = 0, output 0, lse = -inf (docs/math.md section 1).
     p = np.where(any_visible, e / np.where(z > 0, z, 1.0), 0.0)
     lse = np.where(any_visible[..., 0], np.log(np.where(z > 0, z, 1.0))[..., 0]
                    + m[..., 0], -np.inf)
@@ -143,7 +143,7 @@ def forward(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
     q, k, v, rows, nrows, qp, p, lse, scale, ak_ij, av_ij = _softmax(
         q, k, v, ak, av, max_distance, causal, key_lengths, query_offset,
         buckets, bias, alibi, pb)
-    # SPEC 2: o_i = sum_j p_ij v_j + sum_j p_ij AV[r(i,j)]
+    # docs/math.md section 2: o_i = sum_j p_ij v_j + sum_j p_ij AV[r(i,j)]
     out = np.einsum("bhij,bhjd->bhid", p, v)
     mag = np.einsum("bhij,bhjd->bhid", p, np.abs(v))
     if av_ij is not None:
@@ -170,7 +170,7 @@ def backward(dout, q, k, v, ak=None, av=None, *, max_distance=None,
         q, k, v, ak, av, max_distance, causal, key_lengths, query_offset,
         buckets, bias, alibi, pb)
     do = np.asarray(dout, dtype=np.float64)
-    # SPEC 3: dV_j = sum_i p_ij dO_i
+    # docs/math.md section 3: dV_j = sum_i p_ij dO_i
     dv = np.einsum("bhij,bhid->bhjd", p, do)
     # dP_ij = dO_i . v_j + dO_i . AV[r(i,j)]
     dp = np.einsum("bhid,bhjd->bhij", do, v)

@@ -38,7 +38,7 @@ def test_forward_matches_reference(case, dtype):
     assert np.all(lse[~finite] == -np.inf)
     assert_close(lse[finite], want_lse[finite],
                  1 + np.abs(want_lse[finite]), tol, "lse")
-    # Rows that see nothing are exactly zero (SPEC 1), never NaN.
+    # Rows that see nothing are exactly zero (docs/math.md section 1), never NaN.
     assert np.all(out[~finite] == 0)
     # Without return_lse the same output comes back alone.
     np.testing.assert_array_equal(
@@ -176,7 +176,7 @@ def test_releases_the_gil():
 
 
 def test_init_relative_table():
-    # SPEC 5: Xavier normal std = scale * sqrt(2 / ((2k+1) + d)); seeded.
+    # docs/math.md section 5: Xavier normal std = scale * sqrt(2 / ((2k+1) + d)); seeded.
     rows, d, scale = 33, 64, 0.5
     t = relpos.init_relative_table((4, rows, d), scale=scale, seed=3)
     assert t.dtype == np.float32 and t.shape == (4, rows, d)

@@ -145,7 +145,7 @@ def test_module_parameters_and_init(per_head):
     d, rows = e // h, 2 * k + 1
     shape = (h, rows, d) if per_head else (rows, d)
     assert tuple(m.rel_k.shape) == shape and tuple(m.rel_v.shape) == shape
-    # SPEC 5: per table pair (2k+1)(dk + dv) parameters, x H if per head.
+    # docs/math.md section 5: per table pair (2k+1)(dk + dv) parameters, x H if per head.
     n_tables = m.rel_k.numel() + m.rel_v.numel()
     assert n_tables == rows * 2 * d * (h if per_head else 1)
     assert sum(p.numel() for p in m.parameters()) == \

@@ -1,7 +1,7 @@
 // `relpos bench`: times the fused kernel (vanilla and relative) and the
 // reference on self-attention problems and reports medians, GFLOP/s, extra
 // memory and the machine's own SGEMM rate measured in the same run
-// (SPEC.md section 7; docs/benchmarks.md explains the methodology).
+// (docs/math.md section 7; docs/benchmarks.md explains the methodology).
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -61,7 +61,7 @@ struct Row {
   int64_t extra_bytes = 0;
   std::string extra_bytes_source;
   // Relative rows: fwd+bwd time over the vanilla row's at the same n, minus
-  // one, and the FLOP bound (2k+1)/Nk of SPEC.md section 4.
+  // one, and the FLOP bound (2k+1)/Nk of docs/math.md section 4.
   std::optional<double> overhead_pct, flop_bound_pct;
   // Reference rows: reference fwd+bwd time over relative fused's (same n, k).
   std::optional<double> fused_speedup;
@@ -215,7 +215,7 @@ nlohmann::json RowJson(const Row& r) {
       {"extra_bytes", r.extra_bytes},
       {"extra_bytes_source", r.extra_bytes_source},
       // One float32 n x n matrix: the per-layer bias a materialising
-      // implementation keeps (SPEC.md section 6), for comparison.
+      // implementation keeps (docs/math.md section 6), for comparison.
       {"nxn_bytes", s.n * s.n * static_cast<int64_t>(sizeof(float))},
   };
   if (r.overhead_pct) j["overhead_pct"] = *r.overhead_pct;

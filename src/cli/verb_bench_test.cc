@@ -22,7 +22,7 @@ bool PositiveFinite(const nlohmann::json& v) {
 }
 
 // GFLOP/s times milliseconds must give back the convention's FLOP count
-// (SPEC.md section 7): 4 B H n^2 d forward, 2.5x that backward. The JSON
+// (docs/math.md section 7): 4 B H n^2 d forward, 2.5x that backward. The JSON
 // doubles round-trip, so only the divide/multiply rounding (a few ulps) is
 // left: 1e-9 relative is ample and still catches any convention slip.
 void ExpectFlopConvention(const nlohmann::json& row) {
@@ -97,7 +97,7 @@ TEST(BenchVerb, JsonTinySizesAllVariants) {
   EXPECT_EQ(per_variant["reference"], 4);
 }
 
-// SPEC.md section 6: no n x n buffer, extra memory linear in n. Doubling n
+// docs/math.md section 6: no n x n buffer, extra memory linear in n. Doubling n
 // may at most double the fused kernel's extra bytes, and at n = 512 they stay
 // below one n x n float matrix (1 MiB).
 TEST(BenchVerb, FusedExtraMemoryIsLinearInN) {

@@ -1,5 +1,5 @@
 // `relpos params`: table shapes and parameter counts of one attention layer
-// (SPEC.md section 5).
+// (docs/math.md section 5).
 #include <cstdio>
 #include <memory>
 #include <string>

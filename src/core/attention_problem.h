@@ -1,5 +1,5 @@
 // The validated, resolved description of one attention call, shared by the
-// reference and fused paths so both read the conventions of SPEC.md section 1
+// reference and fused paths so both read the conventions of docs/math.md section 1
 // from one place.
 #ifndef RELPOS_SRC_CORE_ATTENTION_PROBLEM_H_
 #define RELPOS_SRC_CORE_ATTENTION_PROBLEM_H_

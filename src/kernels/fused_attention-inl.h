@@ -1,4 +1,4 @@
-// SIMD bodies of the fused relative-attention kernel (SPEC.md section 4),
+// SIMD bodies of the fused relative-attention kernel (docs/math.md section 4),
 // compiled once per Highway target through fused_attention.cc's
 // foreach_target recipe (hwy/examples/skeleton.cc).
 //
@@ -9,7 +9,7 @@
 //     and reused by every key tile (K and V are read in place);
 //   - the online-softmax statistics (running max m_i, sum l_i) are per
 //     column, so the softmax is plain vertical vector arithmetic;
-//   - G = Q AK^T and W (SPEC section 2) are stored as G^T / W^T
+//   - G = Q AK^T and W (docs/math.md section 2) are stored as G^T / W^T
 //     (bucket x query row): a far tile adds ONE row of G^T to every key row
 //     (the scalar G[i, 0] or G[i, 2k] of each query column) and adds its
 //     column sums to one row of W^T; for a band tile and a fixed key j the
@@ -301,7 +301,7 @@ HWY_INLINE void SkewTable(const float* HWY_RESTRICT table, int64_t buckets,
 }
 
 // ---------------------------------------------------------------------------
-// Far / band classification of a (query tile, key tile) pair (SPEC 4).
+// Far / band classification of a (query tile, key tile) pair (docs/math.md section 4).
 
 enum class TileKind { kFarLeft, kFarRight, kBand };
 
@@ -528,7 +528,7 @@ HWY_INLINE void AddBandDelta(const AttentionProblem& p,
 }
 
 // Bucketed sums of one query tile: W[i, r+k] = sum_{j: r(i,j) = r} p_ij
-// (SPEC section 2) or E (the same over dS, section 3). Pairs of the
+// (docs/math.md section 2) or E (the same over dS, section 3). Pairs of the
 // diagonal strip go to a SKEWED array, skew[(b - lo + i) * kLd + i] for
 // bucket b and query column i: for a fixed key j every column's bucket
 // differs, but b - lo + i = j - i0 - off + k - lo does not, so each key row
@@ -660,7 +660,7 @@ HWY_INLINE void ScaleBucketAcc(const BucketAcc& acc, int64_t buckets,
   }
 }
 
-// Causal mask (SPEC section 1): key j is visible to row i iff j <= i + off,
+// Causal mask (docs/math.md section 1): key j is visible to row i iff j <= i + off,
 // i.e. to the columns i >= j - off - i0. Sets the hidden prefix to -inf.
 // Padding needs no mask here: key tiles stop at the tile's key_end.
 HWY_INLINE void ApplyCausalMask(const AttentionProblem& p,
@@ -836,11 +836,17 @@ HWY_INLINE void PackTransposed(const float* x, int64_t rows, int64_t dim,
 }
 
 // ---------------------------------------------------------------------------
-// Forward: one query tile of one (batch, head). SPEC section 2 and 4.
+// Forward: one query tile of one (batch, head). docs/math.md sections 2 and 4.
 //   S^T = K_J Q_I^T / sqrt(dk) + G-gather   (masked -> -inf)
 //   online softmax per column; O += P V_J; W += bucketed P
 //   finally O += W AV, O /= l, lse = m + log l.
 // `scratch` holds fused::ForwardScratch(p).Floats() floats.
+// One function of about 150 lines, deliberately: it is the kernel's inner
+// loop, and every step below reads and writes the same per-thread scratch in
+// the order of the equations above. The steps that stand alone (MatMul,
+// AddBandDelta, AccumulateTile, AddAlibi, the scalar-table helpers) are
+// already functions of their own; cutting the rest would only pass the
+// scratch pointers through more calls.
 HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
                                    const fused::QueryTile& t,
                                    const fused::HeadData& hd, float* scratch) {
@@ -875,7 +881,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   PackTransposed(hd.q + t.i0 * dk, rows, dk, scale, qt);
   if (p.VectorScore()) {
-    // G^T slice = AK[lo : lo+nb] (Q_I / sqrt(dk))^T   (SPEC 2: G = Q AK^T /
+    // G^T slice = AK[lo : lo+nb] (Q_I / sqrt(dk))^T   (docs/math.md section 2: G = Q AK^T /
     // sqrt(dk))
     MatMul(t.buckets, cols, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
            kLd, 1.0f, false);
@@ -958,7 +964,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
     }
     // The accumulators are still zero on the first key tile: nothing to scale.
     if (rescale && j0 > 0) {
-      // W and the output accumulator share the reference m (SPEC 4).
+      // W and the output accumulator share the reference m (docs/math.md section 4).
       for (int64_t i = 0; i < rows; ++i) {
         const float a = alpha[i];
         if (a == 1.0f) continue;
@@ -987,7 +993,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
       const float inv = 1.0f / l[i];
       for (int64_t c = 0; c < dv; ++c) o[c] = acc[c] * inv;
       if (lse) lse[i] = m[i] + std::log(l[i]);
-    } else {  // the row sees no key: zeros, lse = -inf (SPEC 1)
+    } else {  // the row sees no key: zeros, lse = -inf (docs/math.md section 1)
       std::fill(o, o + dv, 0.0f);
       if (lse) lse[i] = neg_inf;
     }
@@ -995,7 +1001,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
 }
 
 // ---------------------------------------------------------------------------
-// Backward: one query tile of one (batch, head), SPEC section 3, recomputing
+// Backward: one query tile of one (batch, head), docs/math.md section 3, recomputing
 // P from the saved lse. Accumulates into hd.dk / hd.dv (rows of this head or
 // a chunk-private copy) and hd.dak / hd.dav (per-thread, rows from
 // hd.bucket_base); writes the tile's rows of hd.dq.
@@ -1011,6 +1017,13 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
 // (batch, head) over threads by key tiles; dQ_I, dAK and dAV are linear in
 // the visited pairs, so each split writes a partial dQ_I that the driver
 // sums).
+//
+// One function of about 175 lines, deliberately: it is the kernel's inner
+// loop, and every step below reads and writes the same per-thread scratch in
+// the order of the equations above. The steps that stand alone (MatMul,
+// AddBandDelta, AccumulateTile, AddAlibi, the scalar-table helpers) are
+// already functions of their own; cutting the rest would only pass the
+// scratch pointers through more calls.
 HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
                                     const fused::QueryTile& t,
                                     const fused::HeadData& hd, float* scratch,
@@ -1052,7 +1065,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   PackTransposed(dout, rows, dv, 1.0f, dot);
   for (int64_t i = 0; i < kLd; ++i) {
     if (i < rows) {
-      // D_i = dO_i . o_i (o_i includes the AV term), SPEC 3.
+      // D_i = dO_i . o_i (o_i includes the AV term), docs/math.md section 3.
       const float* o = hd.o + (t.i0 + i) * dv;
       const float* g = dout + i * dv;
       float s = 0.0f;

@@ -1,4 +1,4 @@
-// Driver of the fused relative-attention kernel (SPEC.md section 4): splits
+// Driver of the fused relative-attention kernel (docs/math.md section 4): splits
 // the work into (batch, head, query tile) items for OpenMP, owns every
 // allocation, and calls the per-target SIMD bodies of fused_attention-inl.h
 // through Highway's dynamic dispatch (hwy/examples/skeleton.cc recipe: this
@@ -181,6 +181,11 @@ void FusedForward(const AttentionProblem& p, const AttentionInputs<float>& in,
   }
 }
 
+// One function of about 150 lines, deliberately: the parallel region, the
+// per-thread buffers it carves and their reduction in a fixed thread order
+// are read together to check that results do not depend on scheduling
+// (docs/kernel.md, determinism); the layout and table set-up are already
+// MakeBackwardLayout and SetScalarTable.
 void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
                    const float* out, const float* lse, const float* dout,
                    const AttentionGrads<float>& grads, int num_threads) {

@@ -1,4 +1,4 @@
-// The fused, tiled CPU kernel of SPEC.md section 4 (float only).
+// The fused, tiled CPU kernel of docs/math.md section 4 (float only).
 //
 // Nothing of size Nq x Nk is ever stored: per (batch, head) and query tile it
 // keeps the online-softmax state, the Nq_tile x (2k+1) key-side scores

@@ -416,7 +416,7 @@ TEST(FusedOptions, UnusedTableGetsZeroGradient) {
   EXPECT_EQ(g.dq, plain.dq);
 }
 
-// SPEC 4 / issue target: at n = 4096, d = 64, k = 16..64 the kernel's extra
+// docs/math.md sections 4 and 6 (the memory target): at n = 4096, d = 64, k = 16..64 the kernel's extra
 // memory stays under 2 MiB per (batch, head) (B = 1, H = 8, 2 threads).
 TEST(FusedMemory, ExtraBytesBounded) {
   for (int64_t k : {16, 64}) {

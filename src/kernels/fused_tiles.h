@@ -1,4 +1,4 @@
-// Target-independent pieces of the fused kernel (SPEC.md section 4): tile
+// Target-independent pieces of the fused kernel (docs/math.md section 4): tile
 // sizes, the geometry of one query tile, and the layout of the per-thread
 // scratch. Both the SIMD bodies (fused_attention-inl.h, compiled once per
 // Highway target) and the driver (fused_attention.cc) include it, so the

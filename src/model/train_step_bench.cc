@@ -2,7 +2,7 @@
 // model, relative position representations vs none:
 //   d_model = 512, 8 heads, k = 16, sequence 512, batch 4, d_ff 2048,
 //   2 layers, byte vocabulary (256).
-// The target (SPEC.md section 6) is <= 3% overhead for the relative model.
+// The target (docs/math.md section 6) is <= 3% overhead for the relative model.
 // Compare the medians of the two benchmarks as a ratio (the machine is often
 // shared): e.g.
 //   train_step_bench --benchmark_repetitions=5

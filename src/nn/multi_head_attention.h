@@ -2,7 +2,7 @@
 // (Shaw et al., 2018, section 3):
 //   q = x Wq^T + bq,  k = x Wk^T + bk,  v = x Wv^T + bv     [B*N, d_model]
 //   split into heads                                        [B, H, N, dh]
-//   a = Attention(q, k, v; AK, AV)   relpos::AttentionForward (SPEC.md 2)
+//   a = Attention(q, k, v; AK, AV)   relpos::AttentionForward (docs/math.md section 2)
 //   y = merge(a) Wo^T + bo                                   [B*N, d_model]
 // The layer neither knows nor cares which attention implementation runs
 // (AttentionPath::kAuto unless the caller's options say otherwise).

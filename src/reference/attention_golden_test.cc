@@ -1,5 +1,5 @@
 // Golden-file test: relpos's attention against an independent numpy
-// implementation of SPEC.md sections 1-3 (tests/golden/gen_golden.py, which
+// implementation of docs/math.md sections 1-3 (tests/golden/gen_golden.py, which
 // also documents the file format). Each tests/golden/*.bin file holds one
 // case: options, shapes, inputs, dout and the expected out, lse and
 // gradients. The public API runs in double (the reference) and in float (the

@@ -1,5 +1,5 @@
 // Finite-difference gradient checks of the reference attention in double
-// (SPEC.md section 3), over the standard option matrix of
+// (docs/math.md section 3), over the standard option matrix of
 // src/testing/attention_cases.h: shared / per-head tables, each term on and
 // off, causal, padding with an empty batch item, Nq != Nk with default,
 // positive, zero and negative offsets, k = 0, k >= n, dk != dv, n = 1.
@@ -48,7 +48,7 @@ double Loss(const AttentionData<double>& data, const std::vector<double>& r) {
   return loss;
 }
 
-// Table row of the pair (i, j): clip(j - (i + off), -k, k) + k (SPEC.md 1)
+// Table row of the pair (i, j): clip(j - (i + off), -k, k) + k (docs/math.md section 1)
 // for Shaw, the scheme's bucket map otherwise, written independently of
 // src/core (AttentionCase::Bucket).
 int64_t Bucket(const AttentionCase& c, int64_t i, int64_t j) {

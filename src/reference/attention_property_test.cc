@@ -1,4 +1,4 @@
-// Properties of relative attention that follow from SPEC.md sections 1-3,
+// Properties of relative attention that follow from docs/math.md sections 1-3,
 // checked on the reference path (double unless stated):
 //   (a) zero tables give plain softmax attention;
 //   (b) only relative positions matter (query shift, key shift, decoding
@@ -41,7 +41,7 @@ AttentionOutputBuffers<double> Forward(const AttentionData<double>& d) {
   return Forward(d, d.c.options);
 }
 
-// Scaled score of pair (i, j) in (b, h), SPEC.md section 2, written out here
+// Scaled score of pair (i, j) in (b, h), docs/math.md section 2, written out here
 // with its own bucket formula (no src/core code).
 double Score(const AttentionData<double>& d, int64_t b, int64_t h, int64_t i,
              int64_t j) {
@@ -178,7 +178,7 @@ INSTANTIATE_TEST_SUITE_P(Standard, PropertyTest,
 
 // ---- (b) only relative positions matter ---------------------------------
 //
-// In SPEC.md's convention absolute positions are anchored at key index 0:
+// In docs/math.md's convention absolute positions are anchored at key index 0:
 // key j sits at position j, query row i at i + off. "Shift every position by
 // c" therefore has to be expressed by moving rows of Q / K and compensating
 // in off; all four tests below keep every distance j - (i + off) and every
@@ -221,7 +221,7 @@ TEST(RelativeOnly, PrependingQueryRowsWithLowerOffset) {
 
 // Key side: call B drops the first c keys and lowers off by c, so every
 // remaining key keeps its distance to every query. In call A those c keys
-// must be invisible for the results to agree, and SPEC has no mask for
+// must be invisible for the results to agree, and docs/math.md has no mask for
 // leading keys; instead we make them invisible numerically: q[.., 0] = 1 for
 // every query and k[j, 0] = -1e5 for the dropped keys, so their scores are
 // below max - 1e4 and exp() underflows to exactly 0 in double. Causal and
@@ -274,7 +274,7 @@ TEST(RelativeOnly, DroppingLeadingKeysWithLowerOffset) {
 
 // Decoding with a key/value cache: row i of a causal self-attention over n
 // positions equals a single-query call against the first i + 1 keys with
-// the DEFAULT offset Nk - Nq = i (SPEC.md section 1: queries are the last
+// the DEFAULT offset Nk - Nq = i (docs/math.md section 1: queries are the last
 // Nq positions). A chunk of queries [i0, i1) against keys [0, i1) likewise.
 TEST(RelativeOnly, IncrementalDecodingMatchesFullCausal) {
   for (bool per_head : {false, true}) {
@@ -407,7 +407,7 @@ TEST_F(FarBucketTest, KeyTableRowAffectsOnlyItsPairs) {
 
 // Changing AV row r by delta leaves every score alone and moves o_i by
 // exactly W[i, r] delta, W[i, r] = sum of p_ij over the pairs in bucket r
-// (SPEC.md section 2), with p_ij = exp(s_ij - lse_i) from the test's own
+// (docs/math.md section 2), with p_ij = exp(s_ij - lse_i) from the test's own
 // scores and the API's lse.
 TEST_F(FarBucketTest, ValueTableRowMovesOutputByBucketMass) {
   const int64_t k = c_.options.max_distance;

@@ -95,7 +95,7 @@ T Score(const AttentionProblem& p, const HeadSlice<T>& s, int64_t i,
   return score;
 }
 
-// Probabilities p_ij of row i over its visible keys j < end (SPEC section 2):
+// Probabilities p_ij of row i over its visible keys j < end (docs/math.md section 2):
 // s_ij = (q_i . k_j + q_i . AK[r(i,j)]) / sqrt(dk) for Shaw, Score() for
 // every scheme; p = softmax(s). Returns the log-sum-exp of the scores.
 template <typename T>

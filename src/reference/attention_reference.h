@@ -1,4 +1,4 @@
-// Reference relative attention, written straight from SPEC.md sections 2-3,
+// Reference relative attention, written straight from docs/math.md sections 2-3,
 // one (query, key) pair at a time. It is the oracle for every fast path, so
 // it favours being obviously right over being fast: O(Nq Nk d) work per
 // (batch, head) and a full Nq x Nk probability row per query.

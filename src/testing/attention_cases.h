@@ -29,7 +29,7 @@
 // - Output and gradient buffers start filled with NaN, so an element the
 //   implementation forgets to write (gradients are overwritten, never
 //   accumulated: include/relpos/attention.h) shows up as a failure.
-// - Flops(): SPEC.md section 7's vanilla forward convention, 4 B H Nq Nk d with
+// - Flops(): docs/math.md section 7's vanilla forward convention, 4 B H Nq Nk d with
 //   d = (dk + dv) / 2, i.e. 2 B H Nq Nk (dk + dv): the Q K^T and P V GEMMs,
 //   dense (no discount for causal or padding masks). Backward is 2.5x that.
 #ifndef RELPOS_SRC_TESTING_ATTENTION_CASES_H_
@@ -55,9 +55,9 @@ struct AttentionCase {
   int64_t batch = 1, heads = 1, q_len = 1, k_len = 1, dk = 1, dv = 1;
   AttentionOptions options;
 
-  // SPEC.md section 7 convention (see the comment at the top of this file).
+  // docs/math.md section 7 convention (see the comment at the top of this file).
   double Flops() const;
-  // SPEC.md section 4's extra work of the relative terms: the two small GEMMs
+  // docs/math.md section 4's extra work of the relative terms: the two small GEMMs
   // Q AK^T and W AV, 2 B H Nq (2k+1) dk + 2 B H Nq (2k+1) dv (only for the
   // terms that are on).
   double RelativeFlops() const;
@@ -80,7 +80,7 @@ struct AttentionCase {
   double AlibiSlope(int64_t h) const;
   // Number of table copies: H for per-head tables, 1 for shared ones.
   int64_t TableHeads() const { return options.per_head_tables ? heads : 1; }
-  // Resolved query offset: options.query_offset or Nk - Nq (SPEC.md 1).
+  // Resolved query offset: options.query_offset or Nk - Nq (docs/math.md section 1).
   int64_t QueryOffset() const {
     return options.query_offset.value_or(k_len - q_len);
   }
@@ -94,7 +94,7 @@ struct AttentionCase {
   int64_t OutNumel() const { return batch * heads * q_len * dv; }
   int64_t LseNumel() const { return batch * heads * q_len; }
   // Keys visible to row i of batch item b are exactly [0, KeyEnd(b, i))
-  // (SPEC.md section 1 masks), computed here independently of src/core.
+  // (docs/math.md section 1 masks), computed here independently of src/core.
   int64_t KeyEnd(int64_t b, int64_t i) const;
   // One line: shapes and options, for failure messages.
   std::string Describe() const;
@@ -308,7 +308,7 @@ ConstView<T> OutShaped(const AttentionCase& c, const std::vector<T>& v) {
 
 // ---- tolerances for comparing two implementations -------------------------
 //
-// Rounding-error scales of one case (SPEC.md sections 2-3), computed in double
+// Rounding-error scales of one case (docs/math.md sections 2-3), computed in double
 // from the data: for every output tensor, an upper bound on the sum of the
 // absolute values of the terms one of its elements adds up, and a bound on
 // the relative error of each term. Two implementations of the same case with

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Writes the golden files for relpos's attention (tests/golden/*.bin).
 
-An independent numpy implementation of SPEC.md sections 1-3, written from the
-SPEC and deliberately vectorised differently from the C++ reference: it builds
+An independent numpy implementation of docs/math.md sections 1-3, written from the
+docs/math.md and deliberately vectorised differently from the C++ reference: it builds
 the full bucket-index matrix R[i, j] = clip(j - (i + off), -k, k) + k, gathers
 the relative tensors AK[R] and AV[R] of shape [Nq, Nk, d] (the
 "materialised" form the fused kernel avoids), uses einsum for every product and
@@ -41,7 +41,7 @@ VERSION = 1
 
 
 def bucket_matrix(q_len, k_len, off, k):
-    """R[i, j] = clip(j - (i + off), -k, k) + k (SPEC.md section 1)."""
+    """R[i, j] = clip(j - (i + off), -k, k) + k (docs/math.md section 1)."""
     i = np.arange(q_len)[:, None]
     j = np.arange(k_len)[None, :]
     return np.clip(j - (i + off), -k, k) + k
@@ -98,7 +98,7 @@ def attention(case, x):
             # o_i = sum_j p_ij v_j + sum_j p_ij AV[r(i,j)]
             o = p @ v + np.einsum("ij,ijd->id", p, av_g)
             out[b, h] = o
-            # SPEC.md section 3.
+            # docs/math.md section 3.
             dP = do @ v.T + np.einsum("id,ijd->ij", do, av_g)
             D = np.einsum("id,id->i", do, o)
             dS = p * (dP - D[:, None])
