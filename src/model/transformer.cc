@@ -62,13 +62,12 @@ struct ParamSpec {
 };
 constexpr bool kDecay = true, kNoDecay = false;
 
-// The one place the model spells a relative table's layout: [2k+1, dh]
-// shared by the heads, or [H, 2k+1, dh] with per_head_tables.
+// A relative table of this model: 2k+1 rows of width dh, shared by the
+// heads or per head (nn::RelativeTableView spells the layout).
 template <typename T>
 TensorView<T> RelativeTableView(T* data, const ModelConfig& c) {
-  const int64_t rows = 2 * c.max_distance + 1, dh = c.d_model / c.heads;
-  return c.per_head_tables ? TensorView<T>(data, {c.heads, rows, dh})
-                           : TensorView<T>(data, {rows, dh});
+  return nn::RelativeTableView(data, c.heads, 2 * c.max_distance + 1,
+                               c.d_model / c.heads, c.per_head_tables);
 }
 
 std::vector<int64_t> RelativeTableShape(const ModelConfig& c) {

@@ -160,8 +160,7 @@ AttentionInputs<T> Inputs(const MhaCache<T>& c, const MhaWeights<T>& w,
                       {grp.count, s.heads, grp.padded, dh});
   auto table = [&](const T* t) {
     if (t == nullptr) return ConstView<T>();
-    return o.per_head_tables ? ConstView<T>(t, {s.heads, rows, dh})
-                             : ConstView<T>(t, {rows, dh});
+    return RelativeTableView(t, s.heads, rows, dh, o.per_head_tables);
   };
   in.ak = o.key_term ? table(w.rel_k) : ConstView<T>();
   in.av = o.value_term ? table(w.rel_v) : ConstView<T>();
@@ -247,8 +246,8 @@ void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
       (options.per_head_tables ? s.heads : 1) * table_rows * dh;
   auto table = [&](T* t) {
     if (t == nullptr) return TensorView<T>();
-    return options.per_head_tables ? TensorView<T>(t, {s.heads, table_rows, dh})
-                                   : TensorView<T>(t, {table_rows, dh});
+    return RelativeTableView(t, s.heads, table_rows, dh,
+                             options.per_head_tables);
   };
   const bool dak = options.key_term && g.rel_k != nullptr;
   const bool dav = options.value_term && g.rel_v != nullptr;

@@ -16,6 +16,16 @@
 
 namespace relpos::nn {
 
+// The one place a relative table's layout is spelled: [rows, dh] shared by
+// the heads (Shaw et al.), or [heads, rows, dh] with per-head tables. T may
+// be const (a ConstView).
+template <typename T>
+TensorView<T> RelativeTableView(T* data, int64_t heads, int64_t rows,
+                                int64_t dh, bool per_head) {
+  return per_head ? TensorView<T>(data, {heads, rows, dh})
+                  : TensorView<T>(data, {rows, dh});
+}
+
 struct MhaShape {
   int64_t batch = 0, length = 0, d_model = 0, heads = 0;
   // Null: x, y, dy and dx hold batch * length rows (sequence b's position i
