@@ -5,6 +5,7 @@
 // the GIL while relpos computes, and leaves every value check to the C++
 // library (whose InvalidArgument the module maps to ValueError).
 #include "position_schemes_ext.h"
+#include "array_view.h"
 
 #include <cstdint>
 #include <string>
@@ -68,25 +69,6 @@ void ClipBucketArray(InArray<int64_t> r, OutArray<int64_t> out, int64_t left,
   for (size_t i = 0; i < n; ++i) op[i] = ClipBucket(rp[i], b);
 }
 
-// TensorView has an initializer-list constructor only: ranks 1 to 4.
-template <typename T, typename Array>
-TensorView<T> View(const Array& a, const char* name) {
-  T* data = const_cast<T*>(a.data());
-  int64_t s[4] = {0, 0, 0, 0};
-  const size_t rank = a.ndim();
-  for (size_t i = 0; i < rank && i < 4; ++i) s[i] = int64_t(a.shape(i));
-  switch (rank) {
-    case 1: return TensorView<T>(data, {s[0]});
-    case 2: return TensorView<T>(data, {s[0], s[1]});
-    case 3: return TensorView<T>(data, {s[0], s[1], s[2]});
-    case 4: return TensorView<T>(data, {s[0], s[1], s[2], s[3]});
-    default:
-      throw InvalidArgument(std::string("relpos: ") + name +
-                            " must have rank 1 to 4 (got rank " +
-                            std::to_string(rank) + ")");
-  }
-}
-
 RopeLayout ParseLayout(const std::string& layout) {
   if (layout == "split_halves") return RopeLayout::kSplitHalves;
   if (layout == "interleaved") return RopeLayout::kInterleaved;
@@ -107,8 +89,8 @@ void Rope(InArray<T> x, OutArray<T> out, int64_t position_offset, double base,
   o.path = std::is_same_v<T, float> ? RopePath::kAuto : RopePath::kReference;
   const char* in_name = backward ? "dy" : "x";
   const char* out_name = backward ? "dx" : "out";
-  const ConstView<T> in_view = View<const T>(x, in_name);
-  const TensorView<T> out_view = View<T>(out, out_name);
+  const ConstView<T> in_view = ToView<const T>(x, in_name);
+  const TensorView<T> out_view = ToView<T>(out, out_name);
   nb::gil_scoped_release release;
   if (backward) {
     RopeBackward<T>(in_view, out_view, o);

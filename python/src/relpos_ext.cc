@@ -23,6 +23,7 @@
 
 #include "relpos/relpos.h"
 #include "position_schemes_ext.h"
+#include "array_view.h"
 
 namespace nb = nanobind;
 
@@ -34,26 +35,6 @@ template <typename T>
 using InArray = nb::ndarray<const T, nb::c_contig, nb::device::cpu>;
 template <typename T>
 using OutArray = nb::ndarray<T, nb::c_contig, nb::device::cpu>;
-
-// TensorView only has an initializer-list constructor (its rank is fixed at
-// the call site in C++), so spell out the ranks relpos uses: 1 to 4.
-template <typename T, typename Array>
-TensorView<T> ToView(const Array& a, const char* name) {
-  T* data = const_cast<T*>(a.data());  // T is const for inputs already
-  int64_t s[4] = {0, 0, 0, 0};
-  const size_t rank = a.ndim();
-  for (size_t i = 0; i < rank && i < 4; ++i) s[i] = int64_t(a.shape(i));
-  switch (rank) {
-    case 1: return TensorView<T>(data, {s[0]});
-    case 2: return TensorView<T>(data, {s[0], s[1]});
-    case 3: return TensorView<T>(data, {s[0], s[1], s[2]});
-    case 4: return TensorView<T>(data, {s[0], s[1], s[2], s[3]});
-    default:
-      throw InvalidArgument(std::string("relpos: ") + name +
-                            " must have rank 1 to 4 (got rank " +
-                            std::to_string(rank) + ")");
-  }
-}
 
 template <typename T>
 ConstView<T> ToOptionalView(const std::optional<InArray<T>>& a,
