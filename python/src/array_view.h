@@ -1,15 +1,24 @@
-// A relpos::TensorView over a nanobind array, shared by the extension's
-// source files (relpos_ext.cc, position_schemes_ext.cc).
+// The extension's array types and a relpos::TensorView over them, shared by
+// its source files (relpos_ext.cc, position_schemes_ext.cc).
 #ifndef RELPOS_PYTHON_SRC_ARRAY_VIEW_H_
 #define RELPOS_PYTHON_SRC_ARRAY_VIEW_H_
 
 #include <cstdint>
 #include <string>
 
+#include <nanobind/ndarray.h>
+
 #include "relpos/error.h"
 #include "relpos/tensor_view.h"
 
 namespace relpos {
+
+// Read-only input and writable output arrays: C-contiguous, on the CPU.
+template <typename T>
+using InArray =
+    nanobind::ndarray<const T, nanobind::c_contig, nanobind::device::cpu>;
+template <typename T>
+using OutArray = nanobind::ndarray<T, nanobind::c_contig, nanobind::device::cpu>;
 
 // TensorView only has an initializer-list constructor (its rank is fixed at
 // the call site in C++), so spell out the ranks relpos uses: 1 to 4. T is

@@ -25,11 +25,6 @@ namespace nb = nanobind;
 namespace relpos {
 namespace {
 
-template <typename T>
-using InArray = nb::ndarray<const T, nb::c_contig, nb::device::cpu>;
-template <typename T>
-using OutArray = nb::ndarray<T, nb::c_contig, nb::device::cpu>;
-
 void CheckSameSize(size_t in, size_t out, const char* what) {
   if (in != out)
     throw InvalidArgument(std::string("relpos: ") + what +

@@ -30,12 +30,6 @@ namespace nb = nanobind;
 namespace relpos {
 namespace {
 
-// Read-only input and writable output arrays: C-contiguous, on the CPU.
-template <typename T>
-using InArray = nb::ndarray<const T, nb::c_contig, nb::device::cpu>;
-template <typename T>
-using OutArray = nb::ndarray<T, nb::c_contig, nb::device::cpu>;
-
 template <typename T>
 ConstView<T> ToOptionalView(const std::optional<InArray<T>>& a,
                             const char* name) {
