@@ -9,6 +9,7 @@
 #include <cmath>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -470,22 +471,30 @@ struct SchemeLayer {
   }
 };
 
+// The parameter's case for sequences of `keys` positions (XL's reach), with
+// the causality and key lengths of a test (T5 buckets causal when the mask
+// is).
+SchemeLayerCase CaseFor(const std::string& name, int64_t keys, bool causal,
+                        std::vector<int64_t> key_lengths) {
+  SchemeLayerCase c = SchemeLayerCases(keys)[0];
+  for (const SchemeLayerCase& sc : SchemeLayerCases(keys)) {
+    if (sc.name == name) c = sc;
+  }
+  c.options.causal = causal;
+  c.options.key_lengths = std::move(key_lengths);
+  c.options.buckets.t5.bidirectional = !causal;
+  return c;
+}
+
 class MhaSchemeTest : public ::testing::TestWithParam<SchemeLayerCase> {};
 
 TEST_P(MhaSchemeTest, GradientsMatchFiniteDifferences) {
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal ? "causal" : "bidirectional");
     const MhaShape s{2, 6, 8, 2};
-    SchemeLayerCase c = SchemeLayerCases(s.length)[0];
-    for (const SchemeLayerCase& sc : SchemeLayerCases(s.length)) {
-      if (sc.name == GetParam().name) c = sc;
-    }
-    AttentionOptions o = c.options;
-    o.causal = causal;
-    if (causal && o.buckets.kind == BucketKind::kT5) {
-      o.buckets.t5 = {8, 5, false};
-    }
-    o.key_lengths = {6, 4};
+    const SchemeLayerCase c =
+        CaseFor(GetParam().name, s.length, causal, {6, 4});
+    const AttentionOptions& o = c.options;
     Rng rng(42);
     SchemeLayer<double> layer(c, s, rng);
     std::vector<double> x = RandomVector(s.rows() * s.d_model, rng);
@@ -526,14 +535,8 @@ TEST_P(MhaSchemeTest, PackedLengthGroupsMatchPaddedRows) {
   const int64_t B = static_cast<int64_t>(lengths.size()), N = 40, d = 8;
   const MhaShape padded{B, N, d, 2};
   const MhaShape packed{B, N, d, 2, lengths.data()};
-  SchemeLayerCase c = SchemeLayerCases(N)[0];
-  for (const SchemeLayerCase& sc : SchemeLayerCases(N)) {
-    if (sc.name == GetParam().name) c = sc;
-  }
-  AttentionOptions o = c.options;
-  o.causal = true;
-  o.key_lengths = lengths;
-  if (o.buckets.kind == BucketKind::kT5) o.buckets.t5 = {8, 5, false};
+  const SchemeLayerCase c = CaseFor(GetParam().name, N, true, lengths);
+  const AttentionOptions& o = c.options;
   Rng rng(7);
   SchemeLayer<double> a(c, padded, rng);
   SchemeLayer<double> p = a;
@@ -604,14 +607,8 @@ TEST_P(MhaSchemeTest, PackedLengthGroupsMatchPaddedRows) {
 // MhaTest.FloatMatchesDouble.
 TEST_P(MhaSchemeTest, FloatMatchesDouble) {
   const MhaShape s{2, 37, 32, 4};
-  SchemeLayerCase c = SchemeLayerCases(s.length)[0];
-  for (const SchemeLayerCase& sc : SchemeLayerCases(s.length)) {
-    if (sc.name == GetParam().name) c = sc;
-  }
-  AttentionOptions o = c.options;
-  o.causal = true;
-  o.key_lengths = {37, 20};
-  if (o.buckets.kind == BucketKind::kT5) o.buckets.t5 = {8, 5, false};
+  const SchemeLayerCase c = CaseFor(GetParam().name, s.length, true, {37, 20});
+  const AttentionOptions& o = c.options;
   Rng rd(9), rf(9);
   SchemeLayer<double> ld(c, s, rd);
   SchemeLayer<float> lf(c, s, rf);
