@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "model/positions.h"
 #include "model/transformer_block.h"
 #include "nn/grad_check_test_util.h"
+#include "relpos/attention.h"
 #include "relpos/error.h"
 
 namespace relpos::model {
@@ -341,6 +343,50 @@ TEST(TransformerTest, ParameterFreeSchemesChangeTheModel) {
     EXPECT_NE(m.Evaluate(TinyBatch(), nullptr, nullptr),
               none.Evaluate(TinyBatch(), nullptr, nullptr))
         << ToString(p);
+  }
+}
+
+// The float model runs the fused kernel for every scheme it supports: the
+// options of model/positions.h, forced onto AttentionPath::kFused (which
+// throws for a scheme the kernel does not support), run for every scheme
+// but shaw-log, whose vector tables under T5 buckets still fall back to the
+// reference (docs/model.md).
+TEST(TransformerTest, SchemesTakeTheFusedKernel) {
+  for (Arch arch : {Arch::kEncoder, Arch::kDecoder}) {
+    for (PositionScheme p : AllSchemes()) {
+      const ModelConfig c = Tiny(arch, p);
+      const int64_t B = 2, H = c.heads, N = 6, dh = c.d_model / c.heads;
+      AttentionOptions o = AttentionOptionsFor(c, N);
+      o.path = AttentionPath::kFused;
+      const int64_t rows =
+          o.position_query_bias ? 2 * o.max_distance + 1 : RelativeTableRows(c);
+      std::vector<float> qkv(B * H * N * dh, 0.25f), out(qkv.size()),
+          lse(B * H * N), table(H * std::max<int64_t>(rows, 1) * dh, 0.1f),
+          bias(H * std::max<int64_t>(rows, 1), 0.1f), pb(H * dh, 0.1f);
+      const ConstView<float> x(qkv.data(), {B, H, N, dh});
+      AttentionInputs<float> in{x, x, x};
+      const bool per_head = o.per_head_tables;
+      auto tab = [&] {
+        return per_head ? ConstView<float>(table.data(), {H, rows, dh})
+                        : ConstView<float>(table.data(), {rows, dh});
+      };
+      if (o.key_term && o.score_term == ScoreTerm::kVector) in.ak = tab();
+      if (o.value_term) in.av = tab();
+      if (o.key_term && o.score_term == ScoreTerm::kScalarTable) {
+        in.bias = ConstView<float>(bias.data(), {H, rows});
+      }
+      if (o.position_query_bias) in.pb = ConstView<float>(pb.data(), {H, dh});
+      auto run = [&] {
+        AttentionForward<float>(in,
+                                TensorView<float>(out.data(), {B, H, N, dh}),
+                                TensorView<float>(lse.data(), {B, H, N}), o);
+      };
+      if (p == PositionScheme::kShawLog) {
+        EXPECT_THROW(run(), InvalidArgument) << ToString(arch);
+      } else {
+        EXPECT_NO_THROW(run()) << ToString(arch) << " " << ToString(p);
+      }
+    }
   }
 }
 
