@@ -45,6 +45,37 @@ template void RopeHeads<float>(bool, float*, int64_t, int64_t, int64_t, int64_t,
 template void RopeHeads<double>(bool, double*, int64_t, int64_t, int64_t,
                                 int64_t, int64_t, const MhaPositions&);
 
+template <typename T>
+void XlAttentionTables(const MhaWeights<T>& w, int64_t d_model, int64_t heads,
+                       int64_t k, MhaCache<T>* c) {
+  // Shapes: xl_r [2k+1, d], xl_table [H, 2k+1, dh], xl_pb [H, dh]; the
+  // product flat [2k+1, H*dh] = R W^T, then table[h, row, e] =
+  // flat[row, h*dh + e].
+  const int64_t d = d_model, H = heads, dh = d / heads, rows = 2 * k + 1;
+  if (static_cast<int64_t>(c->xl_r.size()) != rows * d) {
+    c->xl_r.resize(rows * d);
+    XlSinusoidTable<T>(k, d, c->xl_r.data());
+  }
+  std::vector<T> flat(rows * d);
+  Matmul<T>(Trans::kNo, Trans::kYes, rows, d, d, T(1), c->xl_r.data(), d,
+            w.xl_w, d, T(0), flat.data(), d);
+  c->xl_table.resize(rows * d);
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t row = 0; row < rows; ++row) {
+      std::copy(flat.data() + row * d + h * dh,
+                flat.data() + row * d + (h + 1) * dh,
+                c->xl_table.data() + (h * rows + row) * dh);
+    }
+  }
+  c->xl_pb.resize(H * dh);
+  for (int64_t i = 0; i < H * dh; ++i) c->xl_pb[i] = w.xl_v[i] - w.xl_u[i];
+}
+
+template void XlAttentionTables<float>(const MhaWeights<float>&, int64_t,
+                                       int64_t, int64_t, MhaCache<float>*);
+template void XlAttentionTables<double>(const MhaWeights<double>&, int64_t,
+                                        int64_t, int64_t, MhaCache<double>*);
+
 namespace {
 
 // Per-group cost of one more attention call, in units of query-key pairs
@@ -211,32 +242,6 @@ AttentionInputs<T> Inputs(const MhaCache<T>& c, const MhaWeights<T>& w,
   return in;
 }
 
-// Transformer-XL's key table from the projection: flat [2k+1, H*dh] =
-// R [2k+1, d] W^T, then table[h, row, e] = flat[row, h*dh + e].
-template <typename T>
-void XlTableForward(const MhaWeights<T>& w, const MhaShape& s,
-                    const AttentionOptions& o, MhaCache<T>* c) {
-  const int64_t d = s.d_model, dh = s.head_dim(), H = s.heads;
-  const int64_t k = o.max_distance, rows = 2 * k + 1;
-  if (static_cast<int64_t>(c->xl_r.size()) != rows * d) {
-    c->xl_r.resize(rows * d);
-    XlSinusoidTable<T>(k, d, c->xl_r.data());
-  }
-  std::vector<T> flat(rows * d);
-  Matmul<T>(Trans::kNo, Trans::kYes, rows, d, d, T(1), c->xl_r.data(), d,
-            w.xl_w, d, T(0), flat.data(), d);
-  c->xl_table.resize(rows * d);
-  for (int64_t h = 0; h < H; ++h) {
-    for (int64_t row = 0; row < rows; ++row) {
-      std::copy(flat.data() + row * d + h * dh,
-                flat.data() + row * d + (h + 1) * dh,
-                c->xl_table.data() + (h * rows + row) * dh);
-    }
-  }
-  c->xl_pb.resize(H * dh);
-  for (int64_t i = 0; i < H * dh; ++i) c->xl_pb[i] = w.xl_v[i] - w.xl_u[i];
-}
-
 // RoPE over the layout's groups: q (or dq) at positions i + off, k (or dk)
 // at positions j, forward or backward, in place.
 template <typename T>
@@ -316,7 +321,7 @@ void MultiHeadAttentionForward(const T* x, const MhaWeights<T>& w, T* y,
   // XL: q <- q + u; AK_h[r + k] = W_h R_{-r}; pb = v - u.
   if (p.xl) {
     AddQueryBias<T>(w.xl_u, s, layout, cache->q.data());
-    XlTableForward<T>(w, s, options, cache);
+    XlAttentionTables<T>(w, s.d_model, s.heads, options.max_distance, cache);
   }
 
   for (const AttentionLayout::Group& grp : layout.groups) {

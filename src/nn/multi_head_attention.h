@@ -135,6 +135,17 @@ struct MhaScratch {
   std::vector<T> dxl_table, dxl_pb, xl_flat;
 };
 
+// Transformer-XL's inputs to attention from the weights (docs/math.md
+// section 8), into cache->xl_r (the sinusoids R [2k+1, d_model], row r + k
+// holding R_{-r}; recomputed only when k changes), cache->xl_table (the key
+// table [H, 2k+1, dh], AK_h[r + k] = W_h R_{-r}) and cache->xl_pb (pb =
+// v - u, [H, dh]). k must cover every distance of the call (no clipping).
+// The queries passed to attention must be q + u (the forward pass below
+// adds it). The one place the XL table is built.
+template <typename T>
+void XlAttentionTables(const MhaWeights<T>& w, int64_t d_model, int64_t heads,
+                       int64_t k, MhaCache<T>* cache);
+
 // x [rows, d_model] -> y [rows, d_model] (rows and their layout as
 // MhaShape says). `attention` carries the scheme (bucket map, score term,
 // tables' layout, terms), causal and key_lengths; `positions` what the layer
