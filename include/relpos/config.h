@@ -1,7 +1,7 @@
 // The configuration of a model and its training run: every setting of
 // docs/settings.md, by section ("model", "train") and JSON key, with the
 // defaults, types and ranges declared once in the library. Values are set
-// and read as text ("64", "relative", "8-16", "true"), parsed and checked
+// and read as text ("64", "shaw", "8-16", "true"), parsed and checked
 // against their declaration; JSON files use the same keys.
 //
 //   relpos::ExperimentConfig c;            // built-in defaults
@@ -53,7 +53,7 @@ class ExperimentConfig {
   // The same, as a default: it does not count as given.
   void SetDefault(const std::string& section, const std::string& key,
                   const std::string& value);
-  // The current value as text, e.g. Get("model", "position") == "relative".
+  // The current value as text, e.g. Get("model", "position") == "shaw".
   std::string Get(const std::string& section, const std::string& key) const;
   bool Given(const std::string& section, const std::string& key) const;
 

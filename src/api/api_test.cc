@@ -45,7 +45,9 @@ ExperimentConfig Tiny() {
 
 TEST(ExperimentConfig, SetGetByNameWithDeclaredLimits) {
   ExperimentConfig c;
-  EXPECT_EQ(c.Get("model", "position"), "relative");
+  EXPECT_EQ(c.Get("model", "position"), "shaw");
+  c.Set("model", "position", "relative");  // the old name of shaw
+  EXPECT_EQ(c.Get("model", "position"), "shaw");
   c.Set("model", "--terms", "key");
   EXPECT_EQ(c.Get("model", "key_term"), "true");
   EXPECT_EQ(c.Get("model", "value_term"), "false");

@@ -29,9 +29,16 @@ CLI::Option* AddProgressFlag(CLI::App* sub, std::string* storage) {
 
 std::string PositionLabel(const ExperimentConfig& c) {
   std::string s = c.Get("model", "position");
-  if (s == "relative") {
+  // Shaw's schemes: the reach of the table and the terms in use.
+  std::string reach;
+  if (s == "shaw") reach = "k=" + c.Get("model", "max_distance");
+  if (s == "shaw-asym") {
+    reach = "k=" + c.Get("model", "k_left") + "/" + c.Get("model", "k_right");
+  }
+  if (s == "shaw-log") reach = c.Get("model", "num_buckets") + " buckets";
+  if (!reach.empty()) {
     const std::string terms = c.Get("model", "--terms");
-    s += " (k=" + c.Get("model", "max_distance");
+    s += " (" + reach;
     if (terms != "both") s += ", " + terms + " term";
     if (terms == "neither") s += "s";
     s += ")";

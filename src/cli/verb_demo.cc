@@ -61,8 +61,11 @@ struct DemoModel {
 
 std::string DemoName(const std::string& position) {
   if (position == "none") return "no positions";
-  if (position == "relative") return "relative (k=16)";
-  return "absolute (" + position + ")";
+  if (position == "relative" || position == "shaw") return "relative (k=16)";
+  if (position == "sinusoidal" || position == "learned") {
+    return "absolute (" + position + ")";
+  }
+  return "relative (" + position + ")";
 }
 
 // The demo's run: `train` is the shared training setup, `position` the
@@ -339,7 +342,10 @@ void AddDemoVerb(CLI::App& app, std::ostream& out) {
   AddProgressFlag(sub, &flags->progress);
   sub->add_option("--positions", flags->positions,
                   "Position schemes to compare, comma-separated (default "
-                  "sinusoidal,relative; learned and none are slower to train)");
+                  "sinusoidal,relative; any --position scheme: none, "
+                  "sinusoidal, learned, shaw (relative), shaw-asym, shaw-log, "
+                  "t5, alibi, rope, xl; learned and none are slower to "
+                  "train)");
   sub->add_option("--sequences", flags->sequences,
                   "Evaluation sequences per length (default 256)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

@@ -94,7 +94,7 @@ TEST_F(VerbTrainTest, TrainEvalAndResume) {
   for (const char* len : {"2", "4", "8"}) {
     EXPECT_LE(j["accuracy_by_length"][len].get<double>(), 1.0);
   }
-  EXPECT_EQ(j["position"], "relative");
+  EXPECT_EQ(j["position"], "shaw");  // written "shaw" (was "relative")
   EXPECT_EQ(j["step"], 6);
 
   // Plain table.
@@ -242,7 +242,7 @@ TEST_F(VerbTrainTest, DemoWritesResultsAndPlot) {
   ASSERT_EQ(j["models"].size(), 2u);
   for (const auto& m : j["models"]) {
     EXPECT_TRUE(m["name"].is_string());
-    EXPECT_TRUE(m["position"] == "sinusoidal" || m["position"] == "relative");
+    EXPECT_TRUE(m["position"] == "sinusoidal" || m["position"] == "shaw");
     // Lengths up to 4x the longest training length (16).
     EXPECT_TRUE(m["accuracy_by_length"].contains("64"));
     EXPECT_TRUE(m["sequence_accuracy_by_length"].contains("4"));

@@ -18,6 +18,7 @@ constexpr double kMaxLayers = 1024;
 constexpr double kMaxDff = double(int64_t{1} << 20);
 constexpr double kMaxLen = double(int64_t{1} << 24);
 constexpr double kMaxDistance = double(int64_t{1} << 20);
+constexpr double kMaxBuckets = 65536;
 constexpr double kMaxParams = 2147483648.0;  // 2^31 floats = 8 GiB
 
 constexpr const char* kWhat = "model config";
@@ -56,23 +57,71 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
                "Rows of the learned absolute position table", &C::max_len,
                Range{1, kMaxLen}),
       io::InGroup(
-          Words<C>("position", "--position", "How positions enter the model",
-                   {"none", "sinusoidal", "learned", "relative"},
+          Words<C>("position", "--position",
+                   "How positions enter the model: none, sinusoidal, learned "
+                   "(absolute, at the input), or inside attention: shaw "
+                   "(Shaw et al.; 'relative' is its old name), shaw-asym, "
+                   "shaw-log, t5, alibi, rope, xl (docs/model.md)",
+                   {"none", "sinusoidal", "learned", "shaw", "shaw-asym",
+                    "shaw-log", "t5", "alibi", "rope", "xl", "relative"},
                    [](const C& c) { return ToString(c.position); },
                    [](C& c, const std::string& s, const std::string&) {
                      c.position = ParsePositionScheme(s);
                    }),
           pos),
       io::InGroup(Field<C>("max_distance", "--max-distance,-k",
-                           "Clipping distance k of relative positions",
+                           "shaw: clipping distance k of relative positions",
                            &C::max_distance, Range{0, kMaxDistance}),
                   pos),
+      io::InGroup(Field<C>("k_left", "--k-left",
+                           "shaw-asym: distances r <= -k_left (the past) "
+                           "share a row (w2v-BERT 2.0: 64)",
+                           &C::k_left, Range{0, kMaxDistance}),
+                  pos),
+      io::InGroup(Field<C>("k_right", "--k-right",
+                           "shaw-asym: distances r >= k_right (the future) "
+                           "share a row (w2v-BERT 2.0: 8)",
+                           &C::k_right, Range{0, kMaxDistance}),
+                  pos),
+      io::InGroup(Field<C>("num_buckets", "--num-buckets",
+                           "t5, shaw-log: T5 buckets (Raffel et al.: 32); "
+                           "bidirectional for encoders, causal for decoders",
+                           &C::num_buckets, Range{2, kMaxBuckets}),
+                  pos),
+      io::InGroup(Field<C>("bucket_max_distance", "--bucket-max-distance",
+                           "t5, shaw-log: distance where T5's logarithmic "
+                           "buckets end (Raffel et al.: 128)",
+                           &C::bucket_max_distance, Range{2, kMaxLen}),
+                  pos),
+      io::InGroup(Field<C>("rope_base", "--rope-base",
+                           "rope: theta_t = base^(-2t/d_head) (Su et al.: "
+                           "10000)",
+                           &C::rope_base,
+                           Range{.lo = 0,
+                                 .hi = double(int64_t{1} << 40),
+                                 .lo_open = true}),
+                  pos),
+      io::InGroup(
+          Words<C>("rope_layout", "--rope-layout",
+                   "rope: pairs (t, t + d/2) as GPT-NeoX / Hugging Face "
+                   "Llama, or (2t, 2t+1) as the paper and GPT-J",
+                   {"split_halves", "interleaved"},
+                   [](const C& c) {
+                     return std::string(c.rope_interleaved ? "interleaved"
+                                                           : "split_halves");
+                   },
+                   [](C& c, const std::string& s, const std::string&) {
+                     c.rope_interleaved = s == "interleaved";
+                   }),
+          pos),
       io::InGroup(Field<C>("key_term", "",
-                           "Relative term inside the attention score",
+                           "Shaw's tables: relative term inside the "
+                           "attention score",
                            &C::key_term),
                   pos),
       io::InGroup(Field<C>("value_term", "",
-                           "Relative term inside the attention output",
+                           "Shaw's tables: relative term inside the "
+                           "attention output",
                            &C::value_term),
                   pos),
       io::InGroup(
@@ -85,8 +134,8 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
                    }),
           pos),
       io::InGroup(Field<C>("per_head_tables", "--per-head-tables",
-                           "One relative table pair per head (default: "
-                           "shared per layer)",
+                           "Shaw's tables: one table pair per head "
+                           "(default: shared per layer)",
                            &C::per_head_tables),
                   pos),
       io::InGroup(Field<C>("rel_init_scale", "--rel-init-scale",
@@ -107,6 +156,13 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
 
 }  // namespace
 
+constexpr PositionScheme kAllSchemes[] = {
+    PositionScheme::kNone,     PositionScheme::kSinusoidal,
+    PositionScheme::kLearned,  PositionScheme::kShaw,
+    PositionScheme::kShawAsym, PositionScheme::kShawLog,
+    PositionScheme::kT5,       PositionScheme::kAlibi,
+    PositionScheme::kRope,     PositionScheme::kXl};
+
 std::string ToString(PositionScheme scheme) {
   switch (scheme) {
     case PositionScheme::kNone:
@@ -115,23 +171,46 @@ std::string ToString(PositionScheme scheme) {
       return "sinusoidal";
     case PositionScheme::kLearned:
       return "learned";
-    case PositionScheme::kRelative:
-      return "relative";
+    case PositionScheme::kShaw:
+      return "shaw";
+    case PositionScheme::kShawAsym:
+      return "shaw-asym";
+    case PositionScheme::kShawLog:
+      return "shaw-log";
+    case PositionScheme::kT5:
+      return "t5";
+    case PositionScheme::kAlibi:
+      return "alibi";
+    case PositionScheme::kRope:
+      return "rope";
+    case PositionScheme::kXl:
+      return "xl";
   }
   return "unknown";
 }
 
 PositionScheme ParsePositionScheme(const std::string& name) {
-  for (PositionScheme s :
-       {PositionScheme::kNone, PositionScheme::kSinusoidal,
-        PositionScheme::kLearned, PositionScheme::kRelative}) {
+  // Checkpoints written before the scheme family say "relative".
+  if (name == "relative") return PositionScheme::kShaw;
+  for (PositionScheme s : kAllSchemes) {
     if (ToString(s) == name) return s;
   }
   RELPOS_THROW(InvalidArgument,
                "unknown position scheme '"
                    << name
-                   << "' (expected one of: none, sinusoidal, learned, "
-                      "relative)");
+                   << "' (expected one of: none, sinusoidal, learned, shaw, "
+                      "shaw-asym, shaw-log, t5, alibi, rope, xl; relative "
+                      "is shaw)");
+}
+
+bool IsRelative(PositionScheme s) {
+  return s != PositionScheme::kNone && s != PositionScheme::kSinusoidal &&
+         s != PositionScheme::kLearned;
+}
+
+bool HasShawTables(PositionScheme s) {
+  return s == PositionScheme::kShaw || s == PositionScheme::kShawAsym ||
+         s == PositionScheme::kShawLog;
 }
 
 std::string ToString(Arch arch) {
@@ -177,14 +256,56 @@ void Validate(const ModelConfig& c) {
   // overflow, and the cap keeps the allocation reasonable.
   const double d = static_cast<double>(c.d_model);
   const double dh = d / static_cast<double>(c.heads);
-  const double rows = 2.0 * static_cast<double>(c.max_distance) + 1.0;
+  const int64_t dh_int = c.d_model / c.heads;
+  if (c.position == PositionScheme::kRope) {
+    RELPOS_CHECK_ARG(dh_int % 2 == 0,
+                     "model config position 'rope' needs an even head width "
+                     "d_model / heads (got "
+                         << c.d_model << " / " << c.heads << " = " << dh_int
+                         << ")");
+  }
+  if (c.position == PositionScheme::kXl) {
+    RELPOS_CHECK_ARG(c.d_model % 2 == 0,
+                     "model config position 'xl' needs an even d_model "
+                     "(sines and cosines; got "
+                         << c.d_model << ")");
+  }
+  if (c.position == PositionScheme::kT5 ||
+      c.position == PositionScheme::kShawLog) {
+    // T5's buckets need exact = half / 2 >= 1 and a non-empty log range.
+    const bool bidirectional = c.arch == Arch::kEncoder;
+    const int64_t half = bidirectional ? c.num_buckets / 2 : c.num_buckets;
+    const int64_t exact = half / 2;
+    RELPOS_CHECK_ARG(exact >= 1,
+                     "model config field 'num_buckets' must be >= "
+                         << (bidirectional ? 4 : 2) << " for "
+                         << (bidirectional ? "an encoder's bidirectional"
+                                           : "a decoder's causal")
+                         << " T5 buckets (got " << c.num_buckets << ")");
+    RELPOS_CHECK_ARG(c.bucket_max_distance > exact,
+                     "model config field 'bucket_max_distance' must exceed "
+                     "the exact buckets' reach "
+                         << exact << " (num_buckets = " << c.num_buckets
+                         << "; got " << c.bucket_max_distance << ")");
+  }
   double per_layer = 4.0 * (d * d + d) + 2.0 * d * static_cast<double>(c.d_ff) +
                      static_cast<double>(c.d_ff) + d + 4.0 * d;
-  if (c.position == PositionScheme::kRelative) {
+  if (HasShawTables(c.position)) {
+    double rows = 2.0 * static_cast<double>(c.max_distance) + 1.0;
+    if (c.position == PositionScheme::kShawAsym) {
+      rows = static_cast<double>(c.k_left) + static_cast<double>(c.k_right) +
+             1.0;
+    } else if (c.position == PositionScheme::kShawLog) {
+      rows = static_cast<double>(c.num_buckets);
+    }
     const double tables =
         static_cast<double>(c.key_term) + static_cast<double>(c.value_term);
     per_layer += tables * rows * dh *
                  (c.per_head_tables ? static_cast<double>(c.heads) : 1.0);
+  } else if (c.position == PositionScheme::kT5) {
+    per_layer += static_cast<double>(c.heads * c.num_buckets);
+  } else if (c.position == PositionScheme::kXl) {
+    per_layer += d * d + 2.0 * d;
   }
   const double vocab = static_cast<double>(c.vocab_size);
   double total = static_cast<double>(c.layers) * per_layer + 2.0 * vocab * d +

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "model/transformer.h"
 #include "relpos/error.h"
@@ -25,6 +26,12 @@ ModelConfig NonDefault() {
   c.value_term = true;
   c.per_head_tables = true;
   c.rel_init_scale = 0.125;
+  c.k_left = 5;
+  c.k_right = 0;
+  c.num_buckets = 12;
+  c.bucket_max_distance = 99;
+  c.rope_base = 500000.0;
+  c.rope_interleaved = true;
   c.dropout = 0.25;
   c.seed = 18446744073709551615ULL;  // 2^64 - 1 survives the trip
   return c;
@@ -44,6 +51,12 @@ void ExpectEqual(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.value_term, b.value_term);
   EXPECT_EQ(a.per_head_tables, b.per_head_tables);
   EXPECT_EQ(a.rel_init_scale, b.rel_init_scale);
+  EXPECT_EQ(a.k_left, b.k_left);
+  EXPECT_EQ(a.k_right, b.k_right);
+  EXPECT_EQ(a.num_buckets, b.num_buckets);
+  EXPECT_EQ(a.bucket_max_distance, b.bucket_max_distance);
+  EXPECT_EQ(a.rope_base, b.rope_base);
+  EXPECT_EQ(a.rope_interleaved, b.rope_interleaved);
   EXPECT_EQ(a.dropout, b.dropout);
   EXPECT_EQ(a.seed, b.seed);
 }
@@ -54,6 +67,35 @@ TEST(ModelConfigTest, JsonRoundTripThroughText) {
   ExpectEqual(ModelConfigFromJson(nlohmann::json::parse(text)), c);
   EXPECT_EQ(ToJson(c)["position"], "learned");
   EXPECT_EQ(ToJson(c)["arch"], "decoder");
+  EXPECT_EQ(ToJson(c)["rope_layout"], "interleaved");
+}
+
+// A config.json written before the scheme family (position "relative", none
+// of the new keys) loads as Shaw's scheme with the old meaning of every
+// field; the new keys take their defaults.
+TEST(ModelConfigTest, OldRelativeConfigLoads) {
+  const nlohmann::json old = {{"arch", "encoder"},
+                              {"vocab_size", 16},
+                              {"d_model", 32},
+                              {"heads", 4},
+                              {"layers", 2},
+                              {"d_ff", 64},
+                              {"max_len", 128},
+                              {"position", "relative"},
+                              {"max_distance", 8},
+                              {"key_term", true},
+                              {"value_term", false},
+                              {"per_head_tables", true},
+                              {"rel_init_scale", 1.0},
+                              {"dropout", 0.0},
+                              {"seed", 3}};
+  const ModelConfig c = ModelConfigFromJson(old);
+  EXPECT_EQ(c.position, PositionScheme::kShaw);
+  EXPECT_EQ(c.max_distance, 8);
+  EXPECT_FALSE(c.value_term);
+  EXPECT_TRUE(c.per_head_tables);
+  EXPECT_EQ(c.k_left, ModelConfig().k_left);
+  EXPECT_EQ(ToJson(c)["position"], "shaw");
 }
 
 TEST(ModelConfigTest, MissingFieldsKeepDefaults) {
@@ -64,11 +106,15 @@ TEST(ModelConfigTest, MissingFieldsKeepDefaults) {
 }
 
 TEST(ModelConfigTest, EnumNames) {
-  for (PositionScheme s :
-       {PositionScheme::kNone, PositionScheme::kSinusoidal,
-        PositionScheme::kLearned, PositionScheme::kRelative}) {
-    EXPECT_EQ(ParsePositionScheme(ToString(s)), s);
+  const std::vector<std::string> names = {
+      "none",     "sinusoidal", "learned", "shaw", "shaw-asym",
+      "shaw-log", "t5",         "alibi",   "rope", "xl"};
+  for (const std::string& name : names) {
+    EXPECT_EQ(ToString(ParsePositionScheme(name)), name);
   }
+  // The old name of Shaw's scheme parses; the scheme is written "shaw".
+  EXPECT_EQ(ParsePositionScheme("relative"), PositionScheme::kShaw);
+  EXPECT_EQ(ToString(PositionScheme::kRelative), "shaw");
   EXPECT_EQ(ParseArch("encoder"), Arch::kEncoder);
   EXPECT_EQ(ParseArch("decoder"), Arch::kDecoder);
   EXPECT_THROW(ParsePositionScheme("rotary"), InvalidArgument);
@@ -117,6 +163,40 @@ TEST(ModelConfigTest, BadValuesNameTheField) {
   ExpectRejected<InvalidArgument>(with("position", "rotary"),
                                   {"position", "rotary", "relative"});
   ExpectRejected<InvalidArgument>(with("arch", "seq2seq"), {"arch", "seq2seq"});
+  ExpectRejected<InvalidArgument>(with("k_left", -1), {"k_left", "-1"});
+  ExpectRejected<InvalidArgument>(with("k_right", -2), {"k_right", "-2"});
+  ExpectRejected<InvalidArgument>(with("num_buckets", 1), {"num_buckets", "1"});
+  ExpectRejected<InvalidArgument>(with("bucket_max_distance", 0),
+                                  {"bucket_max_distance", "0"});
+  ExpectRejected<InvalidArgument>(with("rope_base", 0.0), {"rope_base", "0"});
+  ExpectRejected<InvalidArgument>(with("rope_layout", "halves"),
+                                  {"rope_layout", "halves"});
+  // Checks that depend on the scheme and the architecture.
+  auto scheme = [&](const std::string& position, const std::string& arch) {
+    nlohmann::json j = base;
+    j["position"] = position;
+    j["arch"] = arch;
+    return j;
+  };
+  nlohmann::json t5 = scheme("t5", "encoder");
+  t5["num_buckets"] = 3;  // bidirectional needs 4
+  ExpectRejected<InvalidArgument>(t5, {"num_buckets", "3", "4"});
+  t5["arch"] = "decoder";  // causal needs 2: accepted with a reach above 1
+  t5["bucket_max_distance"] = 2;
+  EXPECT_NO_THROW(ModelConfigFromJson(t5));
+  nlohmann::json log = scheme("shaw-log", "encoder");
+  log["num_buckets"] = 32;
+  log["bucket_max_distance"] = 8;  // exact reach 8: no log range
+  ExpectRejected<InvalidArgument>(log, {"bucket_max_distance", "8"});
+  // RoPE rotates pairs of each head's dimensions: 96 / 3 = 32 is fine,
+  // 96 / 32 = 3 is not.
+  nlohmann::json rope = scheme("rope", "decoder");
+  EXPECT_NO_THROW(ModelConfigFromJson(rope));
+  rope["heads"] = 32;
+  ExpectRejected<InvalidArgument>(rope, {"rope", "3"});
+  nlohmann::json xl = scheme("xl", "decoder");
+  xl["d_model"] = 9;
+  ExpectRejected<InvalidArgument>(xl, {"xl", "d_model", "9"});
   // Absurd sizes from an untrusted file: rejected before any allocation.
   ExpectRejected<InvalidArgument>(with("vocab_size", int64_t{1} << 40),
                                   {"vocab_size"});

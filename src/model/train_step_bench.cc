@@ -155,6 +155,25 @@ BENCHMARK_CAPTURE(BM_TrainStep, none, PositionScheme::kNone)
 BENCHMARK_CAPTURE(BM_TrainStep, relative, PositionScheme::kRelative)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+// The rest of the family at its default settings (docs/model.md).
+BENCHMARK_CAPTURE(BM_TrainStep, shaw_asym, PositionScheme::kShawAsym)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_TrainStep, shaw_log, PositionScheme::kShawLog)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_TrainStep, t5, PositionScheme::kT5)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_TrainStep, alibi, PositionScheme::kAlibi)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_TrainStep, rope, PositionScheme::kRope)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_TrainStep, xl, PositionScheme::kXl)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace relpos::model

@@ -5,8 +5,9 @@
 // 2020 show it trains without warm-up tricks):
 //   h       = x + Dropout(MultiHeadAttention(LayerNorm1(x)))
 //   x_next  = h + Dropout(W2 GELU(W1 LayerNorm2(h) + b1) + b2)
-// Input:  x_0 = Dropout(TokenEmbedding + AbsolutePosition)   (no position
-//         term for kNone / kRelative)
+// Input:  x_0 = Dropout(TokenEmbedding + AbsolutePosition)   (a position
+//         term only for kSinusoidal / kLearned; the other schemes act inside
+//         attention, model/positions.h)
 // Output: logits = LayerNormF(x_L) Whead^T + bhead; mean cross-entropy over
 //         the positions whose target is not -1.
 // Forward runs input, blocks, output; Backward runs them in reverse, each
@@ -19,6 +20,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "model/positions.h"
 #include "model/transformer_block.h"
 #include "nn/cross_entropy.h"
 #include "nn/dropout.h"
@@ -26,7 +28,6 @@
 #include "nn/layer_norm.h"
 #include "nn/linear.h"
 #include "nn/multi_head_attention.h"
-#include "nn/position_encoding.h"
 #include "relpos/attention.h"
 #include "relpos/params.h"
 
@@ -49,7 +50,7 @@ uint64_t ParamSeed(uint64_t model_seed, const std::string& name) {
   return mix.NextU64();
 }
 
-enum class Init { kZeros, kOnes, kNormal, kRelativeTable };
+enum class Init { kZeros, kOnes, kNormal, kRelativeTable };  // see BuildSpecs
 
 // Every tensor of the model, in checkpoint order, with its initialisation
 // and whether weight decay applies (BasicParameter::decay).
@@ -62,19 +63,12 @@ struct ParamSpec {
 };
 constexpr bool kDecay = true, kNoDecay = false;
 
-// A relative table of this model: 2k+1 rows of width dh, shared by the
-// heads or per head (nn::RelativeTableView spells the layout).
+// One of Shaw's vector tables of this model: nb rows of width dh, shared by
+// the heads or per head (nn::RelativeTableView spells the layout).
 template <typename T>
 TensorView<T> RelativeTableView(T* data, const ModelConfig& c) {
-  return nn::RelativeTableView(data, c.heads, 2 * c.max_distance + 1,
+  return nn::RelativeTableView(data, c.heads, RelativeTableRows(c),
                                c.d_model / c.heads, c.per_head_tables);
-}
-
-std::vector<int64_t> RelativeTableShape(const ModelConfig& c) {
-  const TensorView<float> view = RelativeTableView<float>(nullptr, c);
-  std::vector<int64_t> shape;
-  for (int i = 0; i < view.rank(); ++i) shape.push_back(view.dim(i));
-  return shape;
 }
 
 // Indices into the parameter vector for one block.
@@ -82,6 +76,7 @@ struct BlockParams {
   int64_t ln1_gamma, ln1_beta;
   int64_t wq, bq, wk, bk, wv, bv, wo, bo;
   int64_t rel_k = -1, rel_v = -1;
+  int64_t t5_bias = -1, xl_w = -1, xl_u = -1, xl_v = -1;
   int64_t ln2_gamma, ln2_beta;
   int64_t ff_in_w, ff_in_b, ff_out_w, ff_out_b;
 };
@@ -116,8 +111,15 @@ ParamIndex BuildSpecs(const ModelConfig& c, std::vector<ParamSpec>* specs) {
     idx.position =
         add("embed.position", {c.max_len, d}, kNoDecay, Init::kNormal, 1.0);
   }
-  const bool relative = c.position == PositionScheme::kRelative;
-  const std::vector<int64_t> table_shape = RelativeTableShape(c);
+  // Position tensors inside attention (docs/model.md, "Position schemes"),
+  // never decayed: Shaw's tables (Xavier normal times rel_init_scale), T5's
+  // scalar table (N(0, d_model^-1/2), Hugging Face T5's rule with factor 1),
+  // XL's projection W (LeCun, as the other projections) and biases u, v
+  // (N(0, 0.02), Hugging Face Transformer-XL's init_std).
+  const bool shaw = HasShawTables(c.position);
+  const std::vector<int64_t> table_shape =
+      shaw ? RelativeTableShape(c) : std::vector<int64_t>{};
+  const int64_t dh = d / c.heads;
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
     // A LayerNorm's gain and bias; a linear layer's weight and bias.
@@ -136,13 +138,24 @@ ParamIndex BuildSpecs(const ModelConfig& c, std::vector<ParamSpec>* specs) {
     linear("attn.k", d, d, lecun_d, &b.wk, &b.bk);
     linear("attn.v", d, d, lecun_d, &b.wv, &b.bv);
     linear("attn.out", d, d, lecun_d, &b.wo, &b.bo);
-    if (relative && c.key_term) {
+    if (shaw && c.key_term) {
       b.rel_k =
           add(p + "attn.rel_k", table_shape, kNoDecay, Init::kRelativeTable);
     }
-    if (relative && c.value_term) {
+    if (shaw && c.value_term) {
       b.rel_v =
           add(p + "attn.rel_v", table_shape, kNoDecay, Init::kRelativeTable);
+    }
+    if (c.position == PositionScheme::kT5) {
+      b.t5_bias = add(p + "attn.t5_bias", {c.heads, RelativeTableRows(c)},
+                      kNoDecay, Init::kNormal, lecun_d);
+    }
+    if (c.position == PositionScheme::kXl) {
+      b.xl_w = add(p + "attn.xl_w", {d, d}, kNoDecay, Init::kNormal, lecun_d);
+      b.xl_u =
+          add(p + "attn.xl_u", {c.heads, dh}, kNoDecay, Init::kNormal, 0.02);
+      b.xl_v =
+          add(p + "attn.xl_v", {c.heads, dh}, kNoDecay, Init::kNormal, 0.02);
     }
     norm("ln2", &b.ln2_gamma, &b.ln2_beta);
     linear("ff.in", c.d_ff, d, lecun_d, &b.ff_in_w, &b.ff_in_b);
@@ -247,60 +260,6 @@ void ValidateBatch(const Batch& b, const ModelConfig& c) {
   }
 }
 
-// Attention options for the configured position scheme. Adding a scheme that
-// acts inside attention means adding a case here.
-AttentionOptions AttentionOptionsFor(const ModelConfig& c) {
-  AttentionOptions o;
-  o.causal = c.arch == Arch::kDecoder;
-  o.path = AttentionPath::kAuto;
-  if (c.position == PositionScheme::kRelative) {
-    o.max_distance = c.max_distance;
-    o.per_head_tables = c.per_head_tables;
-    o.key_term = c.key_term;
-    o.value_term = c.value_term;
-  } else {
-    o.max_distance = 0;
-    o.per_head_tables = false;
-    o.key_term = false;
-    o.value_term = false;
-  }
-  return o;
-}
-
-// x0 [rows, d] (the valid positions of `shape`, packed) += the absolute
-// position term of the configured scheme. Adding a scheme that acts on the
-// input means adding a case here. `sinusoid` caches the sinusoidal table
-// ([>= length, d], grown on demand).
-template <typename T>
-void AddInputPositions(const ModelConfig& c, const BlockShape& shape,
-                       const T* learned_table, std::vector<T>* sinusoid,
-                       T* x0) {
-  const int64_t d = shape.d_model, n = shape.length * d;
-  // Each sequence's valid prefix gets the table's first rows.
-  auto add = [&](const T* table) {
-    int64_t row = 0;
-    for (int64_t b = 0; b < shape.batch; ++b) {
-      nn::AddPositionForward<T>(table, x0 + row * d, {1, shape.lengths[b], d});
-      row += shape.lengths[b];
-    }
-  };
-  switch (c.position) {
-    case PositionScheme::kSinusoidal:
-      if (static_cast<int64_t>(sinusoid->size()) < n) {
-        Resize(sinusoid, n);
-        nn::SinusoidalTable<T>(shape.length, d, sinusoid->data());
-      }
-      add(sinusoid->data());
-      break;
-    case PositionScheme::kLearned:
-      add(learned_table);
-      break;
-    case PositionScheme::kNone:
-    case PositionScheme::kRelative:
-      break;
-  }
-}
-
 }  // namespace
 
 template <typename T>
@@ -398,7 +357,8 @@ Out BlockTensors(const BlockParams& bp, Get get) {
   return {get(bp.ln1_gamma),
           get(bp.ln1_beta),
           {get(bp.wq), get(bp.bq), get(bp.wk), get(bp.bk), get(bp.wv),
-           get(bp.bv), get(bp.wo), get(bp.bo), get(bp.rel_k), get(bp.rel_v)},
+           get(bp.bv), get(bp.wo), get(bp.bo), get(bp.rel_k), get(bp.rel_v),
+           get(bp.t5_bias), get(bp.xl_w), get(bp.xl_u), get(bp.xl_v)},
           get(bp.ln2_gamma),
           get(bp.ln2_beta),
           get(bp.ff_in_w),
@@ -459,9 +419,10 @@ T BasicTransformer<T>::Forward(const Batch& batch, ForwardMode mode, Rng* rng) {
   const int64_t rows = static_cast<int64_t>(st.tokens.size());
   st.rows = rows;
   const BlockShape shape = st.shape();
-  st.attention = AttentionOptionsFor(c);
+  st.attention = AttentionOptionsFor(c, N);
   st.attention.key_lengths = batch.lengths;
   st.block_options.dropout = training ? c.dropout : 0.0;
+  st.block_options.positions = MhaPositionsFor(c);
   const bool dropout = st.block_options.dropout > 0.0;
   // One seed per dropout site, drawn in the order the sites run.
   auto drop_seed = [&]() -> uint64_t { return dropout ? rng->NextU64() : 0; };

@@ -22,19 +22,39 @@
 
 namespace relpos::model {
 
-// How token positions enter the model. Adding a scheme: extend this enum,
-// ToString/ParsePositionScheme, and the two switch statements in
-// transformer.cc (input side: AddInputPositions; attention side:
-// AttentionOptionsFor).
+// How token positions enter the model (docs/model.md, "Position schemes";
+// the mathematics of each relative scheme: docs/math.md section 8). Adding a
+// scheme: extend this enum, its names in model_config.cc, and the functions
+// of model/positions.h (the input side: AddInputPositions; the attention
+// side: AttentionOptionsFor and MhaPositionsFor), plus its tensors in
+// BuildSpecs (transformer.cc).
 enum class PositionScheme {
   kNone,        // no position information at all (a bag of tokens)
   kSinusoidal,  // fixed sin/cos table added to the token embeddings
   kLearned,     // learned [max_len, d_model] table added to the embeddings
-  kRelative,    // Shaw et al. relative representations inside attention
+  kShaw,        // Shaw et al.: vector tables AK, AV, clip(r, -k, k)
+  kShawAsym,    // Shaw's tables under clip(r, -k_left, k_right)
+  kShawLog,     // Shaw's tables under T5's logarithmic buckets
+  kT5,          // T5: one learned scalar per head and bucket
+  kAlibi,       // ALiBi: fixed -m_h |r|, nothing learned
+  kRope,        // RoPE: q and k rotated by their positions, nothing learned
+  kXl,          // Transformer-XL: W R_{i-j} with biases u, v
+  // The name of kShaw before the family existed; "relative" still parses.
+  kRelative = kShaw,
 };
-std::string ToString(PositionScheme scheme);  // "none", "sinusoidal", ...
-// InvalidArgument listing the accepted names.
+// "none", "sinusoidal", "learned", "shaw", "shaw-asym", "shaw-log", "t5",
+// "alibi", "rope", "xl" (kShaw is written "shaw").
+std::string ToString(PositionScheme scheme);
+// The names above, and "relative" for kShaw (old checkpoints). InvalidArgument
+// listing the accepted names.
 PositionScheme ParsePositionScheme(const std::string& name);
+
+// Whether the scheme acts inside attention (everything but none, sinusoidal
+// and learned).
+bool IsRelative(PositionScheme scheme);
+// shaw, shaw-asym, shaw-log: the schemes with Shaw's vector tables (and so
+// key_term, value_term, per_head_tables and rel_init_scale).
+bool HasShawTables(PositionScheme scheme);
 
 enum class Arch {
   kEncoder,  // bidirectional self-attention
@@ -47,8 +67,15 @@ struct ModelConfig {
   Arch arch = Arch::kEncoder;
   int64_t vocab_size = 0, d_model = 64, heads = 4, layers = 2, d_ff = 256;
   int64_t max_len = 1024;  // rows of the learned absolute table (kLearned)
-  PositionScheme position = PositionScheme::kRelative;
-  int64_t max_distance = 16;  // k, for kRelative
+  PositionScheme position = PositionScheme::kShaw;
+  int64_t max_distance = 16;         // k, for kShaw
+  int64_t k_left = 64, k_right = 8;  // kShawAsym (w2v-BERT 2.0's reaches)
+  // kT5 and kShawLog: T5's buckets (Raffel et al. 2020's 32 and 128);
+  // bidirectional for encoders, causal for decoders.
+  int64_t num_buckets = 32, bucket_max_distance = 128;
+  double rope_base = 10000.0;     // kRope: theta_t = base^(-2t/dh)
+  bool rope_interleaved = false;  // kRope: pairs (2t, 2t+1), else (t, t+dh/2)
+  // Shaw's tables (kShaw, kShawAsym, kShawLog): which terms, the layout.
   bool key_term = true, value_term = true, per_head_tables = false;
   double rel_init_scale = 1.0;  // multiplier on the Xavier std of the tables
   double dropout = 0.0;         // in [0, 1); applied only in ForwardBackward

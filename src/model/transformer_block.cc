@@ -57,7 +57,7 @@ void BlockForward(const T* x, const BlockWeights<T>& w, T* x_next,
                           a.ln1_mean.data(), a.ln1_rstd.data(), ln_shape);
   // branch = Dropout(MultiHeadAttention(ln1))
   nn::MultiHeadAttentionForward<T>(a.ln1.data(), w.attn, branch.data(), &a.mha,
-                                   shape.mha(), attention);
+                                   shape.mha(), attention, options.positions);
   if (dropout) {
     RowDropout<T>(true, branch.data(), branch.data(), shape, options.dropout,
                   a.attn_drop_seed);
@@ -137,7 +137,7 @@ void BlockBackward(const T* x, const BlockWeights<T>& w,
   }
   nn::MultiHeadAttentionBackward<T>(a.ln1.data(), w.attn, a.mha, dattn_out,
                                     s.dln.data(), grads.attn, &s.mha,
-                                    shape.mha(), attention);
+                                    shape.mha(), attention, options.positions);
   // Differentiates `ln1 = LayerNorm1(x)`, adding into dresid = dL/dx.
   nn::LayerNormBackward<T>(x, w.ln1_gamma, a.ln1_mean.data(), a.ln1_rstd.data(),
                            s.dln.data(), dresid, grads.ln1_gamma,

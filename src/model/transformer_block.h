@@ -79,6 +79,9 @@ struct BlockScratch {
 struct BlockOptions {
   // Drop probability of both branches, in [0, 1); 0 switches dropout off.
   double dropout = 0.0;
+  // What attention does with positions beyond `attention` (RoPE, XL):
+  // model/positions.h's MhaPositionsFor.
+  nn::MhaPositions positions;
 };
 
 // x [rows, d] -> x_next [rows, d]. `attention` carries the position scheme's

@@ -12,11 +12,14 @@
 #include <cmath>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
+#include "model/positions.h"
 #include "model/transformer_block.h"
 #include "nn/grad_check_test_util.h"
+#include "relpos/attention.h"
 #include "relpos/error.h"
 
 namespace relpos::model {
@@ -33,8 +36,25 @@ ModelConfig Tiny(Arch arch, PositionScheme position) {
   c.max_len = 9;
   c.position = position;
   c.max_distance = 2;
+  // Small reaches and buckets, so that length-6 batches reach the clipped
+  // rows and T5's logarithmic buckets (bidirectional: exact 2, causal: 4).
+  c.k_left = 3;
+  c.k_right = 1;
+  c.num_buckets = 8;
+  c.bucket_max_distance = 5;
   c.seed = 11;
   return c;
+}
+
+// Every scheme, in the enum's order.
+const std::vector<PositionScheme>& AllSchemes() {
+  static const std::vector<PositionScheme> all = {
+      PositionScheme::kNone,     PositionScheme::kSinusoidal,
+      PositionScheme::kLearned,  PositionScheme::kShaw,
+      PositionScheme::kShawAsym, PositionScheme::kShawLog,
+      PositionScheme::kT5,       PositionScheme::kAlibi,
+      PositionScheme::kRope,     PositionScheme::kXl};
+  return all;
 }
 
 // Two sequences padded to length 6: one full, one of length 4 whose padded
@@ -56,6 +76,7 @@ struct SchemeCase {
   PositionScheme position;
   bool per_head = false, key_term = true, value_term = true;
   double dropout = 0.0;
+  bool rope_interleaved = false;
 };
 
 void PrintTo(const SchemeCase& c, std::ostream* os) { *os << c.name; }
@@ -63,16 +84,26 @@ void PrintTo(const SchemeCase& c, std::ostream* os) { *os << c.name; }
 std::vector<SchemeCase> SchemeCases() {
   std::vector<SchemeCase> cases;
   for (Arch arch : {Arch::kEncoder, Arch::kDecoder}) {
-    for (PositionScheme p :
-         {PositionScheme::kNone, PositionScheme::kSinusoidal,
-          PositionScheme::kLearned, PositionScheme::kRelative}) {
-      cases.push_back({ToString(arch) + "_" + ToString(p), arch, p});
+    for (PositionScheme p : AllSchemes()) {
+      std::string name = ToString(arch) + "_" + ToString(p);
+      std::replace(name.begin(), name.end(), '-', '_');
+      cases.push_back({name, arch, p});
     }
   }
   cases.push_back({"encoder_relative_per_head_keys_only", Arch::kEncoder,
                    PositionScheme::kRelative, true, true, false});
   cases.push_back({"decoder_relative_values_only_dropout", Arch::kDecoder,
                    PositionScheme::kRelative, false, false, true, 0.3});
+  cases.push_back({"decoder_shaw_asym_per_head", Arch::kDecoder,
+                   PositionScheme::kShawAsym, true});
+  cases.push_back({"encoder_shaw_log_per_head_keys_only", Arch::kEncoder,
+                   PositionScheme::kShawLog, true, true, false});
+  cases.push_back({"decoder_t5_dropout", Arch::kDecoder, PositionScheme::kT5,
+                   false, true, true, 0.3});
+  cases.push_back({"encoder_rope_interleaved", Arch::kEncoder,
+                   PositionScheme::kRope, false, true, true, 0.0, true});
+  cases.push_back({"decoder_xl_dropout", Arch::kDecoder, PositionScheme::kXl,
+                   false, true, true, 0.3});
   return cases;
 }
 
@@ -82,6 +113,7 @@ ModelConfig ConfigFor(const SchemeCase& sc) {
   c.key_term = sc.key_term;
   c.value_term = sc.value_term;
   c.dropout = sc.dropout;
+  c.rope_interleaved = sc.rope_interleaved;
   return c;
 }
 
@@ -128,9 +160,11 @@ TEST(TransformerTest, FloatModelMatchesDoubleModel) {
   // model's rounding (eps 6e-8) through ~10 GEMMs and normalisations of width
   // <= 32 stays far below 1e-4 relative to each tensor's largest gradient;
   // a wrong float-only code path (Sgemm arguments) would be O(1).
-  for (PositionScheme p :
-       {PositionScheme::kRelative, PositionScheme::kSinusoidal}) {
-    ModelConfig c = Tiny(Arch::kDecoder, p);
+  // Every scheme, both architectures: the float model takes the fused
+  // kernel wherever it supports the scheme, the double one the reference.
+  for (const SchemeCase& sc : SchemeCases()) {
+    if (sc.dropout > 0) continue;
+    ModelConfig c = ConfigFor(sc);
     c.d_model = 32;
     c.heads = 4;
     c.d_ff = 48;
@@ -149,7 +183,7 @@ TEST(TransformerTest, FloatModelMatchesDoubleModel) {
       for (double v : gd) scale = std::max(scale, std::abs(v));
       for (size_t j = 0; j < gd.size(); ++j) {
         ASSERT_NEAR(gf[j], gd[j], 1e-4 * scale + 1e-7)
-            << md.parameters()[i].name << "[" << j << "]";
+            << sc.name << " " << md.parameters()[i].name << "[" << j << "]";
       }
     }
   }
@@ -244,6 +278,118 @@ TEST(TransformerTest, ParameterNamesAndShapes) {
   EXPECT_EQ(km.FindParameter("blocks.1.attn.rel_v"), -1);
 }
 
+// Each scheme's position tensors: names, shapes (docs/model.md), no decay.
+TEST(TransformerTest, SchemeTensorsNamesAndShapes) {
+  struct Want {
+    PositionScheme scheme;
+    std::vector<std::pair<std::string, std::vector<int64_t>>> tensors;
+  };
+  // Tiny: H = 2, dh = 4, d = 8, k = 2, k_left 3 / k_right 1, 8 buckets.
+  const std::vector<Want> wants = {
+      {PositionScheme::kShaw, {{"attn.rel_k", {5, 4}}, {"attn.rel_v", {5, 4}}}},
+      {PositionScheme::kShawAsym,
+       {{"attn.rel_k", {5, 4}}, {"attn.rel_v", {5, 4}}}},
+      {PositionScheme::kShawLog,
+       {{"attn.rel_k", {8, 4}}, {"attn.rel_v", {8, 4}}}},
+      {PositionScheme::kT5, {{"attn.t5_bias", {2, 8}}}},
+      {PositionScheme::kAlibi, {}},
+      {PositionScheme::kRope, {}},
+      {PositionScheme::kXl,
+       {{"attn.xl_w", {8, 8}}, {"attn.xl_u", {2, 4}}, {"attn.xl_v", {2, 4}}}},
+  };
+  const Transformer none(Tiny(Arch::kEncoder, PositionScheme::kNone));
+  for (const Want& w : wants) {
+    ModelConfig c = Tiny(Arch::kEncoder, w.scheme);
+    c.k_left = 2;
+    c.k_right = 2;
+    const Transformer m(c);
+    int64_t extra = 0;
+    for (int64_t l = 0; l < c.layers; ++l) {
+      for (const auto& [name, shape] : w.tensors) {
+        const std::string full = "blocks." + std::to_string(l) + "." + name;
+        const int64_t i = m.FindParameter(full);
+        ASSERT_GE(i, 0) << ToString(w.scheme) << " " << full;
+        EXPECT_EQ(m.parameters()[i].shape, shape) << full;
+        EXPECT_FALSE(m.parameters()[i].decay) << full;
+        extra += m.parameters()[i].numel();
+      }
+    }
+    EXPECT_EQ(m.NumParameters(), none.NumParameters() + extra)
+        << ToString(w.scheme);
+  }
+}
+
+// Each tensor has its own random stream keyed by its name: the tensors a
+// scheme adds change none of the others' initial values.
+TEST(TransformerTest, SchemeTensorsLeaveOtherInitialValuesAlone) {
+  const Transformer none(Tiny(Arch::kDecoder, PositionScheme::kNone));
+  for (PositionScheme p : AllSchemes()) {
+    const Transformer m(Tiny(Arch::kDecoder, p));
+    for (const Parameter& q : none.parameters()) {
+      const int64_t i = m.FindParameter(q.name);
+      ASSERT_GE(i, 0) << q.name;
+      EXPECT_EQ(m.parameters()[i].value, q.value) << ToString(p) << q.name;
+    }
+  }
+}
+
+// ALiBi and RoPE learn nothing, yet they change the model: the same weights
+// give another loss than without positions.
+TEST(TransformerTest, ParameterFreeSchemesChangeTheModel) {
+  BasicTransformer<double> none(Tiny(Arch::kEncoder, PositionScheme::kNone));
+  for (PositionScheme p : {PositionScheme::kAlibi, PositionScheme::kRope}) {
+    BasicTransformer<double> m(Tiny(Arch::kEncoder, p));
+    ASSERT_EQ(m.NumParameters(), none.NumParameters());
+    EXPECT_NE(m.Evaluate(TinyBatch(), nullptr, nullptr),
+              none.Evaluate(TinyBatch(), nullptr, nullptr))
+        << ToString(p);
+  }
+}
+
+// The float model runs the fused kernel for every scheme it supports: the
+// options of model/positions.h, forced onto AttentionPath::kFused (which
+// throws for a scheme the kernel does not support), run for every scheme
+// but shaw-log, whose vector tables under T5 buckets still fall back to the
+// reference (docs/model.md).
+TEST(TransformerTest, SchemesTakeTheFusedKernel) {
+  for (Arch arch : {Arch::kEncoder, Arch::kDecoder}) {
+    for (PositionScheme p : AllSchemes()) {
+      const ModelConfig c = Tiny(arch, p);
+      const int64_t B = 2, H = c.heads, N = 6, dh = c.d_model / c.heads;
+      AttentionOptions o = AttentionOptionsFor(c, N);
+      o.path = AttentionPath::kFused;
+      const int64_t rows =
+          o.position_query_bias ? 2 * o.max_distance + 1 : RelativeTableRows(c);
+      std::vector<float> qkv(B * H * N * dh, 0.25f), out(qkv.size()),
+          lse(B * H * N), table(H * std::max<int64_t>(rows, 1) * dh, 0.1f),
+          bias(H * std::max<int64_t>(rows, 1), 0.1f), pb(H * dh, 0.1f);
+      const ConstView<float> x(qkv.data(), {B, H, N, dh});
+      AttentionInputs<float> in{x, x, x};
+      const bool per_head = o.per_head_tables;
+      auto tab = [&] {
+        return per_head ? ConstView<float>(table.data(), {H, rows, dh})
+                        : ConstView<float>(table.data(), {rows, dh});
+      };
+      if (o.key_term && o.score_term == ScoreTerm::kVector) in.ak = tab();
+      if (o.value_term) in.av = tab();
+      if (o.key_term && o.score_term == ScoreTerm::kScalarTable) {
+        in.bias = ConstView<float>(bias.data(), {H, rows});
+      }
+      if (o.position_query_bias) in.pb = ConstView<float>(pb.data(), {H, dh});
+      auto run = [&] {
+        AttentionForward<float>(in,
+                                TensorView<float>(out.data(), {B, H, N, dh}),
+                                TensorView<float>(lse.data(), {B, H, N}), o);
+      };
+      if (p == PositionScheme::kShawLog) {
+        EXPECT_THROW(run(), InvalidArgument) << ToString(arch);
+      } else {
+        EXPECT_NO_THROW(run()) << ToString(arch) << " " << ToString(p);
+      }
+    }
+  }
+}
+
 // Weight decay is declared with each tensor. It must equal the rule the
 // trainer applied to names before (matrices, except position tables and
 // norms), so that moving the decision into the model changes no training run.
@@ -253,7 +399,9 @@ TEST(TransformerTest, DecayIsDeclaredPerParameter) {
     auto has = [&](const char* s) {
       return p.name.find(s) != std::string::npos;
     };
-    return !(has("pos") || has("rel") || has("norm") || has("ln"));
+    // Position tensors of the later schemes never decay either.
+    return !(has("pos") || has("rel") || has("norm") || has("ln") ||
+             has("t5_bias") || has("xl_"));
   };
   for (const SchemeCase& sc : SchemeCases()) {
     ModelConfig c = ConfigFor(sc);
@@ -412,9 +560,7 @@ TEST(TransformerTest, RelativeWithBothTermsOffIsPlainAttention) {
 // invisible as keys and its targets are ignored.
 TEST(TransformerTest, PaddingIsInvisible) {
   for (Arch arch : {Arch::kEncoder, Arch::kDecoder}) {
-    for (PositionScheme p :
-         {PositionScheme::kNone, PositionScheme::kSinusoidal,
-          PositionScheme::kLearned, PositionScheme::kRelative}) {
+    for (PositionScheme p : AllSchemes()) {
       BasicTransformer<double> m(Tiny(arch, p));
       Batch padded = TinyBatch();
       Batch alone;
@@ -450,21 +596,23 @@ TEST(TransformerTest, DecoderIsCausal) {
   // Changing a later token must not change earlier predictions' losses in
   // the decoder, and must in the encoder.
   for (Arch arch : {Arch::kEncoder, Arch::kDecoder}) {
-    BasicTransformer<double> m(Tiny(arch, PositionScheme::kRelative));
-    Batch a;
-    a.batch = 1;
-    a.length = 5;
-    a.tokens = {1, 2, 3, 4, 5};
-    a.targets = {2, 3, -1, -1, -1};
-    a.lengths = {5};
-    Batch b = a;
-    b.tokens[4] = 0;
-    const double la = m.Evaluate(a, nullptr, nullptr);
-    const double lb = m.Evaluate(b, nullptr, nullptr);
-    if (arch == Arch::kDecoder) {
-      EXPECT_EQ(la, lb);
-    } else {
-      EXPECT_NE(la, lb);
+    for (PositionScheme p : AllSchemes()) {
+      BasicTransformer<double> m(Tiny(arch, p));
+      Batch a;
+      a.batch = 1;
+      a.length = 5;
+      a.tokens = {1, 2, 3, 4, 5};
+      a.targets = {2, 3, -1, -1, -1};
+      a.lengths = {5};
+      Batch b = a;
+      b.tokens[4] = 0;
+      const double la = m.Evaluate(a, nullptr, nullptr);
+      const double lb = m.Evaluate(b, nullptr, nullptr);
+      if (arch == Arch::kDecoder) {
+        EXPECT_EQ(la, lb) << ToString(p);
+      } else {
+        EXPECT_NE(la, lb) << ToString(p);
+      }
     }
   }
 }
@@ -547,28 +695,51 @@ TEST(TransformerTest, RejectsBadBatches) {
   expect_bad(b, "max_len");
 }
 
+// Plain gradient descent (step 0.1) on TinyBatch with a 1-layer, width-16
+// version of `c`: the loss before each step and after the last.
+std::vector<float> SgdLosses(ModelConfig c, int steps) {
+  c.d_model = 16;
+  c.d_ff = 32;
+  c.layers = 1;
+  Transformer m(c);
+  const Batch b = TinyBatch();
+  Rng rng(1);
+  std::vector<float> losses = {m.ForwardBackward(b, rng, nullptr)};
+  for (int step = 0; step < steps; ++step) {
+    for (auto& p : m.parameters()) {
+      for (size_t i = 0; i < p.value.size(); ++i)
+        p.value[i] -= 0.1f * p.grad[i];
+    }
+    losses.push_back(m.ForwardBackward(b, rng, nullptr));
+  }
+  return losses;
+}
+
 TEST(TransformerTest, SgdFitsAFixedBatch) {
   // End to end: plain gradient descent on one batch must drive the loss well
   // below its initial value (~log 7 plus init noise) if the gradients point
   // downhill. 60 steps of a 1-layer model take milliseconds.
   for (Arch arch : {Arch::kEncoder, Arch::kDecoder}) {
-    ModelConfig c = Tiny(arch, PositionScheme::kRelative);
-    c.d_model = 16;
-    c.d_ff = 32;
-    c.layers = 1;
-    Transformer m(c);
-    const Batch b = TinyBatch();
-    Rng rng(1);
-    const float first = m.ForwardBackward(b, rng, nullptr);
-    float last = first;
-    for (int step = 0; step < 60; ++step) {
-      for (auto& p : m.parameters()) {
-        for (size_t i = 0; i < p.value.size(); ++i)
-          p.value[i] -= 0.1f * p.grad[i];
+    const std::vector<float> l =
+        SgdLosses(Tiny(arch, PositionScheme::kRelative), 60);
+    EXPECT_LT(l.back(), 0.2f * l.front()) << ToString(arch);
+  }
+}
+
+// Every scheme, both architectures: a few steps of gradient descent on one
+// batch keep the loss below its start at every step, and lower it by a
+// clear margin after 20 steps (the float model, so the fused kernel's
+// backward is what trains).
+TEST(TransformerTest, EverySchemeTrainsATinyModel) {
+  for (Arch arch : {Arch::kEncoder, Arch::kDecoder}) {
+    for (PositionScheme p : AllSchemes()) {
+      const std::vector<float> l = SgdLosses(Tiny(arch, p), 20);
+      for (size_t i = 1; i < l.size(); ++i) {
+        EXPECT_LT(l[i], l.front()) << ToString(arch) << " " << ToString(p);
       }
-      last = m.ForwardBackward(b, rng, nullptr);
+      EXPECT_LT(l.back(), 0.7f * l.front())
+          << ToString(arch) << " " << ToString(p);
     }
-    EXPECT_LT(last, 0.2f * first) << ToString(arch);
   }
 }
 

@@ -5,9 +5,77 @@
 #include <vector>
 
 #include "nn/linear.h"
+#include "nn/matmul.h"
 #include "nn/parallel.h"
+#include "nn/position_encoding.h"
 
 namespace relpos::nn {
+
+int64_t AttentionTableRows(const AttentionOptions& o) {
+  switch (o.buckets.kind) {
+    case BucketKind::kClip:
+      return ClipBucketCount(o.buckets.clip);
+    case BucketKind::kT5:
+      return o.buckets.t5.num_buckets;
+    case BucketKind::kSymmetricClip:
+      break;
+  }
+  return 2 * o.max_distance + 1;
+}
+
+template <typename T>
+void RopeHeads(bool backward, T* heads, int64_t count, int64_t h, int64_t n,
+               int64_t dh, int64_t position_offset, const MhaPositions& p) {
+  // Shapes: heads [count, H, n, dh], rotated in place.
+  if (count == 0 || n == 0) return;
+  RopeOptions o;
+  o.base = p.rope_base;
+  o.layout = p.rope_layout;
+  o.position_offset = position_offset;
+  const TensorView<T> view(heads, {count, h, n, dh});
+  if (backward) {
+    RopeBackward<T>(view, view, o);
+  } else {
+    RopeForward<T>(view, view, o);
+  }
+}
+
+template void RopeHeads<float>(bool, float*, int64_t, int64_t, int64_t, int64_t,
+                               int64_t, const MhaPositions&);
+template void RopeHeads<double>(bool, double*, int64_t, int64_t, int64_t,
+                                int64_t, int64_t, const MhaPositions&);
+
+template <typename T>
+void XlAttentionTables(const MhaWeights<T>& w, int64_t d_model, int64_t heads,
+                       int64_t k, MhaCache<T>* c) {
+  // Shapes: xl_r [2k+1, d], xl_table [H, 2k+1, dh], xl_pb [H, dh]; the
+  // product flat [2k+1, H*dh] = R W^T, then table[h, row, e] =
+  // flat[row, h*dh + e].
+  const int64_t d = d_model, H = heads, dh = d / heads, rows = 2 * k + 1;
+  if (static_cast<int64_t>(c->xl_r.size()) != rows * d) {
+    c->xl_r.resize(rows * d);
+    XlSinusoidTable<T>(k, d, c->xl_r.data());
+  }
+  std::vector<T> flat(rows * d);
+  Matmul<T>(Trans::kNo, Trans::kYes, rows, d, d, T(1), c->xl_r.data(), d,
+            w.xl_w, d, T(0), flat.data(), d);
+  c->xl_table.resize(rows * d);
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t row = 0; row < rows; ++row) {
+      std::copy(flat.data() + row * d + h * dh,
+                flat.data() + row * d + (h + 1) * dh,
+                c->xl_table.data() + (h * rows + row) * dh);
+    }
+  }
+  c->xl_pb.resize(H * dh);
+  for (int64_t i = 0; i < H * dh; ++i) c->xl_pb[i] = w.xl_v[i] - w.xl_u[i];
+}
+
+template void XlAttentionTables<float>(const MhaWeights<float>&, int64_t,
+                                       int64_t, int64_t, MhaCache<float>*);
+template void XlAttentionTables<double>(const MhaWeights<double>&, int64_t,
+                                        int64_t, int64_t, MhaCache<double>*);
+
 namespace {
 
 // Per-group cost of one more attention call, in units of query-key pairs
@@ -149,8 +217,9 @@ void MergeHeads(const T* in, T* out, const MhaShape& s,
 template <typename T>
 AttentionInputs<T> Inputs(const MhaCache<T>& c, const MhaWeights<T>& w,
                           const MhaShape& s, const AttentionOptions& o,
+                          const MhaPositions& p,
                           const AttentionLayout::Group& grp) {
-  const int64_t dh = s.head_dim(), rows = 2 * o.max_distance + 1;
+  const int64_t dh = s.head_dim(), rows = AttentionTableRows(o);
   AttentionInputs<T> in;
   in.q = ConstView<T>(c.q.data() + grp.offset,
                       {grp.count, s.heads, grp.padded, dh});
@@ -162,9 +231,48 @@ AttentionInputs<T> Inputs(const MhaCache<T>& c, const MhaWeights<T>& w,
     if (t == nullptr) return ConstView<T>();
     return RelativeTableView(t, s.heads, rows, dh, o.per_head_tables);
   };
-  in.ak = o.key_term ? table(w.rel_k) : ConstView<T>();
+  const bool vector = o.key_term && o.score_term == ScoreTerm::kVector;
+  if (vector) in.ak = table(p.xl ? c.xl_table.data() : w.rel_k);
   in.av = o.value_term ? table(w.rel_v) : ConstView<T>();
+  if (o.key_term && o.score_term == ScoreTerm::kScalarTable) {
+    in.bias = ConstView<T>(w.bias, {s.heads, rows});
+  }
+  if (o.position_query_bias)
+    in.pb = ConstView<T>(c.xl_pb.data(), {s.heads, dh});
   return in;
+}
+
+// RoPE over the layout's groups: q (or dq) at positions i + off, k (or dk)
+// at positions j, forward or backward, in place.
+template <typename T>
+void RopeGroups(bool backward, T* q, T* k, const MhaShape& s,
+                const AttentionLayout& l, const AttentionOptions& o,
+                const MhaPositions& p) {
+  const int64_t off = o.query_offset.value_or(0), dh = s.head_dim();
+  for (const AttentionLayout::Group& grp : l.groups) {
+    RopeHeads<T>(backward, q + grp.offset, grp.count, s.heads, grp.padded, dh,
+                 off, p);
+    RopeHeads<T>(backward, k + grp.offset, grp.count, s.heads, grp.padded, dh,
+                 0, p);
+  }
+}
+
+// q[b, h, n, :] += u[h, :] for every row (padded ones too: their outputs are
+// never merged back and their gradients are zero).
+template <typename T>
+void AddQueryBias(const T* u, const MhaShape& s, const AttentionLayout& l,
+                  T* q) {
+  const int64_t dh = s.head_dim();
+  for (const AttentionLayout::Group& grp : l.groups) {
+    for (int64_t b = 0; b < grp.count; ++b) {
+      for (int64_t h = 0; h < s.heads; ++h) {
+        T* dst = q + grp.offset + (b * s.heads + h) * grp.padded * dh;
+        for (int64_t n = 0; n < grp.padded; ++n) {
+          for (int64_t e = 0; e < dh; ++e) dst[n * dh + e] += u[h * dh + e];
+        }
+      }
+    }
+  }
 }
 
 // The padded layout keeps the caller's key lengths; a packed group's keys
@@ -181,7 +289,8 @@ AttentionOptions GroupOptions(const AttentionOptions& o, const MhaShape& s,
 template <typename T>
 void MultiHeadAttentionForward(const T* x, const MhaWeights<T>& w, T* y,
                                MhaCache<T>* cache, const MhaShape& s,
-                               const AttentionOptions& options) {
+                               const AttentionOptions& options,
+                               const MhaPositions& p) {
   // Shapes: x, y [rows, d_model]; cache->q/k/v/attn as AttentionLayout
   // says ([B, H, N, dh] when not packed).
   const int64_t rows = s.rows(), d = s.d_model, dh = s.head_dim();
@@ -203,9 +312,20 @@ void MultiHeadAttentionForward(const T* x, const MhaWeights<T>& w, T* y,
   SplitHeads<T>(flat, cache->k.data(), s, layout);
   LinearForward<T>(x, w.wv, w.bv, flat, proj);
   SplitHeads<T>(flat, cache->v.data(), s, layout);
+  // RoPE: q_i <- R_{i+off} q_i, k_j <- R_j k_j (the cache keeps the rotated
+  // ones, which attention's backward needs).
+  if (p.rope) {
+    RopeGroups<T>(false, cache->q.data(), cache->k.data(), s, layout, options,
+                  p);
+  }
+  // XL: q <- q + u; AK_h[r + k] = W_h R_{-r}; pb = v - u.
+  if (p.xl) {
+    AddQueryBias<T>(w.xl_u, s, layout, cache->q.data());
+    XlAttentionTables<T>(w, s.d_model, s.heads, options.max_distance, cache);
+  }
 
   for (const AttentionLayout::Group& grp : layout.groups) {
-    AttentionForward<T>(Inputs(*cache, w, s, options, grp),
+    AttentionForward<T>(Inputs(*cache, w, s, options, p, grp),
                         TensorView<T>(cache->attn.data() + grp.offset,
                                       {grp.count, s.heads, grp.padded, dh}),
                         TensorView<T>(cache->lse.data() + grp.offset / dh,
@@ -222,7 +342,8 @@ void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
                                 const MhaCache<T>& cache, const T* dy, T* dx,
                                 const MhaGrads<T>& g, MhaScratch<T>* scratch,
                                 const MhaShape& s,
-                                const AttentionOptions& options) {
+                                const AttentionOptions& options,
+                                const MhaPositions& p) {
   // Shapes: x, dy, dx [rows, d_model].
   const int64_t rows = s.rows(), d = s.d_model, dh = s.head_dim();
   const LinearShape proj{rows, d, d};
@@ -239,22 +360,47 @@ void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
   LinearBackward<T>(cache.merged.data(), w.wo, dy, flat, g.wo, g.bo, proj);
   SplitHeads<T>(flat, scratch->dattn.data(), s, layout);
 
-  // Differentiates `a = Attention(q, k, v; AK, AV)`, group by group. The
-  // first group writes the table gradients, later ones add theirs.
-  const int64_t table_rows = 2 * options.max_distance + 1;
+  // Differentiates `a = Attention(q, k, v; AK, AV, bias, pb)`, group by
+  // group. The first group writes the table gradients, later ones add
+  // theirs.
+  const int64_t table_rows = AttentionTableRows(options);
   const int64_t table_size =
       (options.per_head_tables ? s.heads : 1) * table_rows * dh;
+  const int64_t bias_size = s.heads * table_rows, pb_size = s.heads * dh;
   auto table = [&](T* t) {
     if (t == nullptr) return TensorView<T>();
     return RelativeTableView(t, s.heads, table_rows, dh,
                              options.per_head_tables);
   };
-  const bool dak = options.key_term && g.rel_k != nullptr;
-  const bool dav = options.value_term && g.rel_v != nullptr;
-  if (layout.groups.size() > 1) {
-    if (dak) scratch->dtable_k.resize(table_size);
-    if (dav) scratch->dtable_v.resize(table_size);
+  const bool vector =
+      options.key_term && options.score_term == ScoreTerm::kVector;
+  // XL's table gradient goes to scratch (dW follows); Shaw's to g.rel_k.
+  T* dak_out = nullptr;
+  if (vector && p.xl) {
+    scratch->dxl_table.resize(table_size);
+    dak_out = scratch->dxl_table.data();
+  } else if (vector) {
+    dak_out = g.rel_k;
   }
+  T* dav_out = options.value_term ? g.rel_v : nullptr;
+  T* dbias_out =
+      options.key_term && options.score_term == ScoreTerm::kScalarTable
+          ? g.bias
+          : nullptr;
+  T* dpb_out = nullptr;
+  if (options.position_query_bias) {
+    scratch->dxl_pb.resize(pb_size);
+    dpb_out = scratch->dxl_pb.data();
+  }
+  if (layout.groups.size() > 1) {
+    if (dak_out) scratch->dtable_k.resize(table_size);
+    if (dav_out) scratch->dtable_v.resize(table_size);
+    if (dbias_out) scratch->dbias.resize(bias_size);
+    if (dpb_out) scratch->dpb.resize(pb_size);
+  }
+  auto add = [](T* into, const std::vector<T>& from, int64_t n) {
+    for (int64_t i = 0; into != nullptr && i < n; ++i) into[i] += from[i];
+  };
   for (size_t gi = 0; gi < layout.groups.size(); ++gi) {
     const AttentionLayout::Group& grp = layout.groups[gi];
     const bool first = gi == 0;
@@ -265,9 +411,17 @@ void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
                              {grp.count, s.heads, grp.padded, dh});
     grads.dv = TensorView<T>(scratch->dv.data() + grp.offset,
                              {grp.count, s.heads, grp.padded, dh});
-    if (dak) grads.dak = table(first ? g.rel_k : scratch->dtable_k.data());
-    if (dav) grads.dav = table(first ? g.rel_v : scratch->dtable_v.data());
-    AttentionBackward<T>(Inputs(cache, w, s, options, grp),
+    if (dak_out) grads.dak = table(first ? dak_out : scratch->dtable_k.data());
+    if (dav_out) grads.dav = table(first ? dav_out : scratch->dtable_v.data());
+    if (dbias_out) {
+      grads.dbias = TensorView<T>(first ? dbias_out : scratch->dbias.data(),
+                                  {s.heads, table_rows});
+    }
+    if (dpb_out) {
+      grads.dpb =
+          TensorView<T>(first ? dpb_out : scratch->dpb.data(), {s.heads, dh});
+    }
+    AttentionBackward<T>(Inputs(cache, w, s, options, p, grp),
                          ConstView<T>(cache.attn.data() + grp.offset,
                                       {grp.count, s.heads, grp.padded, dh}),
                          ConstView<T>(cache.lse.data() + grp.offset / dh,
@@ -276,13 +430,49 @@ void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
                                       {grp.count, s.heads, grp.padded, dh}),
                          grads, GroupOptions(options, s, grp));
     if (!first) {
-      for (int64_t i = 0; dak && i < table_size; ++i) {
-        g.rel_k[i] += scratch->dtable_k[i];
-      }
-      for (int64_t i = 0; dav && i < table_size; ++i) {
-        g.rel_v[i] += scratch->dtable_v[i];
+      add(dak_out, scratch->dtable_k, table_size);
+      add(dav_out, scratch->dtable_v, table_size);
+      add(dbias_out, scratch->dbias, bias_size);
+      add(dpb_out, scratch->dpb, pb_size);
+    }
+  }
+
+  if (p.xl) {
+    // Differentiates `pb = v - u`, `q' = q + u` and `AK_h[r + k] = W_h
+    // R_{-r}`: dv = dpb; du = sum over rows of dq' - dpb; dW = flat(dAK)^T R.
+    const std::vector<T>& dpb = scratch->dxl_pb;
+    for (int64_t i = 0; i < pb_size; ++i) {
+      g.xl_v[i] = dpb[i];
+      g.xl_u[i] = -dpb[i];
+    }
+    for (const AttentionLayout::Group& grp : layout.groups) {
+      for (int64_t b = 0; b < grp.count; ++b) {
+        for (int64_t h = 0; h < s.heads; ++h) {
+          const T* src = scratch->dq.data() + grp.offset +
+                         (b * s.heads + h) * grp.padded * dh;
+          for (int64_t n = 0; n < grp.padded; ++n) {
+            for (int64_t e = 0; e < dh; ++e)
+              g.xl_u[h * dh + e] += src[n * dh + e];
+          }
+        }
       }
     }
+    const int64_t rows = table_rows;
+    scratch->xl_flat.resize(rows * d);
+    for (int64_t h = 0; h < s.heads; ++h) {
+      for (int64_t row = 0; row < rows; ++row) {
+        const T* src = scratch->dxl_table.data() + (h * rows + row) * dh;
+        std::copy(src, src + dh, scratch->xl_flat.data() + row * d + h * dh);
+      }
+    }
+    Matmul<T>(Trans::kYes, Trans::kNo, d, d, rows, T(1),
+              scratch->xl_flat.data(), d, cache.xl_r.data(), d, T(0), g.xl_w,
+              d);
+  }
+  // Differentiates the rotations: dq <- R(-p theta) dq', dk likewise.
+  if (p.rope) {
+    RopeGroups<T>(true, scratch->dq.data(), scratch->dk.data(), s, layout,
+                  options, p);
   }
 
   // Differentiates `q = x Wq^T + bq` (and k, v): dx sums all three.
@@ -296,23 +486,19 @@ void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
                     {.accumulate_dx = true});
 }
 
-template void MultiHeadAttentionForward<float>(const float*,
-                                               const MhaWeights<float>&, float*,
-                                               MhaCache<float>*,
-                                               const MhaShape&,
-                                               const AttentionOptions&);
-template void MultiHeadAttentionForward<double>(const double*,
-                                                const MhaWeights<double>&,
-                                                double*, MhaCache<double>*,
-                                                const MhaShape&,
-                                                const AttentionOptions&);
+template void MultiHeadAttentionForward<float>(
+    const float*, const MhaWeights<float>&, float*, MhaCache<float>*,
+    const MhaShape&, const AttentionOptions&, const MhaPositions&);
+template void MultiHeadAttentionForward<double>(
+    const double*, const MhaWeights<double>&, double*, MhaCache<double>*,
+    const MhaShape&, const AttentionOptions&, const MhaPositions&);
 template void MultiHeadAttentionBackward<float>(
     const float*, const MhaWeights<float>&, const MhaCache<float>&,
     const float*, float*, const MhaGrads<float>&, MhaScratch<float>*,
-    const MhaShape&, const AttentionOptions&);
+    const MhaShape&, const AttentionOptions&, const MhaPositions&);
 template void MultiHeadAttentionBackward<double>(
     const double*, const MhaWeights<double>&, const MhaCache<double>&,
     const double*, double*, const MhaGrads<double>&, MhaScratch<double>*,
-    const MhaShape&, const AttentionOptions&);
+    const MhaShape&, const AttentionOptions&, const MhaPositions&);
 
 }  // namespace relpos::nn

@@ -1,8 +1,12 @@
 // Multi-head self-attention with optional relative position representations
-// (Shaw et al., 2018, section 3):
+// (Shaw et al., 2018, section 3) or another scheme of the family
+// (docs/math.md section 8):
 //   q = x Wq^T + bq,  k = x Wk^T + bk,  v = x Wv^T + bv     [B*N, d_model]
 //   split into heads                                        [B, H, N, dh]
-//   a = Attention(q, k, v; AK, AV)   relpos::AttentionForward (docs/math.md section 2)
+//   RoPE only:  q_i <- R_{i+off} q_i,  k_j <- R_j k_j        (relpos/rope.h)
+//   XL only:    q_i <- q_i + u_h,  AK_h[r+k] = W_h R_{-r},  pb = v - u
+//   a = Attention(q, k, v; AK, AV, bias, pb)   relpos::AttentionForward
+//                                               (docs/math.md section 2)
 //   y = merge(a) Wo^T + bo                                   [B*N, d_model]
 // The layer neither knows nor cares which attention implementation runs
 // (AttentionPath::kAuto unless the caller's options say otherwise).
@@ -13,8 +17,38 @@
 #include <vector>
 
 #include "relpos/attention.h"
+#include "relpos/rope.h"
 
 namespace relpos::nn {
+
+// Rows of the tables the options' bucket map indexes: 2k+1 (symmetric clip),
+// left + right + 1 (clip) or num_buckets (T5).
+int64_t AttentionTableRows(const AttentionOptions& options);
+
+// What the layer does with positions beyond AttentionOptions: the schemes
+// that change q and k (RoPE) or build their table from weights (XL).
+struct MhaPositions {
+  // RoPE: rotate every head's q at positions i + off (off = the attention's
+  // query offset, 0 by default for self-attention) and k at positions j
+  // before attention (RopeHeads); attention then runs with no relative term.
+  bool rope = false;
+  double rope_base = 10000.0;
+  RopeLayout rope_layout = RopeLayout::kSplitHalves;
+  // Transformer-XL (docs/math.md section 8): the per-head key table
+  // AK_h[r + k] = W_h R_{-r}, k = attention.max_distance, is built on every
+  // call from MhaWeights::xl_w and XL's fixed sinusoids R (XlSinusoidTable);
+  // the queries get + u_h (content term), the position term pb = v - u. The
+  // attention options must have per_head_tables, key_term,
+  // position_query_bias and no value term (model/positions.h sets them).
+  bool xl = false;
+};
+
+// Rotates [count, H, n, dh] heads in place: forward (y = R(p theta) x) or
+// backward (dx = R(-p theta) dy) with row n at position position_offset + n.
+// The one place the layer applies RoPE.
+template <typename T>
+void RopeHeads(bool backward, T* heads, int64_t count, int64_t h, int64_t n,
+               int64_t dh, int64_t position_offset, const MhaPositions& p);
 
 // The one place a relative table's layout is spelled: [rows, dh] shared by
 // the heads (Shaw et al.), or [heads, rows, dh] with per-head tables. T may
@@ -47,23 +81,30 @@ struct MhaShape {
 };
 
 // Read-only weights. Projections are [d_model, d_model] ([out, in]) with
-// [d_model] biases. rel_k / rel_v: [2k+1, dh] shared by the heads or
-// [H, 2k+1, dh] per head, as options.per_head_tables says; nullptr when the
-// matching term is off.
+// [d_model] biases. rel_k / rel_v: [nb, dh] shared by the heads or
+// [H, nb, dh] per head, as options.per_head_tables says (nb =
+// AttentionTableRows); nullptr when the matching term is off or the scheme
+// has no vector table. bias: T5's [H, nb] scalar table (score term
+// kScalarTable). xl_w [d_model, d_model] ([H * dh, encoding width]), xl_u and
+// xl_v [H, dh]: Transformer-XL's projection and biases (MhaPositions::xl).
 template <typename T>
 struct MhaWeights {
   const T *wq = nullptr, *bq = nullptr, *wk = nullptr, *bk = nullptr;
   const T *wv = nullptr, *bv = nullptr, *wo = nullptr, *bo = nullptr;
   const T *rel_k = nullptr, *rel_v = nullptr;
+  const T* bias = nullptr;
+  const T *xl_w = nullptr, *xl_u = nullptr, *xl_v = nullptr;
 };
 
-// Gradients, same shapes as MhaWeights; all overwritten. rel_k / rel_v may be
-// nullptr exactly when the weights' are.
+// Gradients, same shapes as MhaWeights; all overwritten. A pointer may be
+// nullptr exactly when the weights' is.
 template <typename T>
 struct MhaGrads {
   T *wq = nullptr, *bq = nullptr, *wk = nullptr, *bk = nullptr;
   T *wv = nullptr, *bv = nullptr, *wo = nullptr, *bo = nullptr;
   T *rel_k = nullptr, *rel_v = nullptr;
+  T* bias = nullptr;
+  T *xl_w = nullptr, *xl_u = nullptr, *xl_v = nullptr;
 };
 
 // What the forward pass keeps for the backward pass (resized as needed).
@@ -77,6 +118,9 @@ struct MhaCache {
   std::vector<T> attn;     // the attention output, as q
   std::vector<T> lse;      // [B, H, N] or the groups
   std::vector<T> merged;   // [rows, d_model], attn with heads merged back
+  // Transformer-XL only: the sinusoids R [2k+1, d_model] (row r + k holds
+  // R_{-r}), the key table [H, 2k+1, dh] built from them and pb [H, dh].
+  std::vector<T> xl_r, xl_table, xl_pb;
 };
 
 // Working memory of the backward pass, reused between calls.
@@ -85,16 +129,32 @@ struct MhaScratch {
   std::vector<T> flat;               // [rows, d_model]
   std::vector<T> dattn, dq, dk, dv;  // as MhaCache::q
   // Table gradients of the later length groups (packed layout only).
-  std::vector<T> dtable_k, dtable_v;
+  std::vector<T> dtable_k, dtable_v, dbias, dpb;
+  // Transformer-XL: the key table's gradient [H, 2k+1, dh], pb's [H, dh],
+  // and the table in [2k+1, H * dh] order, for dW.
+  std::vector<T> dxl_table, dxl_pb, xl_flat;
 };
 
+// Transformer-XL's inputs to attention from the weights (docs/math.md
+// section 8), into cache->xl_r (the sinusoids R [2k+1, d_model], row r + k
+// holding R_{-r}; recomputed only when k changes), cache->xl_table (the key
+// table [H, 2k+1, dh], AK_h[r + k] = W_h R_{-r}) and cache->xl_pb (pb =
+// v - u, [H, dh]). k must cover every distance of the call (no clipping).
+// The queries passed to attention must be q + u (the forward pass below
+// adds it). The one place the XL table is built.
+template <typename T>
+void XlAttentionTables(const MhaWeights<T>& w, int64_t d_model, int64_t heads,
+                       int64_t k, MhaCache<T>* cache);
+
 // x [rows, d_model] -> y [rows, d_model] (rows and their layout as
-// MhaShape says). `attention` carries max_distance,
-// per_head_tables, key_term, value_term, causal and key_lengths.
+// MhaShape says). `attention` carries the scheme (bucket map, score term,
+// tables' layout, terms), causal and key_lengths; `positions` what the layer
+// does beyond it (RoPE, XL).
 template <typename T>
 void MultiHeadAttentionForward(const T* x, const MhaWeights<T>& w, T* y,
                                MhaCache<T>* cache, const MhaShape& shape,
-                               const AttentionOptions& attention);
+                               const AttentionOptions& attention,
+                               const MhaPositions& positions = {});
 
 // Differentiates the forward pass above, given dy [rows, d_model]; dx
 // [rows, d_model] is overwritten. `cache` must come from the forward pass with
@@ -104,7 +164,8 @@ void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
                                 const MhaCache<T>& cache, const T* dy, T* dx,
                                 const MhaGrads<T>& grads,
                                 MhaScratch<T>* scratch, const MhaShape& shape,
-                                const AttentionOptions& attention);
+                                const AttentionOptions& attention,
+                                const MhaPositions& positions = {});
 
 }  // namespace relpos::nn
 

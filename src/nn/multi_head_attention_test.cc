@@ -9,6 +9,7 @@
 #include <cmath>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -357,6 +358,300 @@ TEST(MhaTest, FloatMatchesDouble) {
           i == 3 ? dwk_scale : 0.0);
   }
 }
+
+// ---------------------------------------------------------------------------
+// The other schemes of the family (docs/math.md section 8) through the layer:
+// their extra weights (T5's bias, XL's W, u, v), RoPE's rotations, all
+// gradient-checked, packed length groups against the padded layout, and the
+// float layer (fused kernel where supported) against the double one.
+
+struct SchemeLayerCase {
+  std::string name;
+  AttentionOptions options;  // scheme part; causal and lengths set per test
+  MhaPositions positions;
+};
+
+void PrintTo(const SchemeLayerCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<SchemeLayerCase> SchemeLayerCases(int64_t xl_keys) {
+  std::vector<SchemeLayerCase> cases;
+  auto add = [&](const std::string& name, auto&& set) {
+    SchemeLayerCase c;
+    c.name = name;
+    set(c.options, c.positions);
+    cases.push_back(std::move(c));
+  };
+  add("shaw_asym", [](AttentionOptions& o, MhaPositions&) {
+    o.buckets.kind = BucketKind::kClip;
+    o.buckets.clip = {3, 1};
+  });
+  add("shaw_log_per_head", [](AttentionOptions& o, MhaPositions&) {
+    o.buckets.kind = BucketKind::kT5;
+    o.buckets.t5 = {8, 5, true};
+    o.per_head_tables = true;
+  });
+  add("t5", [](AttentionOptions& o, MhaPositions&) {
+    o.buckets.kind = BucketKind::kT5;
+    o.buckets.t5 = {8, 5, true};
+    o.score_term = ScoreTerm::kScalarTable;
+    o.value_term = false;
+  });
+  add("alibi", [](AttentionOptions& o, MhaPositions&) {
+    o.score_term = ScoreTerm::kAlibi;
+    o.value_term = false;
+  });
+  add("rope", [](AttentionOptions& o, MhaPositions& p) {
+    o.key_term = o.value_term = false;
+    p.rope = true;
+  });
+  add("rope_interleaved", [](AttentionOptions& o, MhaPositions& p) {
+    o.key_term = o.value_term = false;
+    p.rope = true;
+    p.rope_base = 100.0;
+    p.rope_layout = RopeLayout::kInterleaved;
+  });
+  add("xl", [&](AttentionOptions& o, MhaPositions& p) {
+    o.max_distance = xl_keys - 1;
+    o.per_head_tables = true;
+    o.value_term = false;
+    o.position_query_bias = true;
+    p.xl = true;
+  });
+  return cases;
+}
+
+// Every weight of one layer, with the scheme's extra ones.
+template <typename T>
+struct SchemeLayer {
+  std::vector<std::vector<T>> w;  // wq bq wk bk wv bv wo bo rel_k rel_v
+                                  // bias xl_w xl_u xl_v
+  std::vector<std::vector<T>> g;
+  bool vector = false, values = false, bias = false, xl = false;
+
+  SchemeLayer(const SchemeLayerCase& c, const MhaShape& s, Rng& rng) {
+    const int64_t d = s.d_model, dh = s.head_dim(), H = s.heads;
+    const int64_t rows = AttentionTableRows(c.options);
+    const int64_t table = (c.options.per_head_tables ? H : 1) * rows * dh;
+    xl = c.positions.xl;
+    vector =
+        c.options.key_term && c.options.score_term == ScoreTerm::kVector && !xl;
+    values = c.options.value_term;
+    bias =
+        c.options.key_term && c.options.score_term == ScoreTerm::kScalarTable;
+    const double ws = 1.0 / std::sqrt(static_cast<double>(d));
+    auto random = [&](int64_t n, double scale) {
+      const std::vector<double> v = testing::RandomVector(n, rng, scale);
+      return std::vector<T>(v.begin(), v.end());
+    };
+    for (int i = 0; i < 4; ++i) {
+      w.push_back(random(d * d, ws));
+      w.push_back(random(d, 0.1));
+    }
+    w.push_back(vector ? random(table, 0.5) : std::vector<T>());
+    w.push_back(values ? random(table, 0.5) : std::vector<T>());
+    w.push_back(bias ? random(H * rows, 0.5) : std::vector<T>());
+    w.push_back(xl ? random(d * d, ws) : std::vector<T>());
+    w.push_back(xl ? random(H * dh, 0.3) : std::vector<T>());
+    w.push_back(xl ? random(H * dh, 0.3) : std::vector<T>());
+    for (const auto& wi : w) g.emplace_back(wi.size(), T(-1));
+  }
+  template <typename P>
+  static P* Or(std::vector<P>& v) {
+    return v.empty() ? nullptr : v.data();
+  }
+  MhaWeights<T> Weights() {
+    return {w[0].data(), w[1].data(), w[2].data(), w[3].data(), w[4].data(),
+            w[5].data(), w[6].data(), w[7].data(), Or(w[8]),    Or(w[9]),
+            Or(w[10]),   Or(w[11]),   Or(w[12]),   Or(w[13])};
+  }
+  MhaGrads<T> Grads() {
+    return {g[0].data(), g[1].data(), g[2].data(), g[3].data(), g[4].data(),
+            g[5].data(), g[6].data(), g[7].data(), Or(g[8]),    Or(g[9]),
+            Or(g[10]),   Or(g[11]),   Or(g[12]),   Or(g[13])};
+  }
+};
+
+// The parameter's case for sequences of `keys` positions (XL's reach), with
+// the causality and key lengths of a test (T5 buckets causal when the mask
+// is).
+SchemeLayerCase CaseFor(const std::string& name, int64_t keys, bool causal,
+                        std::vector<int64_t> key_lengths) {
+  SchemeLayerCase c = SchemeLayerCases(keys)[0];
+  for (const SchemeLayerCase& sc : SchemeLayerCases(keys)) {
+    if (sc.name == name) c = sc;
+  }
+  c.options.causal = causal;
+  c.options.key_lengths = std::move(key_lengths);
+  c.options.buckets.t5.bidirectional = !causal;
+  return c;
+}
+
+class MhaSchemeTest : public ::testing::TestWithParam<SchemeLayerCase> {};
+
+TEST_P(MhaSchemeTest, GradientsMatchFiniteDifferences) {
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "bidirectional");
+    const MhaShape s{2, 6, 8, 2};
+    const SchemeLayerCase c =
+        CaseFor(GetParam().name, s.length, causal, {6, 4});
+    const AttentionOptions& o = c.options;
+    Rng rng(42);
+    SchemeLayer<double> layer(c, s, rng);
+    std::vector<double> x = RandomVector(s.rows() * s.d_model, rng);
+    const std::vector<double> r = RandomVector(s.rows() * s.d_model, rng);
+    MhaCache<double> cache;
+    std::vector<double> y(x.size());
+    auto loss = [&] {
+      MultiHeadAttentionForward<double>(x.data(), layer.Weights(), y.data(),
+                                        &cache, s, o, c.positions);
+      return Dot(r, y);
+    };
+    loss();
+    std::vector<double> dx(x.size());
+    MhaScratch<double> scratch;
+    MultiHeadAttentionBackward<double>(x.data(), layer.Weights(), cache,
+                                       r.data(), dx.data(), layer.Grads(),
+                                       &scratch, s, o, c.positions);
+    CheckGradient("dx", &x, dx, loss, 40);
+    const char* names[] = {"wq",   "bq",   "wk",   "bk",    "wv",
+                           "bv",   "wo",   "bo",   "rel_k", "rel_v",
+                           "bias", "xl_w", "xl_u", "xl_v"};
+    int extra = 0;
+    for (int i = 0; i < 14; ++i) {
+      if (layer.w[i].empty()) continue;
+      const int n = CheckGradient(names[i], &layer.w[i], layer.g[i], loss, 60);
+      if (i >= 8) extra += n;
+    }
+    // The scheme's own weights were checked (none for ALiBi and RoPE).
+    EXPECT_EQ(extra > 0, !c.positions.rope && c.name != "alibi");
+  }
+}
+
+// Spread-out lengths split the packed batch into length groups; the layer
+// must give the padded layout's outputs and gradients (table, bias and pb
+// gradients of later groups are added to the first group's).
+TEST_P(MhaSchemeTest, PackedLengthGroupsMatchPaddedRows) {
+  const std::vector<int64_t> lengths = {40, 3, 38, 1, 0, 12, 39, 2};
+  const int64_t B = static_cast<int64_t>(lengths.size()), N = 40, d = 8;
+  const MhaShape padded{B, N, d, 2};
+  const MhaShape packed{B, N, d, 2, lengths.data()};
+  const SchemeLayerCase c = CaseFor(GetParam().name, N, true, lengths);
+  const AttentionOptions& o = c.options;
+  Rng rng(7);
+  SchemeLayer<double> a(c, padded, rng);
+  SchemeLayer<double> p = a;
+  std::vector<double> x = RandomVector(B * N * d, rng);
+  std::vector<double> dy = RandomVector(B * N * d, rng);
+  std::vector<double> xp, dyp;
+  std::vector<int64_t> valid_rows;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t row = b * N + n;
+      if (n < lengths[b]) {
+        valid_rows.push_back(row);
+        xp.insert(xp.end(), x.begin() + row * d, x.begin() + (row + 1) * d);
+        dyp.insert(dyp.end(), dy.begin() + row * d, dy.begin() + (row + 1) * d);
+      } else {
+        std::fill(dy.begin() + row * d, dy.begin() + (row + 1) * d, 0.0);
+      }
+    }
+  }
+  auto run = [&](SchemeLayer<double>& layer, const MhaShape& s,
+                 const std::vector<double>& xin,
+                 const std::vector<double>& dyin, std::vector<double>* y,
+                 std::vector<double>* dx) {
+    y->assign(xin.size(), -1.0);
+    dx->assign(xin.size(), -1.0);
+    MhaCache<double> cache;
+    MhaScratch<double> scratch;
+    MultiHeadAttentionForward<double>(xin.data(), layer.Weights(), y->data(),
+                                      &cache, s, o, c.positions);
+    MultiHeadAttentionBackward<double>(xin.data(), layer.Weights(), cache,
+                                       dyin.data(), dx->data(), layer.Grads(),
+                                       &scratch, s, o, c.positions);
+    return cache.q.size();
+  };
+  std::vector<double> ya, dxa, yp, dxp;
+  run(a, padded, x, dy, &ya, &dxa);
+  const size_t packed_size = run(p, packed, xp, dyp, &yp, &dxp);
+  EXPECT_LT(packed_size, static_cast<size_t>(B * N * d));
+  // Row-wise results agree to rounding (the XL and RoPE paths add per-row
+  // terms in the same order; only sums over groups are reordered).
+  auto near = [](double u, double v, double scale) {
+    return std::abs(u - v) <= 1e-12 * scale;
+  };
+  double ys = 1e-300, dxs = 1e-300;
+  for (double v : ya) ys = std::max(ys, std::abs(v));
+  for (double v : dxa) dxs = std::max(dxs, std::abs(v));
+  for (size_t r = 0; r < valid_rows.size(); ++r) {
+    for (int64_t col = 0; col < d; ++col) {
+      ASSERT_TRUE(near(yp[r * d + col], ya[valid_rows[r] * d + col], ys))
+          << r << "," << col;
+      ASSERT_TRUE(near(dxp[r * d + col], dxa[valid_rows[r] * d + col], dxs))
+          << r << "," << col;
+    }
+  }
+  for (int i = 0; i < 14; ++i) {
+    double scale = 1e-300;
+    for (double v : a.g[i]) scale = std::max(scale, std::abs(v));
+    for (size_t e = 0; e < a.g[i].size(); ++e) {
+      ASSERT_TRUE(near(p.g[i][e], a.g[i][e], scale))
+          << "parameter " << i << "[" << e << "]: " << p.g[i][e] << " vs "
+          << a.g[i][e];
+    }
+  }
+}
+
+// The float layer (the fused kernel wherever it supports the scheme) against
+// the double layer (reference), with the tolerance of
+// MhaTest.FloatMatchesDouble.
+TEST_P(MhaSchemeTest, FloatMatchesDouble) {
+  const MhaShape s{2, 37, 32, 4};
+  const SchemeLayerCase c = CaseFor(GetParam().name, s.length, true, {37, 20});
+  const AttentionOptions& o = c.options;
+  Rng rd(9), rf(9);
+  SchemeLayer<double> ld(c, s, rd);
+  SchemeLayer<float> lf(c, s, rf);
+  const std::vector<double> xd = RandomVector(s.rows() * s.d_model, rd);
+  const std::vector<float> xf(xd.begin(), xd.end());
+  std::vector<double> yd(xd.size()), dxd(xd.size());
+  std::vector<float> yf(xd.size()), dxf(xd.size());
+  MhaCache<double> cd;
+  MhaCache<float> cf;
+  MhaScratch<double> sd;
+  MhaScratch<float> sf;
+  MultiHeadAttentionForward<double>(xd.data(), ld.Weights(), yd.data(), &cd, s,
+                                    o, c.positions);
+  MultiHeadAttentionForward<float>(xf.data(), lf.Weights(), yf.data(), &cf, s,
+                                   o, c.positions);
+  const std::vector<float> dyf(yd.begin(), yd.end());
+  MultiHeadAttentionBackward<double>(xd.data(), ld.Weights(), cd, yd.data(),
+                                     dxd.data(), ld.Grads(), &sd, s, o,
+                                     c.positions);
+  MultiHeadAttentionBackward<float>(xf.data(), lf.Weights(), cf, dyf.data(),
+                                    dxf.data(), lf.Grads(), &sf, s, o,
+                                    c.positions);
+  auto check = [](const std::string& what, const auto& f,
+                  const std::vector<double>& dd, double scale = 0) {
+    for (double v : dd) scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < dd.size(); ++i) {
+      ASSERT_NEAR(f[i], dd[i], 1e-4 * scale) << what << "[" << i << "]";
+    }
+  };
+  check("y", yf, yd);
+  check("dx", dxf, dxd);
+  double dwk_scale = 0;
+  for (double v : ld.g[2]) dwk_scale = std::max(dwk_scale, std::abs(v));
+  for (int i = 0; i < 14; ++i) {
+    // As in MhaTest.FloatMatchesDouble: the key bias's exact gradient is 0.
+    check("param" + std::to_string(i), lf.g[i], ld.g[i],
+          i == 3 ? dwk_scale : 0.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, MhaSchemeTest,
+                         ::testing::ValuesIn(SchemeLayerCases(1)),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace relpos::nn

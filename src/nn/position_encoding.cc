@@ -23,6 +23,22 @@ void SinusoidalTable(int64_t length, int64_t dim, T* table) {
 }
 
 template <typename T>
+void XlSinusoidTable(int64_t k, int64_t dim, T* table) {
+  // Shapes: table [2k+1, dim].
+  const int64_t half = dim / 2;
+  for (int64_t row = 0; row <= 2 * k; ++row) {
+    const double x = static_cast<double>(k - row);  // XL's i - j = -r
+    for (int64_t t = 0; t < half; ++t) {
+      const double freq =
+          std::exp(-std::log(10000.0) * static_cast<double>(2 * t) /
+                   static_cast<double>(dim));
+      table[row * dim + t] = static_cast<T>(std::sin(x * freq));
+      table[row * dim + half + t] = static_cast<T>(std::cos(x * freq));
+    }
+  }
+}
+
+template <typename T>
 void AddPositionForward(const T* table, T* x, const PositionShape& s) {
   // Shapes: table [>= length, dim], x [batch, length, dim].
 #pragma omp parallel for schedule(static) if (s.batch * s.length * s.dim >= \
@@ -52,6 +68,8 @@ void AddPositionBackward(const T* dx, T* dtable, const PositionShape& s) {
 
 template void SinusoidalTable<float>(int64_t, int64_t, float*);
 template void SinusoidalTable<double>(int64_t, int64_t, double*);
+template void XlSinusoidTable<float>(int64_t, int64_t, float*);
+template void XlSinusoidTable<double>(int64_t, int64_t, double*);
 template void AddPositionForward<float>(const float*, float*,
                                         const PositionShape&);
 template void AddPositionForward<double>(const double*, double*,

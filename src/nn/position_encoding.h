@@ -16,6 +16,15 @@ namespace relpos::nn {
 template <typename T>
 void SinusoidalTable(int64_t length, int64_t dim, T* table);
 
+// Transformer-XL's fixed relative encodings (Dai et al. 2019, section 3.3;
+// docs/math.md section 8), for the distances r = -k .. k of relpos
+// (key minus query; XL's distance is x = -r), table [2k+1, dim], dim even:
+//   table[r + k, t]         = sin(x f_t)
+//   table[r + k, dim/2 + t] = cos(x f_t),   f_t = 10000^(-2t / dim),
+// the sines first, then the cosines (XL's layout), computed in double.
+template <typename T>
+void XlSinusoidTable(int64_t k, int64_t dim, T* table);
+
 struct PositionShape {
   int64_t batch = 0, length = 0, dim = 0;
 };
