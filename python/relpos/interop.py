@@ -202,6 +202,20 @@ def _geometry(state_dict, name, num_heads, source):
     return e, e // num_heads
 
 
+def _projections(state_dict, prefix, source, e, names):
+    """A getter of checked tensors under `prefix`, and the q, k, v, out
+    projections ([E, E] weights, [E] biases) under the source's `names`."""
+
+    def get(name, shape):
+        return _array(state_dict, prefix + name, shape, source)
+
+    w = {}
+    for ours, theirs in zip(("q", "k", "v", "out"), names):
+        w[ours + "_weight"] = get(theirs + ".weight", (e, e))
+        w[ours + "_bias"] = get(theirs + ".bias", (e,))
+    return get, w
+
+
 def _clip(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"relpos.interop: {name} must be an int >= 0 (got "
@@ -220,14 +234,8 @@ def from_wav2vec2_bert(state_dict: Mapping, num_heads: int, prefix: str = "",
     left, right = _clip("left", left), _clip("right", right)
     e, d = _geometry(state_dict, prefix + "linear_q.weight", num_heads, source)
 
-    def get(name, shape):
-        return _array(state_dict, prefix + name, shape, source)
-
-    w = {}
-    for ours, theirs in (("q", "linear_q"), ("k", "linear_k"),
-                         ("v", "linear_v"), ("out", "linear_out")):
-        w[ours + "_weight"] = get(theirs + ".weight", (e, e))
-        w[ours + "_bias"] = get(theirs + ".bias", (e,))
+    get, w = _projections(state_dict, prefix, source, e,
+                          ("linear_q", "linear_k", "linear_v", "linear_out"))
     table = get("distance_embedding.weight", (left + right + 1, d))
     return LoadedAttention(num_heads=num_heads, ak=table, av=None,
                            buckets=ClipBuckets(left, right), source=source,
@@ -250,14 +258,9 @@ def from_opennmt(state_dict: Mapping, num_heads: int,
     e, d = _geometry(state_dict, prefix + "linear_query.weight", num_heads,
                      source)
 
-    def get(name, shape):
-        return _array(state_dict, prefix + name, shape, source)
-
-    w = {}
-    for ours, theirs in (("q", "linear_query"), ("k", "linear_keys"),
-                         ("v", "linear_values"), ("out", "final_linear")):
-        w[ours + "_weight"] = get(theirs + ".weight", (e, e))
-        w[ours + "_bias"] = get(theirs + ".bias", (e,))
+    get, w = _projections(state_dict, prefix, source, e,
+                          ("linear_query", "linear_keys", "linear_values",
+                           "final_linear"))
     table = get("relative_positions_embeddings.weight", (2 * k + 1, d))
     return LoadedAttention(num_heads=num_heads, ak=table, av=table,
                            buckets=ClipBuckets(k, k), source=source, **w)
