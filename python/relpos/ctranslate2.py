@@ -24,12 +24,18 @@ What maps to what (docs/interop.md has the tensor-by-tensor table):
   (``scale_embeddings = False``: relpos adds no sqrt(d_model) factor), the
   final LayerNorm, q/k/v fused into one [3 d, d] projection as CTranslate2
   stores it.
-- ``position = relative`` (Shaw et al., clip k): CTranslate2's
+- ``position = shaw`` (or its older name ``relative``; Shaw et al., clip
+  k): CTranslate2's
   ``relative_position_keys`` / ``relative_position_values`` [2k+1, dh],
   row ``clip(j - i, -k, k) + k``, shared by the heads, exactly relpos's
   shared tables (docs/math.md section 1). A switched-off term (``key_term``
   or ``value_term`` false) is exported as an all-zero table, which adds
   exactly zero (CTranslate2 reads k from the key table, so both must exist).
+- ``position = shaw-asym`` (key table, clip (k_left, k_right)):
+  ``relative_asymmetric_position_keys`` with ``relative_left_max_position``
+  / ``relative_right_max_position``, the rows of relpos's ClipBuckets; plus a
+  zero ``position_encodings`` table of ``max_len`` rows (CTranslate2 would
+  otherwise add its sinusoid); no value table (refused).
 - ``position = learned``: the table itself as ``position_encodings``.
   ``sinusoidal`` and ``none``: an explicit table of ``max_len`` rows
   (relpos's interleaved sin/cos, or zeros), because CTranslate2's built-in
@@ -37,12 +43,11 @@ What maps to what (docs/interop.md has the tensor-by-tensor table):
   such an export accepts at most ``max_len`` positions.
 
 Refused with :class:`UnsupportedModelError` (a ``ValueError``) naming the
-setting: per-head relative tables (CTranslate2 has one table per layer), a
-model without blocks (CTranslate2's layer stack needs one), and any position
-scheme or model setting this exporter does not know (asymmetric or log
-buckets, T5 biases, ALiBi, RoPE, Transformer-XL, ... as relpos's model gains
-them: each needs its own check against CTranslate2 before it can be
-exported).
+setting: per-head relative tables (CTranslate2 has one table per layer),
+shaw-asym with a value table, a model without blocks (CTranslate2's layer
+stack needs one), and any other position scheme or model setting (log
+buckets, T5 biases, ALiBi, RoPE, Transformer-XL, ...: each needs its own
+check against CTranslate2 before it can be exported).
 """
 
 from __future__ import annotations
@@ -57,7 +62,8 @@ import numpy as np
 
 from . import _relpos_ext as _ext
 
-__all__ = ["UnsupportedModelError", "build_spec", "export", "main"]
+__all__ = ["UnsupportedModelError", "build_spec", "export", "main",
+           "spec_from_parameters"]
 
 LAYER_NORM_EPS = 1e-5  # relpos's LayerNorm (docs/model.md)
 
@@ -67,9 +73,15 @@ LAYER_NORM_EPS = 1e-5  # relpos's LayerNorm (docs/model.md)
 _KNOWN_MODEL_KEYS = {
     "arch", "vocab_size", "d_model", "heads", "layers", "d_ff", "max_len",
     "position", "max_distance", "key_term", "value_term", "per_head_tables",
-    "rel_init_scale", "dropout", "seed",
+    "rel_init_scale", "dropout", "seed", "k_left", "k_right",
+    # Settings of the schemes that are refused below (t5, shaw-log, rope):
+    # present in every config of relpos's scheme family, unused by the
+    # schemes exported here.
+    "num_buckets", "bucket_max_distance", "rope_base", "rope_layout",
 }
-_POSITIONS = ("none", "sinusoidal", "learned", "relative")
+# "relative" is the older name of "shaw" (symmetric clip k).
+_SHAW = ("relative", "shaw")
+_POSITIONS = ("none", "sinusoidal", "learned") + _SHAW + ("shaw-asym",)
 
 
 class UnsupportedModelError(ValueError):
@@ -101,11 +113,17 @@ def _check_supported(mc: Dict) -> None:
             "Transformer specs have Shaw tables with a symmetric clip, "
             "learned or sinusoidal absolute positions, T5 biases, ALiBi "
             "(decoder) and RoPE, each in its own convention")
-    if mc["position"] == "relative" and mc["per_head_tables"]:
+    pos = mc["position"]
+    if (pos in _SHAW or pos == "shaw-asym") and mc["per_head_tables"]:
         raise UnsupportedModelError(
             "relpos.ctranslate2: per_head_tables = true cannot be exported: "
-            "CTranslate2's relative_position_keys / relative_position_values "
-            "are one [2k+1, dh] table per layer, shared by the heads")
+            "CTranslate2's relative position tables are one [rows, dh] table "
+            "per layer, shared by the heads")
+    if pos == "shaw-asym" and mc["value_term"]:
+        raise UnsupportedModelError(
+            "relpos.ctranslate2: position 'shaw-asym' with value_term = true "
+            "cannot be exported: CTranslate2's asymmetric clip "
+            "(relative_asymmetric_position_keys) has a key table only")
     if mc["layers"] < 1:
         raise UnsupportedModelError(
             f"relpos.ctranslate2: layers = {mc['layers']} cannot be "
@@ -149,8 +167,16 @@ def _fill_layer(layer, P, l: int, mc: Dict) -> None:
         np.concatenate([P(b + f"attn.{x}.weight") for x in "qkv"], axis=0),
         np.concatenate([P(b + f"attn.{x}.bias") for x in "qkv"], axis=0))
     _set_linear(att.linear[1], P(b + "attn.out.weight"), P(b + "attn.out.bias"))
-    if mc["position"] == "relative":
-        dh = mc["d_model"] // mc["heads"]
+    dh = mc["d_model"] // mc["heads"]
+    if mc["position"] == "shaw-asym":
+        # A key table under clip(j - i, -k_left, k_right) + k_left, as
+        # relpos's ClipBuckets(k_left, k_right) (docs/interop.md).
+        att.relative_asymmetric_position_keys = (
+            P(b + "attn.rel_k") if mc["key_term"] else np.zeros(
+                (mc["k_left"] + mc["k_right"] + 1, dh), dtype=np.float32))
+        att.relative_left_max_position = np.int32(mc["k_left"])
+        att.relative_right_max_position = np.int32(mc["k_right"])
+    if mc["position"] in _SHAW:
         zeros = np.zeros((2 * mc["max_distance"] + 1, dh), dtype=np.float32)
         att.relative_position_keys = (
             P(b + "attn.rel_k") if mc["key_term"] else zeros)
@@ -167,9 +193,11 @@ def _absolute_table(mc: Dict, P) -> Optional[np.ndarray]:
         return P("embed.position")
     if pos == "sinusoidal":
         return _sinusoid(rows, d)
-    if pos == "none":
+    if pos in ("none", "shaw-asym"):
+        # shaw-asym: CTranslate2 does not count the asymmetric key table as
+        # a position scheme and would add its sinusoid without a table.
         return np.zeros((rows, d), dtype=np.float32)
-    return None  # relative: inside attention
+    return None  # shaw: inside attention only
 
 
 def vocabulary(vocab_size: int) -> List[str]:
@@ -183,17 +211,25 @@ def build_spec(checkpoint_dir: str):
     """The CTranslate2 model spec of a relpos checkpoint folder (validated,
     not saved). Raises UnsupportedModelError for what CTranslate2 cannot
     represent, and relpos's own errors for a missing or damaged checkpoint."""
-    specs = _require_ctranslate2()
     model = _ext.Model.load(os.fspath(checkpoint_dir))
     mc = json.loads(model.config_json())["model"]
-    _check_supported(mc)
 
     def P(name: str) -> np.ndarray:
         return np.ascontiguousarray(model.parameter(name), dtype=np.float32)
 
-    relative = mc["position"] == "relative"
+    return spec_from_parameters(mc, P)
+
+
+def spec_from_parameters(mc: Dict, P):
+    """The spec of a model given its config (the "model" object of a
+    checkpoint's config.json) and P(name) -> its float32 tensor named as in
+    docs/model.md. build_spec reads both from a checkpoint."""
+    specs = _require_ctranslate2()
+    from ctranslate2.specs import attention_spec
+
+    _check_supported(mc)
     common = dict(pre_norm=True, activation=specs.Activation.GELU,
-                  relative_position=relative)
+                  relative_position=mc["position"] in _SHAW)
     if mc["arch"] == "encoder":
         stack = specs.TransformerEncoderSpec(mc["layers"], mc["heads"], **common)
         stack.embeddings[0].weight = P("embed.token")
@@ -210,6 +246,10 @@ def build_spec(checkpoint_dir: str):
         stack.position_encodings.encodings = table
     _set_layer_norm(stack.layer_norm, P("final_ln.gamma"), P("final_ln.beta"))
     for l, layer in enumerate(stack.layer):
+        if mc["position"] == "shaw-asym":
+            # The layer specs have no switch for it: the attention spec does.
+            layer.self_attention = attention_spec.MultiHeadAttentionSpec(
+                self_attention=True, relative_asymmetric_position=True)
         _fill_layer(layer, P, l, mc)
     spec.config.layer_norm_epsilon = LAYER_NORM_EPS
     tokens = vocabulary(mc["vocab_size"])
