@@ -1,4 +1,4 @@
-#include "bench/layer_workload.h"
+#include "relpos/bench.h"
 
 #include <cmath>
 #include <initializer_list>

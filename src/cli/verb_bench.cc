@@ -13,7 +13,6 @@
 #include <nlohmann/json.hpp>
 
 #include "relpos/bench.h"
-#include "bench/layer_workload.h"
 #include "cli/cli_common.h"
 #include "relpos/error.h"
 
