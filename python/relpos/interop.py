@@ -98,7 +98,8 @@ class LoadedAttention(NamedTuple):
             return x @ w.astype(dt).T + bias.astype(dt)
 
         def heads(y):  # [B, N, E] -> [B, H, N, d]
-            return np.ascontiguousarray(y.reshape(b, n, h, d).transpose(0, 2, 1, 3))
+            y = y.reshape(b, n, h, d).transpose(0, 2, 1, 3)
+            return np.ascontiguousarray(y)
 
         table = (lambda t: None if t is None else np.ascontiguousarray(t, dt))
         o = attention(heads(proj(self.q_weight, self.q_bias)),

@@ -360,15 +360,15 @@ nlohmann::json LayerRowJson(const LayerRow& r) {
 }
 
 void PrintLayerRow(const LayerRow& r, std::ostream& out) {
+  const std::string note =
+      r.overhead_pct ? "overhead vs vanilla " + Percent(*r.overhead_pct) : "";
+  const std::string k =
+      r.shape.relative ? std::to_string(r.shape.max_distance) : "-";
   char line[256];
   std::snprintf(line, sizeof line, "%-8s %6lld %5s %10.3f %12s  %s\n",
-                r.name.c_str(), static_cast<long long>(r.shape.n),
-                r.shape.relative ? std::to_string(r.shape.max_distance).c_str()
-                                 : "-",
+                r.name.c_str(), static_cast<long long>(r.shape.n), k.c_str(),
                 r.fwd_s * 1e3, HumanBytes(r.peak_bytes).c_str(),
-                r.overhead_pct
-                    ? ("overhead vs vanilla " + Percent(*r.overhead_pct)).c_str()
-                    : "");
+                note.c_str());
   out << line << std::flush;
 }
 

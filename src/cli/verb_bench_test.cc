@@ -312,7 +312,8 @@ TEST(BenchVerb, Help) {
   CliResult r = RunRelpos({"bench", "--help"});
   EXPECT_EQ(r.code, 0);
   for (const char* want : {"--n", "--k", "--heads", "--dim", "--threads",
-                           "--repeats", "--json", "--positions"}) {
+                           "--repeats", "--json", "--positions", "--layer",
+                           "--d-ff"}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << r.out;
   }
 }
