@@ -34,6 +34,16 @@ struct ForwardResult {
   std::vector<int32_t> predictions;  // [batch, length] argmax, -1 at padding
 };
 
+// Inference outputs of a batch, in the batch's padded layout (zeros at
+// padded positions).
+struct ModelOutputs {
+  int64_t batch = 0, length = 0, d_model = 0, vocab_size = 0;
+  // Final hidden states LayerNormF(x_L): what an encoder hands on.
+  std::vector<float> hidden;  // [batch, length, d_model]
+  // Output head on them: a decoder's next-token logits.
+  std::vector<float> logits;  // [batch, length, vocab_size]
+};
+
 class Model {
  public:
   // A freshly initialised model; `config` is resolved first (the vocabulary
@@ -64,6 +74,10 @@ class Model {
   // Evaluation: no dropout, no gradients. InvalidArgument for an
   // inconsistent batch (sizes, ids out of range, targets at padding).
   ForwardResult Forward(const TokenBatch& batch);
+  // The inference forward (no dropout) of `batch`, returning its hidden
+  // states and logits; targets are ignored (may be empty). InvalidArgument
+  // for an inconsistent batch.
+  ModelOutputs Outputs(const TokenBatch& batch);
   // Forward, mean loss, backward: every gradient is overwritten. Dropout (if
   // configured) draws from `dropout_seed`. Returns the mean loss.
   double ForwardBackward(const TokenBatch& batch, uint64_t dropout_seed = 0);

@@ -22,6 +22,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "relpos/relpos.h"
+#include "model_ext.h"
 #include "position_schemes_ext.h"
 #include "array_view.h"
 
@@ -256,4 +257,5 @@ NB_MODULE(_relpos_ext, m) {
         nb::arg("kind"), nb::arg("scale"), nb::arg("seed"),
         "Internal: fills a float32 table. Use relpos.init_relative_table.");
   relpos::BindPositionSchemes(m);
+  relpos::BindModel(m);
 }

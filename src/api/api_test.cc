@@ -146,6 +146,47 @@ TEST(Model, ForwardBackwardAndSaveRoundTrip) {
   EXPECT_THROW(m.Parameter("nosuch"), InvalidArgument);
 }
 
+// Outputs: logits are the head applied to the hidden states, their argmax is
+// Forward's prediction, padding is zero, and a padded sequence gives what it
+// gives alone.
+TEST(Model, OutputsAreHiddenStatesAndLogits) {
+  Model m(Tiny());
+  TokenBatch b{.batch = 2, .length = 4, .tokens = {1, 2, 0, 0, 2, 2, 1, 1},
+               .targets = {}, .lengths = {3, 4}};
+  const ModelOutputs o = m.Outputs(b);
+  const int64_t d = o.d_model, V = o.vocab_size;
+  ASSERT_EQ(o.hidden.size(), static_cast<size_t>(8 * d));
+  ASSERT_EQ(o.logits.size(), static_cast<size_t>(8 * V));
+  const ForwardResult f = m.Forward(b);
+  const ConstView<float> w = m.Parameter("head.weight");  // [V, d]
+  const ConstView<float> bias = m.Parameter("head.bias");
+  for (int64_t r = 0; r < 8; ++r) {
+    const float* h = o.hidden.data() + r * d;
+    const float* z = o.logits.data() + r * V;
+    if (r == 3) {  // padding
+      for (int64_t j = 0; j < d; ++j) EXPECT_EQ(h[j], 0.f);
+      for (int64_t v = 0; v < V; ++v) EXPECT_EQ(z[v], 0.f);
+      continue;
+    }
+    int64_t best = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      double dot = bias.data()[v];
+      for (int64_t j = 0; j < d; ++j) dot += double(h[j]) * w.data()[v * d + j];
+      // A d-term float dot product: a few d * eps_float of its size.
+      EXPECT_NEAR(z[v], dot, 1e-5 * (1 + std::fabs(dot)));
+      if (z[v] > z[best]) best = v;
+    }
+    EXPECT_EQ(best, f.predictions[r]);
+  }
+  TokenBatch alone{.batch = 1, .length = 3, .tokens = {1, 2, 0}};
+  const ModelOutputs a = m.Outputs(alone);
+  for (int64_t j = 0; j < 3 * d; ++j) {
+    EXPECT_NEAR(a.hidden[j], o.hidden[j], 1e-5);
+  }
+  TokenBatch bad{.batch = 1, .length = 2, .tokens = {1, 99}};
+  EXPECT_THROW(m.Outputs(bad), InvalidArgument);
+}
+
 // Directional finite differences of the layer's loss L = sum(y * w) against
 // Backward. In float with step h the central difference has truncation error
 // O(h^2 |L'''|) and rounding error O(eps |L| / h); with h = 1e-2, |L| ~ 10

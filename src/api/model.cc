@@ -125,6 +125,37 @@ ForwardResult Model::Forward(const TokenBatch& batch) {
   return r;
 }
 
+ModelOutputs Model::Outputs(const TokenBatch& batch) {
+  model::Transformer& t = *impl_->transformer;
+  model::Batch b = ToBatch(batch);
+  // Only the outputs are wanted: no target takes part in the loss.
+  b.targets.assign(b.tokens.size(), -1);
+  t.Forward(b, model::ForwardMode::kInference, nullptr);
+  ModelOutputs out;
+  out.batch = b.batch;
+  out.length = b.length;
+  out.d_model = t.config().d_model;
+  out.vocab_size = t.config().vocab_size;
+  const int64_t rows_padded = b.batch * b.length;
+  out.hidden.assign(static_cast<size_t>(rows_padded * out.d_model), 0.f);
+  out.logits.assign(static_cast<size_t>(rows_padded * out.vocab_size), 0.f);
+  // Unpack: the model's rows are the valid positions, sequence after
+  // sequence.
+  const float* hidden = t.LastHidden().data();
+  const float* logits = t.LastLogits().data();
+  int64_t row = 0;
+  for (int64_t s = 0; s < b.batch; ++s) {
+    for (int64_t i = 0; i < b.lengths[s]; ++i, ++row) {
+      const int64_t at = s * b.length + i;
+      std::copy_n(hidden + row * out.d_model, out.d_model,
+                  out.hidden.begin() + at * out.d_model);
+      std::copy_n(logits + row * out.vocab_size, out.vocab_size,
+                  out.logits.begin() + at * out.vocab_size);
+    }
+  }
+  return out;
+}
+
 double Model::ForwardBackward(const TokenBatch& batch, uint64_t dropout_seed) {
   Rng rng(dropout_seed);
   return impl_->transformer->ForwardBackward(ToBatch(batch), rng, nullptr);

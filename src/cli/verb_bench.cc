@@ -2,6 +2,7 @@
 // reference on self-attention problems and reports medians, GFLOP/s, extra
 // memory and the machine's own SGEMM rate measured in the same run
 // (docs/math.md section 7; docs/benchmarks.md explains the methodology).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -46,7 +47,14 @@ struct BenchFlags {
   int64_t reference_max_n = 2048;
   int64_t sgemm_size = 1024;
   bool json = false;
+  // --layer: one pre-LayerNorm encoder layer (d_model = heads x dim), the
+  // inference forward, per --positions variant (vanilla, shaw).
+  bool layer = false;
+  int64_t d_ff = 2048;
 };
+
+// --layer's default lengths (when --n is not given).
+const std::vector<int64_t> kLayerDefaultN = {512, 1024, 2048, 4096};
 
 struct Row {
   Variant variant = Variant::kVanilla;
@@ -284,7 +292,148 @@ void RunSchemes(const BenchFlags& f, int threads, double sgemm_gflops,
   }
 }
 
+// ---- --layer: one encoder layer, inference forward ----
+
+struct LayerRow {
+  std::string name;  // "vanilla" or "shaw"
+  bench::LayerShape shape;
+  int repeats = 0;
+  double fwd_s = 0;
+  int64_t peak_bytes = 0;
+  std::optional<double> overhead_pct;  // shaw: over vanilla at the same n
+};
+
+std::vector<std::string> LayerPositions(const BenchFlags& f) {
+  return f.positions.empty() ? std::vector<std::string>{"vanilla", "shaw"}
+                             : f.positions;
+}
+
+void ValidateLayer(const BenchFlags& f) {
+  RELPOS_CLI_CHECK(!f.n.empty(), "--n must list at least one size");
+  for (const std::string& name : LayerPositions(f)) {
+    RELPOS_CLI_CHECK(name == "vanilla" || name == "shaw",
+                     "--layer times --positions vanilla and shaw (the "
+                     "model's attention), got '" << name << "'");
+  }
+  for (int64_t n : f.n) {
+    // Each factor is at most 2^20, so the product cannot overflow.
+    const int64_t widest = std::max(f.heads * f.dim, f.d_ff);
+    const int64_t elements = f.batch * n * widest;
+    RELPOS_CLI_CHECK(elements <= kMaxElements,
+                     "--batch x --n x max(--heads x --dim, --d-ff) must be <= "
+                         << kMaxElements << " per buffer (got " << f.batch
+                         << " x " << n << " x " << widest << " = " << elements
+                         << ")");
+  }
+}
+
+LayerRow MeasureLayer(const std::string& name, const bench::LayerShape& shape,
+                      int threads, int repeats) {
+  bench::LayerWorkload w(shape, threads);
+  LayerRow row;
+  row.name = name;
+  row.shape = shape;
+  row.repeats = repeats;
+  row.fwd_s = bench::MedianSeconds([&w] { w.Forward(); }, repeats);
+  row.peak_bytes = w.PeakBytes();
+  return row;
+}
+
+nlohmann::json LayerRowJson(const LayerRow& r) {
+  const bench::LayerShape& s = r.shape;
+  nlohmann::json j = {
+      {"variant", r.name},
+      {"n", s.n},
+      {"k", s.relative ? s.max_distance : 0},
+      {"batch", s.batch},
+      {"d_model", s.d_model},
+      {"heads", s.heads},
+      {"d_ff", s.d_ff},
+      {"repeats", r.repeats},
+      {"fwd_ms", r.fwd_s * 1e3},
+      {"peak_bytes", r.peak_bytes},
+      {"peak_bytes_source",
+       "computed: weights, x, y, the block's buffers and FusedExtraBytes"},
+  };
+  if (r.overhead_pct) j["overhead_pct"] = *r.overhead_pct;
+  return j;
+}
+
+void PrintLayerRow(const LayerRow& r, std::ostream& out) {
+  const std::string note =
+      r.overhead_pct ? "overhead vs vanilla " + Percent(*r.overhead_pct) : "";
+  const std::string k =
+      r.shape.relative ? std::to_string(r.shape.max_distance) : "-";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-8s %6lld %5s %10.3f %12s  %s\n",
+                r.name.c_str(), static_cast<long long>(r.shape.n), k.c_str(),
+                r.fwd_s * 1e3, HumanBytes(r.peak_bytes).c_str(),
+                note.c_str());
+  out << line << std::flush;
+}
+
+// Per n: vanilla (if listed) first, then shaw once per --k, each a fresh
+// layer with the same seeded weights.
+void RunLayer(const BenchFlags& f, std::ostream& out) {
+  ValidateLayer(f);
+  bench::ScopedOmpThreads omp(f.threads);
+  const int threads = omp.threads();
+  const std::vector<std::string> positions = LayerPositions(f);
+  if (!f.json) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "relpos bench --layer: pre-LayerNorm encoder layer, B=%lld "
+                  "d_model=%lld heads=%lld d_ff=%lld, GELU, inference "
+                  "forward, %d thread(s), medians of %d\n\n",
+                  static_cast<long long>(f.batch),
+                  static_cast<long long>(f.heads * f.dim),
+                  static_cast<long long>(f.heads),
+                  static_cast<long long>(f.d_ff), threads, f.repeats);
+    out << line;
+    std::snprintf(line, sizeof line, "%-8s %6s %5s %10s %12s  %s\n",
+                  "variant", "n", "k", "fwd ms", "peak mem", "note");
+    out << line << std::flush;
+  }
+  std::vector<LayerRow> rows;
+  for (int64_t n : f.n) {
+    bench::LayerShape shape{.batch = f.batch, .n = n,
+                            .d_model = f.heads * f.dim, .heads = f.heads,
+                            .d_ff = f.d_ff, .relative = false,
+                            .max_distance = 0};
+    std::optional<double> vanilla_s;
+    for (const std::string& name : positions) {
+      if (name != "vanilla") continue;
+      rows.push_back(MeasureLayer(name, shape, threads, f.repeats));
+      vanilla_s = rows.back().fwd_s;
+      if (!f.json) PrintLayerRow(rows.back(), out);
+    }
+    for (const std::string& name : positions) {
+      if (name != "shaw") continue;
+      for (int64_t k : f.k) {
+        shape.relative = true;
+        shape.max_distance = k;
+        LayerRow r = MeasureLayer(name, shape, threads, f.repeats);
+        if (vanilla_s) r.overhead_pct = 100.0 * (r.fwd_s / *vanilla_s - 1.0);
+        rows.push_back(r);
+        if (!f.json) PrintLayerRow(rows.back(), out);
+      }
+    }
+  }
+  if (f.json) {
+    nlohmann::json j = {{"mode", "layer"},
+                        {"threads", threads},
+                        {"repeats", f.repeats},
+                        {"rows", nlohmann::json::array()}};
+    for (const LayerRow& r : rows) j["rows"].push_back(LayerRowJson(r));
+    out << j.dump() << "\n";
+  }
+}
+
 void RunBench(const BenchFlags& f, std::ostream& out) {
+  if (f.layer) {
+    RunLayer(f, out);
+    return;
+  }
   Validate(f);
   bench::ScopedOmpThreads omp(f.threads);
   const int threads = omp.threads();
@@ -358,7 +507,9 @@ void AddBenchVerb(CLI::App& app, std::ostream& out) {
       "bench",
       "Time fused (vanilla, relative) and reference attention; report "
       "medians, GFLOP/s, extra memory and same-run SGEMM GFLOP/s");
-  sub->add_option("--n", f->n, "Sequence lengths, comma-separated")
+  CLI::Option* n_opt =
+      sub->add_option("--n", f->n, "Sequence lengths, comma-separated "
+                      "(--layer: default 512,1024,2048,4096)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, kMaxN))
       ->capture_default_str();
@@ -415,7 +566,18 @@ void AddBenchVerb(CLI::App& app, std::ostream& out) {
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
   sub->add_flag("--json", f->json, "Print one JSON object");
-  sub->callback([f, &out] { RunBench(*f, out); });
+  sub->add_flag("--layer", f->layer,
+                "Time one pre-LayerNorm encoder layer (d_model = --heads x "
+                "--dim, FFN --d-ff, GELU), inference forward, for "
+                "--positions vanilla,shaw (default both; shaw per --k)")
+      ->excludes(variants_opt);
+  sub->add_option("--d-ff", f->d_ff, "--layer: feed-forward width")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  sub->callback([f, n_opt, &out] {
+    if (f->layer && n_opt->count() == 0) f->n = kLayerDefaultN;
+    RunBench(*f, out);
+  });
 }
 
 }  // namespace relpos::cli

@@ -1,6 +1,7 @@
 // `relpos bench` on tiny sizes: the JSON carries every field with values that
 // agree with the FLOP convention, and bad usage exits 2 with one line. No
 // timing is asserted beyond "positive and finite": this is not a speed test.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -11,7 +12,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "relpos/bench.h"
 #include "cli/cli_test_util.h"
+#include "relpos/error.h"
 
 namespace relpos::cli {
 namespace {
@@ -234,11 +237,83 @@ TEST(BenchVerb, PositionsOneRowPerScheme) {
   }
 }
 
+// --layer: per n one vanilla row and one shaw row per k, with the fields of
+// the issue (variant, n, fwd_ms, peak_bytes); the peak holds at least the
+// weights plus one [n, d_model] and one [n, d_ff] activation, and at most
+// the weights plus a generous 32 [n, d_model] + 4 [n, d_ff] buffers + 1 MiB
+// of kernel workspace (a sanity bound: the exact sum is the workload's).
+TEST(BenchVerb, LayerRows) {
+  const int64_t d = 16, heads = 2, f = 24;
+  CliResult r = RunRelpos({"bench", "--layer", "--n", "8,33", "--k", "0,3",
+                           "--heads", "2", "--dim", "8", "--d-ff", "24",
+                           "--repeats", "1", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["mode"], "layer");
+  ASSERT_EQ(j["rows"].size(), 2u * (1 + 2)) << j.dump();
+  for (const nlohmann::json& row : j["rows"]) {
+    const std::string name = row["variant"];
+    EXPECT_TRUE(name == "vanilla" || name == "shaw") << row.dump();
+    EXPECT_TRUE(PositiveFinite(row["fwd_ms"])) << row.dump();
+    EXPECT_EQ(row["d_model"], d);
+    EXPECT_EQ(row["heads"], heads);
+    EXPECT_EQ(row["d_ff"], f);
+    const int64_t n = row["n"], k = row["k"], peak = row["peak_bytes"];
+    const int64_t tables = name == "shaw" ? 2 * (2 * k + 1) * (d / heads) : 0;
+    const int64_t weights =
+        4 * (4 * d * d + 4 * d + 4 * d + 2 * d * f + f + d + tables);
+    EXPECT_GE(peak, weights + 4 * n * (d + f)) << row.dump();
+    EXPECT_LE(peak, weights + 4 * n * (32 * d + 4 * f) + (1 << 20))
+        << row.dump();
+    EXPECT_EQ(row.contains("overhead_pct"), name == "shaw") << row.dump();
+  }
+  CliResult text = RunRelpos({"bench", "--layer", "--n", "8", "--heads", "2",
+                              "--dim", "4", "--d-ff", "8", "--repeats", "1",
+                              "--positions", "shaw", "--k", "2"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("encoder layer"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("shaw"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("vanilla "), std::string::npos) << text.out;
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"bench", "--layer", "--positions", "t5"},
+        {"bench", "--layer", "--variants", "vanilla"},
+        {"bench", "--layer", "--d-ff", "0"},
+        {"bench", "--layer", "--n", "65536", "--d-ff", "4096"}}) {
+    CliResult e = RunRelpos(bad);
+    EXPECT_EQ(e.code, 2) << Joined(bad);
+    EXPECT_TRUE(e.out.empty()) << Joined(bad);
+    EXPECT_EQ(e.err.find('\n'), e.err.size() - 1) << Joined(bad) << e.err;
+  }
+}
+
+// The layer workload is deterministic for a seed, finite, and the relative
+// tables change its output (the shaw rows time a different computation).
+TEST(LayerWorkload, DeterministicAndRelativeMatters) {
+  bench::LayerShape shape{.batch = 2, .n = 9, .d_model = 8, .heads = 2,
+                          .d_ff = 12, .relative = true, .max_distance = 2};
+  bench::LayerWorkload a(shape, 1), b(shape, 1);
+  a.Forward();
+  b.Forward();
+  EXPECT_EQ(a.output(), b.output());
+  shape.relative = false;
+  bench::LayerWorkload plain(shape, 1);
+  plain.Forward();
+  double diff = 0;
+  for (size_t i = 0; i < a.output().size(); ++i) {
+    ASSERT_TRUE(std::isfinite(a.output()[i]));
+    diff = std::max(diff, double(std::fabs(a.output()[i] - plain.output()[i])));
+  }
+  EXPECT_GT(diff, 1e-3);
+  shape.heads = 3;
+  EXPECT_THROW(bench::LayerWorkload(shape, 1), InvalidArgument);
+}
+
 TEST(BenchVerb, Help) {
   CliResult r = RunRelpos({"bench", "--help"});
   EXPECT_EQ(r.code, 0);
   for (const char* want : {"--n", "--k", "--heads", "--dim", "--threads",
-                           "--repeats", "--json", "--positions"}) {
+                           "--repeats", "--json", "--positions", "--layer",
+                           "--d-ff"}) {
     EXPECT_NE(r.out.find(want), std::string::npos) << want << r.out;
   }
 }

@@ -497,6 +497,16 @@ void BasicTransformer<T>::AddMetrics(Metrics* metrics) const {
   }
 }
 
+template <typename T>
+const std::vector<T>& BasicTransformer<T>::LastHidden() const {
+  return state_->lnf;
+}
+
+template <typename T>
+const std::vector<T>& BasicTransformer<T>::LastLogits() const {
+  return state_->logits;
+}
+
 // [B, N]: the argmax of each valid position, -1 at padding.
 template <typename T>
 void BasicTransformer<T>::Predictions(std::vector<int32_t>* predictions) const {

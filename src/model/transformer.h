@@ -165,6 +165,11 @@ class BasicTransformer {
   // The last Forward's argmax per position [batch, length] (ties to the
   // lowest id), -1 at padded positions.
   void Predictions(std::vector<int32_t>* predictions) const;
+  // The last Forward's final hidden states LayerNormF(x_L) [rows, d_model]
+  // and logits [rows, vocab_size], rows = the valid positions packed sequence
+  // after sequence (relpos::Model::Outputs unpacks them).
+  const std::vector<T>& LastHidden() const;
+  const std::vector<T>& LastLogits() const;
   // Gradients of the last Forward's loss, OVERWRITING every parameter's grad
   // (all zero when that batch had no target). InvalidArgument unless the
   // last Forward was kTraining.

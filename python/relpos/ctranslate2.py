@@ -1,0 +1,299 @@
+"""Export a relpos checkpoint to a CTranslate2 model directory.
+
+    python -m relpos.ctranslate2 CHECKPOINT_DIR OUTPUT_DIR [--force]
+
+or from Python ``relpos.ctranslate2.export(checkpoint_dir, output_dir)``.
+Needs the optional dependency ``ctranslate2`` (``pip install ctranslate2``,
+or ``pip install relpos[ctranslate2]``). The checkpoint is read by relpos's
+own C++ reader (``relpos.Model.load`` through the extension); the model is
+described with CTranslate2's Python spec API (``ctranslate2.specs``) and
+saved by it, so the directory is what CTranslate2's own converters write.
+
+What maps to what (docs/interop.md has the tensor-by-tensor table):
+
+- ``arch = encoder`` -> ``TransformerEncoderModelSpec``: run it with
+  ``ctranslate2.Encoder``; ``last_hidden_state`` is relpos's final hidden
+  state ``LayerNormF(x_L)``. The encoder's output head (``head.*``) has no
+  place in that spec and is not exported (a task head, applied by the
+  caller).
+- ``arch = decoder`` -> ``TransformerDecoderModelSpec`` (no cross
+  attention): ``ctranslate2.Generator``; its logits are relpos's, head bias
+  included.
+- Both: pre-norm blocks, exact (erf) GELU (``Activation.GELU``), LayerNorm
+  eps 1e-5, biases on every projection, no embedding scaling
+  (``scale_embeddings = False``: relpos adds no sqrt(d_model) factor), the
+  final LayerNorm, q/k/v fused into one [3 d, d] projection as CTranslate2
+  stores it.
+- ``position = shaw`` (or its older name ``relative``; Shaw et al., clip
+  k): CTranslate2's
+  ``relative_position_keys`` / ``relative_position_values`` [2k+1, dh],
+  row ``clip(j - i, -k, k) + k``, shared by the heads, exactly relpos's
+  shared tables (docs/math.md section 1). A switched-off term (``key_term``
+  or ``value_term`` false) is exported as an all-zero table, which adds
+  exactly zero (CTranslate2 reads k from the key table, so both must exist).
+- ``position = shaw-asym`` (key table, clip (k_left, k_right)):
+  ``relative_asymmetric_position_keys`` with ``relative_left_max_position``
+  / ``relative_right_max_position``, the rows of relpos's ClipBuckets; plus a
+  zero ``position_encodings`` table of ``max_len`` rows (CTranslate2 would
+  otherwise add its sinusoid); no value table (refused).
+- ``position = learned``: the table itself as ``position_encodings``.
+  ``sinusoidal`` and ``none``: an explicit table of ``max_len`` rows
+  (relpos's interleaved sin/cos, or zeros), because CTranslate2's built-in
+  sinusoid uses another layout and it would add one where relpos has none;
+  such an export accepts at most ``max_len`` positions.
+
+Refused with :class:`UnsupportedModelError` (a ``ValueError``) naming the
+setting: per-head relative tables (CTranslate2 has one table per layer),
+shaw-asym with a value table, a model without blocks (CTranslate2's layer
+stack needs one), and any other position scheme or model setting (log
+buckets, T5 biases, ALiBi, RoPE, Transformer-XL, ...: each needs its own
+check against CTranslate2 before it can be exported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from . import _relpos_ext as _ext
+
+__all__ = ["UnsupportedModelError", "build_spec", "export", "main",
+           "spec_from_parameters"]
+
+LAYER_NORM_EPS = 1e-5  # relpos's LayerNorm (docs/model.md)
+
+# The model settings the exporter understands, with the values it can
+# translate; any other key in a checkpoint's model config is refused so that
+# a setting added to relpos later cannot be silently dropped.
+_KNOWN_MODEL_KEYS = {
+    "arch", "vocab_size", "d_model", "heads", "layers", "d_ff", "max_len",
+    "position", "max_distance", "key_term", "value_term", "per_head_tables",
+    "rel_init_scale", "dropout", "seed", "k_left", "k_right",
+    # Settings of the schemes that are refused below (t5, shaw-log, rope):
+    # present in every config of relpos's scheme family, unused by the
+    # schemes exported here.
+    "num_buckets", "bucket_max_distance", "rope_base", "rope_layout",
+}
+# "relative" is the older name of "shaw" (symmetric clip k).
+_SHAW = ("relative", "shaw")
+_POSITIONS = ("none", "sinusoidal", "learned") + _SHAW + ("shaw-asym",)
+
+
+class UnsupportedModelError(ValueError):
+    """The checkpoint uses something CTranslate2 cannot represent."""
+
+
+def _require_ctranslate2():
+    try:
+        import ctranslate2  # noqa: F401  (the optional dependency)
+        from ctranslate2 import specs
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise ImportError(
+            "relpos.ctranslate2 needs the ctranslate2 package: "
+            "pip install ctranslate2") from e
+    return specs
+
+
+def _check_supported(mc: Dict) -> None:
+    unknown = sorted(set(mc) - _KNOWN_MODEL_KEYS)
+    if unknown:
+        raise UnsupportedModelError(
+            "relpos.ctranslate2: model setting(s) " + ", ".join(unknown) +
+            " are not known to this exporter; it cannot tell whether "
+            "CTranslate2 represents them")
+    if mc["position"] not in _POSITIONS:
+        raise UnsupportedModelError(
+            f"relpos.ctranslate2: position '{mc['position']}' cannot be "
+            f"exported (supported: {', '.join(_POSITIONS)}); CTranslate2's "
+            "Transformer specs have Shaw tables with a symmetric clip, "
+            "learned or sinusoidal absolute positions, T5 biases, ALiBi "
+            "(decoder) and RoPE, each in its own convention")
+    pos = mc["position"]
+    if (pos in _SHAW or pos == "shaw-asym") and mc["per_head_tables"]:
+        raise UnsupportedModelError(
+            "relpos.ctranslate2: per_head_tables = true cannot be exported: "
+            "CTranslate2's relative position tables are one [rows, dh] table "
+            "per layer, shared by the heads")
+    if pos == "shaw-asym" and mc["value_term"]:
+        raise UnsupportedModelError(
+            "relpos.ctranslate2: position 'shaw-asym' with value_term = true "
+            "cannot be exported: CTranslate2's asymmetric clip "
+            "(relative_asymmetric_position_keys) has a key table only")
+    if mc["layers"] < 1:
+        raise UnsupportedModelError(
+            f"relpos.ctranslate2: layers = {mc['layers']} cannot be "
+            "exported: CTranslate2's Transformer needs at least one layer")
+    if mc["arch"] not in ("encoder", "decoder"):
+        raise UnsupportedModelError(
+            f"relpos.ctranslate2: arch '{mc['arch']}' is not encoder or "
+            "decoder")
+
+
+def _sinusoid(rows: int, d: int) -> np.ndarray:
+    """relpos's table (docs/model.md): PE[p, 2i] = sin(p / 10000^(2i/d)),
+    PE[p, 2i+1] = cos(p / 10000^(2i/d))."""
+    pe = np.zeros((rows, d), dtype=np.float64)
+    p = np.arange(rows, dtype=np.float64)[:, None]
+    two_i = np.arange(0, d, 2, dtype=np.float64)
+    angle = p / np.power(10000.0, two_i / d)
+    pe[:, 0::2] = np.sin(angle)
+    pe[:, 1::2] = np.cos(angle[:, : d // 2])
+    return pe.astype(np.float32)
+
+
+def _set_layer_norm(spec, gamma: np.ndarray, beta: np.ndarray) -> None:
+    spec.gamma = gamma
+    spec.beta = beta
+
+
+def _set_linear(spec, weight: np.ndarray, bias: np.ndarray) -> None:
+    spec.weight = weight  # [out, in], as relpos stores it
+    spec.bias = bias
+
+
+def _fill_layer(layer, P, l: int, mc: Dict) -> None:
+    """One pre-LayerNorm block: attention sublayer, then feed-forward."""
+    b = f"blocks.{l}."
+    att = layer.self_attention
+    _set_layer_norm(att.layer_norm, P(b + "ln1.gamma"), P(b + "ln1.beta"))
+    # CTranslate2 fuses q, k and v into linear_0: rows [q; k; v].
+    _set_linear(
+        att.linear[0],
+        np.concatenate([P(b + f"attn.{x}.weight") for x in "qkv"], axis=0),
+        np.concatenate([P(b + f"attn.{x}.bias") for x in "qkv"], axis=0))
+    _set_linear(att.linear[1], P(b + "attn.out.weight"), P(b + "attn.out.bias"))
+    dh = mc["d_model"] // mc["heads"]
+    if mc["position"] == "shaw-asym":
+        # A key table under clip(j - i, -k_left, k_right) + k_left, as
+        # relpos's ClipBuckets(k_left, k_right) (docs/interop.md).
+        att.relative_asymmetric_position_keys = (
+            P(b + "attn.rel_k") if mc["key_term"] else np.zeros(
+                (mc["k_left"] + mc["k_right"] + 1, dh), dtype=np.float32))
+        att.relative_left_max_position = np.int32(mc["k_left"])
+        att.relative_right_max_position = np.int32(mc["k_right"])
+    if mc["position"] in _SHAW:
+        zeros = np.zeros((2 * mc["max_distance"] + 1, dh), dtype=np.float32)
+        att.relative_position_keys = (
+            P(b + "attn.rel_k") if mc["key_term"] else zeros)
+        att.relative_position_values = (
+            P(b + "attn.rel_v") if mc["value_term"] else zeros)
+    _set_layer_norm(layer.ffn.layer_norm, P(b + "ln2.gamma"), P(b + "ln2.beta"))
+    _set_linear(layer.ffn.linear_0, P(b + "ff.in.weight"), P(b + "ff.in.bias"))
+    _set_linear(layer.ffn.linear_1, P(b + "ff.out.weight"), P(b + "ff.out.bias"))
+
+
+def _absolute_table(mc: Dict, P) -> Optional[np.ndarray]:
+    pos, rows, d = mc["position"], mc["max_len"], mc["d_model"]
+    if pos == "learned":
+        return P("embed.position")
+    if pos == "sinusoidal":
+        return _sinusoid(rows, d)
+    if pos in ("none", "shaw-asym"):
+        # shaw-asym: CTranslate2 does not count the asymmetric key table as
+        # a position scheme and would add its sinusoid without a table.
+        return np.zeros((rows, d), dtype=np.float32)
+    return None  # shaw: inside attention only
+
+
+def vocabulary(vocab_size: int) -> List[str]:
+    """The token strings written to the CTranslate2 model: ``"<N>"`` for id N
+    (relpos's ids are bytes or task symbols without names; run the model
+    with ids)."""
+    return [f"<{i}>" for i in range(vocab_size)]
+
+
+def build_spec(checkpoint_dir: str):
+    """The CTranslate2 model spec of a relpos checkpoint folder (validated,
+    not saved). Raises UnsupportedModelError for what CTranslate2 cannot
+    represent, and relpos's own errors for a missing or damaged checkpoint."""
+    model = _ext.Model.load(os.fspath(checkpoint_dir))
+    mc = json.loads(model.config_json())["model"]
+
+    def P(name: str) -> np.ndarray:
+        return np.ascontiguousarray(model.parameter(name), dtype=np.float32)
+
+    return spec_from_parameters(mc, P)
+
+
+def spec_from_parameters(mc: Dict, P):
+    """The spec of a model given its config (the "model" object of a
+    checkpoint's config.json) and P(name) -> its float32 tensor named as in
+    docs/model.md. build_spec reads both from a checkpoint."""
+    specs = _require_ctranslate2()
+    from ctranslate2.specs import attention_spec
+
+    _check_supported(mc)
+    common = dict(pre_norm=True, activation=specs.Activation.GELU,
+                  relative_position=mc["position"] in _SHAW)
+    if mc["arch"] == "encoder":
+        stack = specs.TransformerEncoderSpec(mc["layers"], mc["heads"], **common)
+        stack.embeddings[0].weight = P("embed.token")
+        spec = specs.TransformerEncoderModelSpec(stack)
+    else:
+        stack = specs.TransformerDecoderSpec(
+            mc["layers"], mc["heads"], with_encoder_attention=False, **common)
+        stack.embeddings.weight = P("embed.token")
+        _set_linear(stack.projection, P("head.weight"), P("head.bias"))
+        spec = specs.TransformerDecoderModelSpec(stack)
+    stack.scale_embeddings = False  # relpos: x_0 = embedding (+ position)
+    table = _absolute_table(mc, P)
+    if table is not None:
+        stack.position_encodings.encodings = table
+    _set_layer_norm(stack.layer_norm, P("final_ln.gamma"), P("final_ln.beta"))
+    for l, layer in enumerate(stack.layer):
+        if mc["position"] == "shaw-asym":
+            # The layer specs have no switch for it: the attention spec does.
+            layer.self_attention = attention_spec.MultiHeadAttentionSpec(
+                self_attention=True, relative_asymmetric_position=True)
+        _fill_layer(layer, P, l, mc)
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPS
+    tokens = vocabulary(mc["vocab_size"])
+    spec.config.unk_token = tokens[0]
+    spec.config.bos_token = tokens[0]
+    spec.config.eos_token = tokens[0]
+    spec.register_vocabulary(tokens)
+    spec.validate()
+    return spec
+
+
+def export(checkpoint_dir: str, output_dir: str, force: bool = False) -> str:
+    """Writes the CTranslate2 model of `checkpoint_dir` into `output_dir`
+    (float32 weights) and returns output_dir. An existing non-empty
+    output_dir is an error unless force is true."""
+    out = os.fspath(output_dir)
+    if os.path.isdir(out) and os.listdir(out) and not force:
+        raise FileExistsError(
+            f"relpos.ctranslate2: output_dir '{out}' exists and is not empty "
+            "(pass force=True / --force to overwrite)")
+    spec = build_spec(checkpoint_dir)
+    os.makedirs(out, exist_ok=True)
+    spec.save(out)
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m relpos.ctranslate2",
+        description="Export a relpos checkpoint folder to a CTranslate2 "
+                    "model directory (docs/interop.md).")
+    parser.add_argument("checkpoint_dir")
+    parser.add_argument("output_dir")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite a non-empty output directory")
+    args = parser.parse_args(argv)
+    try:
+        out = export(args.checkpoint_dir, args.output_dir, force=args.force)
+    except (ValueError, OSError, RuntimeError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
