@@ -247,6 +247,8 @@ void ValidateBatch(const Batch& b, const ModelConfig& c) {
   }
 }
 
+}  // namespace
+
 // Attention options for the configured position scheme. Adding a scheme that
 // acts inside attention means adding a case here.
 AttentionOptions AttentionOptionsFor(const ModelConfig& c) {
@@ -300,8 +302,6 @@ void AddInputPositions(const ModelConfig& c, const BlockShape& shape,
       break;
   }
 }
-
-}  // namespace
 
 template <typename T>
 struct BasicTransformer<T>::State {
@@ -641,7 +641,27 @@ T BasicTransformer<T>::Evaluate(const Batch& batch, Metrics* metrics,
   return loss;
 }
 
+template <typename T>
+BlockWeights<T> BasicTransformer<T>::block_weights(int64_t layer) const {
+  RELPOS_CHECK_ARG(layer >= 0 && layer < config_.layers,
+                   "block_weights: layer must be in [0, " << config_.layers
+                                                           << ") (got "
+                                                           << layer << ")");
+  return BlockWeightsOf(state_->index.blocks[layer], params_);
+}
+
+template <typename T>
+const std::vector<T>& BasicTransformer<T>::logits() const {
+  return state_->logits;
+}
+
 template class BasicTransformer<float>;
 template class BasicTransformer<double>;
+template void AddInputPositions<float>(const ModelConfig&, const BlockShape&,
+                                       const float*, std::vector<float>*,
+                                       float*);
+template void AddInputPositions<double>(const ModelConfig&, const BlockShape&,
+                                        const double*, std::vector<double>*,
+                                        double*);
 
 }  // namespace relpos::model

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "relpos/attention.h"
 
 namespace relpos::model {
 
@@ -107,6 +108,10 @@ struct Metrics {
 // of block buffers for all blocks (so no Backward can follow it).
 enum class ForwardMode { kTraining, kInference };
 
+struct BlockShape;  // model/transformer_block.h
+template <typename T>
+struct BlockWeights;  // model/transformer_block.h
+
 // Holds its activations between the forward and backward pass, so one object
 // serves one call at a time (use one model per thread).
 template <typename T>
@@ -163,6 +168,14 @@ class BasicTransformer {
   int64_t FindParameter(const std::string& name) const;
   int64_t NumParameters() const;
 
+  // ---- For incremental decoding (model/decoder_session.h) ----
+  // The weights block `layer` runs with (the parameters' current values).
+  BlockWeights<T> block_weights(int64_t layer) const;
+  // The last Forward's logits, [rows, vocab_size]: the valid positions
+  // packed sequence after sequence (row sum(lengths[:b]) + i is sequence b's
+  // position i).
+  const std::vector<T>& logits() const;
+
  private:
   struct State;  // activations and scratch, defined in transformer.cc
 
@@ -179,6 +192,22 @@ class Transformer : public BasicTransformer<float> {
 
 extern template class BasicTransformer<float>;
 extern template class BasicTransformer<double>;
+
+// ---- The model's position handling, shared with model/decoder_session.cc
+// so that each scheme is spelled once (defined in transformer.cc) ----
+
+// Attention options for the configured position scheme (causal for a
+// decoder); no key lengths, the default query offset.
+AttentionOptions AttentionOptionsFor(const ModelConfig& c);
+
+// x0 [rows, d] (the valid positions of `shape`, packed) += the absolute
+// position term of the configured scheme: sequence b's row i gets position
+// i's term. `learned_table` is embed.position (kLearned) or null;
+// `sinusoid` caches the sinusoidal table ([>= length, d], grown on demand).
+template <typename T>
+void AddInputPositions(const ModelConfig& c, const BlockShape& shape,
+                       const T* learned_table, std::vector<T>* sinusoid,
+                       T* x0);
 
 }  // namespace relpos::model
 
