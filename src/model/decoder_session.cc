@@ -33,6 +33,13 @@ namespace {
 // capacity could request: 2^34 elements is 64 GiB of float.
 constexpr int64_t kMaxCacheElements = int64_t{1} << 34;
 
+// Attention calls with fewer multiply-adds than this run on the calling
+// thread (core/gemm.cc draws the same line for the products): a decoding
+// step's attention is small, and waking the OpenMP team for it costs more
+// than the work, far more on a busy machine where a spinning team waits for
+// a descheduled member.
+constexpr int64_t kSerialAttentionMacs = int64_t{1} << 17;
+
 // ---- The per-scheme part of an incremental step ----
 //
 // Everything a position scheme changes in a decoding step, in one function.
@@ -320,6 +327,10 @@ void BasicDecoderSession<T>::Append(
       pos_args.inputs = &in;
       pos_args.options = &options;
       StepPositions(StepStage::kAttention, pos_args);
+      // q.k and p.v for every query over its keys: 2 n H m (t + m) dh.
+      if (2 * n * H * m * (lengths_[b0] + m) * dh < kSerialAttentionMacs) {
+        options.num_threads = 1;
+      }
       AttentionForward<T>(
           in, TensorView<T>(r.heads_out.data() + first[b0] * d, {n, H, m, dh}),
           TensorView<T>(), options);
