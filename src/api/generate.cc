@@ -3,13 +3,12 @@
 // forward.
 #include "relpos/generate.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <numeric>
 #include <vector>
 
 #include "api/internal.h"
+#include "api/sampling.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "model/decoder_session.h"
@@ -69,36 +68,6 @@ void CheckRequest(const model::Transformer& t, const ExperimentConfig& config,
   }
 }
 
-// The next byte from logits [256]: greedy, or a draw from the tempered,
-// top-k-limited softmax (computed in double).
-template <typename T>
-int32_t Choose(const T* logits, const GenerateOptions& o, Rng& rng) {
-  std::vector<int32_t> order(kByteVocab);
-  std::iota(order.begin(), order.end(), 0);
-  auto higher = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  if (o.temperature == 0) {
-    return *std::min_element(order.begin(), order.end(), higher);
-  }
-  int64_t k = o.top_k > 0 ? std::min<int64_t>(o.top_k, kByteVocab) : kByteVocab;
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), higher);
-  const double top = static_cast<double>(logits[order[0]]);
-  std::vector<double> weight(k);
-  double total = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    weight[i] =
-        std::exp((static_cast<double>(logits[order[i]]) - top) / o.temperature);
-    total += weight[i];
-  }
-  double u = rng.Uniform() * total;
-  for (int64_t i = 0; i < k; ++i) {
-    u -= weight[i];
-    if (u < 0) return order[i];
-  }
-  return order[k - 1];  // u landed on the rounding of the last weight
-}
-
 }  // namespace
 
 GenerateResult Generate(Model& model, const std::string& prompt,
@@ -112,6 +81,9 @@ GenerateResult Generate(Model& model, const std::string& prompt,
   std::vector<int32_t> tokens;
   for (unsigned char ch : prompt) tokens.push_back(ch);
   Rng rng(options.seed);
+  auto choose = [](const float* logits, const GenerateOptions& o, Rng& r) {
+    return SampleToken(logits, kByteVocab, o.temperature, o.top_k, r);
+  };
   auto emit = [&](int32_t byte) {
     tokens.push_back(byte);
     result.text.push_back(static_cast<char>(byte));
@@ -123,7 +95,7 @@ GenerateResult Generate(Model& model, const std::string& prompt,
     std::vector<float> logits;
     session.Append({tokens}, &logits);
     for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-      emit(Choose(logits.data(), options, rng));
+      emit(choose(logits.data(), options, rng));
       if (i + 1 < options.max_new_tokens) session.Step({tokens.back()}, &logits);
     }
   } else {
@@ -135,7 +107,7 @@ GenerateResult Generate(Model& model, const std::string& prompt,
       batch.targets.assign(tokens.size(), -1);
       batch.lengths = {batch.length};
       t.Forward(batch, model::ForwardMode::kInference, nullptr);
-      emit(Choose(t.logits().data() + (batch.length - 1) * kByteVocab,
+      emit(choose(t.logits().data() + (batch.length - 1) * kByteVocab,
                   options, rng));
     }
   }
