@@ -612,6 +612,15 @@ T BasicTransformer<T>::Evaluate(const Batch& batch, Metrics* metrics,
   return loss;
 }
 
+template <typename T>
+BlockWeights<T> BasicTransformer<T>::block_weights(int64_t layer) const {
+  RELPOS_CHECK_ARG(layer >= 0 && layer < config_.layers,
+                   "block_weights: layer must be in [0, " << config_.layers
+                                                           << ") (got "
+                                                           << layer << ")");
+  return BlockWeightsOf(state_->index.blocks[layer], params_);
+}
+
 template class BasicTransformer<float>;
 template class BasicTransformer<double>;
 

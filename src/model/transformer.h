@@ -134,6 +134,10 @@ struct Metrics {
 // of block buffers for all blocks (so no Backward can follow it).
 enum class ForwardMode { kTraining, kInference };
 
+struct BlockShape;  // model/transformer_block.h
+template <typename T>
+struct BlockWeights;  // model/transformer_block.h
+
 // Holds its activations between the forward and backward pass, so one object
 // serves one call at a time (use one model per thread).
 template <typename T>
@@ -194,6 +198,10 @@ class BasicTransformer {
   // Index of the parameter called `name`, or -1.
   int64_t FindParameter(const std::string& name) const;
   int64_t NumParameters() const;
+
+  // ---- For incremental decoding (model/decoder_session.h) ----
+  // The weights block `layer` runs with (the parameters' current values).
+  BlockWeights<T> block_weights(int64_t layer) const;
 
  private:
   struct State;  // activations and scratch, defined in transformer.cc

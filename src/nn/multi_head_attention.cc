@@ -46,6 +46,36 @@ template void RopeHeads<double>(bool, double*, int64_t, int64_t, int64_t,
                                 int64_t, int64_t, const MhaPositions&);
 
 template <typename T>
+void PositionInputs(const MhaWeights<T>& w, const MhaCache<T>& c,
+                    int64_t heads, int64_t dh, const AttentionOptions& o,
+                    const MhaPositions& p, AttentionInputs<T>* in) {
+  const int64_t rows = AttentionTableRows(o);
+  auto table = [&](const T* t) {
+    if (t == nullptr) return ConstView<T>();
+    return RelativeTableView(t, heads, rows, dh, o.per_head_tables);
+  };
+  const bool vector = o.key_term && o.score_term == ScoreTerm::kVector;
+  in->ak = vector ? table(p.xl ? c.xl_table.data() : w.rel_k) : ConstView<T>();
+  in->av = o.value_term ? table(w.rel_v) : ConstView<T>();
+  in->bias = o.key_term && o.score_term == ScoreTerm::kScalarTable
+                 ? ConstView<T>(w.bias, {heads, rows})
+                 : ConstView<T>();
+  in->pb = o.position_query_bias ? ConstView<T>(c.xl_pb.data(), {heads, dh})
+                                 : ConstView<T>();
+}
+
+template void PositionInputs<float>(const MhaWeights<float>&,
+                                    const MhaCache<float>&, int64_t, int64_t,
+                                    const AttentionOptions&,
+                                    const MhaPositions&,
+                                    AttentionInputs<float>*);
+template void PositionInputs<double>(const MhaWeights<double>&,
+                                     const MhaCache<double>&, int64_t, int64_t,
+                                     const AttentionOptions&,
+                                     const MhaPositions&,
+                                     AttentionInputs<double>*);
+
+template <typename T>
 void XlAttentionTables(const MhaWeights<T>& w, int64_t d_model, int64_t heads,
                        int64_t k, MhaCache<T>* c) {
   // Shapes: xl_r [2k+1, d], xl_table [H, 2k+1, dh], xl_pb [H, dh]; the
@@ -219,7 +249,7 @@ AttentionInputs<T> Inputs(const MhaCache<T>& c, const MhaWeights<T>& w,
                           const MhaShape& s, const AttentionOptions& o,
                           const MhaPositions& p,
                           const AttentionLayout::Group& grp) {
-  const int64_t dh = s.head_dim(), rows = AttentionTableRows(o);
+  const int64_t dh = s.head_dim();
   AttentionInputs<T> in;
   in.q = ConstView<T>(c.q.data() + grp.offset,
                       {grp.count, s.heads, grp.padded, dh});
@@ -227,18 +257,7 @@ AttentionInputs<T> Inputs(const MhaCache<T>& c, const MhaWeights<T>& w,
                       {grp.count, s.heads, grp.padded, dh});
   in.v = ConstView<T>(c.v.data() + grp.offset,
                       {grp.count, s.heads, grp.padded, dh});
-  auto table = [&](const T* t) {
-    if (t == nullptr) return ConstView<T>();
-    return RelativeTableView(t, s.heads, rows, dh, o.per_head_tables);
-  };
-  const bool vector = o.key_term && o.score_term == ScoreTerm::kVector;
-  if (vector) in.ak = table(p.xl ? c.xl_table.data() : w.rel_k);
-  in.av = o.value_term ? table(w.rel_v) : ConstView<T>();
-  if (o.key_term && o.score_term == ScoreTerm::kScalarTable) {
-    in.bias = ConstView<T>(w.bias, {s.heads, rows});
-  }
-  if (o.position_query_bias)
-    in.pb = ConstView<T>(c.xl_pb.data(), {s.heads, dh});
+  PositionInputs<T>(w, c, s.heads, dh, o, p, &in);
   return in;
 }
 

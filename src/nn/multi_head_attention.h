@@ -135,6 +135,17 @@ struct MhaScratch {
   std::vector<T> dxl_table, dxl_pb, xl_flat;
 };
 
+// Attention's position inputs of the configured scheme into *in (q, k, v
+// untouched): Shaw's vector tables (or XL's table from `c`, built by
+// XlAttentionTables) as in->ak / in->av, T5's scalar table as in->bias, XL's
+// pb from `c` as in->pb; empty views for what the options leave out. The one
+// place the layer's weights become attention inputs, for training,
+// evaluation and decoding alike. `c` is read only for XL.
+template <typename T>
+void PositionInputs(const MhaWeights<T>& w, const MhaCache<T>& c,
+                    int64_t heads, int64_t dh, const AttentionOptions& o,
+                    const MhaPositions& p, AttentionInputs<T>* in);
+
 // Transformer-XL's inputs to attention from the weights (docs/math.md
 // section 8), into cache->xl_r (the sinusoids R [2k+1, d_model], row r + k
 // holding R_{-r}; recomputed only when k changes), cache->xl_table (the key

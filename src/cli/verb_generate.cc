@@ -1,0 +1,127 @@
+// `relpos generate DIR --prompt TEXT [--max-new N] [--temperature T]
+// [--top-k K] [--seed S] [--no-cache] [--json]`: continues a prompt with a
+// byte-level LM checkpoint, streaming each byte to stdout as it is drawn
+// (docs/generate.md).
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
+#include "cli/cli_common.h"
+#include "relpos/error.h"
+#include "relpos/generate.h"
+#include "relpos/model.h"
+
+namespace relpos::cli {
+namespace {
+
+struct GenerateFlags {
+  std::string dir, prompt;
+  int64_t max_new = 256, top_k = 0;
+  double temperature = 1.0;
+  uint64_t seed = 0;
+  bool no_cache = false, json = false;
+};
+
+// The library names GenerateOptions' fields; the user typed flags.
+GenerateResult GenerateAsFlags(Model& model, const GenerateFlags& f,
+                               const GenerateOptions& options) {
+  try {
+    return Generate(model, f.prompt, options);
+  } catch (const InvalidArgument& e) {
+    std::string message = MessageBody(e);
+    for (const auto& [field, flag] :
+         {std::pair<std::string, std::string>{"max_new_tokens", "--max-new"},
+          {"temperature", "--temperature"},
+          {"top_k", "--top-k"},
+          {"prompt", "--prompt"}}) {
+      if (message.rfind(field, 0) == 0) {
+        message.replace(0, field.size(), flag);
+        throw InvalidArgument(message);
+      }
+    }
+    throw InvalidArgument(f.dir + ": " + message);
+  }
+}
+
+void RunGenerate(const GenerateFlags& f, std::ostream& out) {
+  RELPOS_CLI_CHECK(HasCheckpoint(f.dir),
+                   f.dir << " holds no checkpoint (no config.json; expected "
+                            "a folder written by relpos train --task lm)");
+  Model model = Model::Load(f.dir);
+  GenerateOptions options;
+  options.max_new_tokens = f.max_new;
+  options.temperature = f.temperature;
+  options.top_k = f.top_k;
+  options.seed = f.seed;
+  options.use_cache = !f.no_cache;
+  if (!f.json) {
+    // Stream: the prompt, then each new byte as soon as it is drawn. The
+    // prompt goes out with the first byte (Generate has checked everything
+    // by then), so an error leaves stdout empty.
+    bool echoed = false;
+    auto echo = [&] {
+      if (!echoed) out << f.prompt;
+      echoed = true;
+    };
+    options.on_token = [&](char byte) {
+      echo();
+      out.put(byte);
+      out.flush();
+    };
+    GenerateAsFlags(model, f, options);
+    echo();
+    out << "\n";
+    return;
+  }
+  const GenerateResult r = GenerateAsFlags(model, f, options);
+  const nlohmann::ordered_json j = {
+      {"prompt", r.prompt},
+      {"text", r.text},
+      {"prompt_tokens", r.prompt_tokens},
+      {"tokens", r.tokens},
+      {"seconds", r.seconds},
+      {"tokens_per_second", r.tokens_per_second},
+      {"cache", options.use_cache},
+      {"temperature", f.temperature},
+      {"top_k", f.top_k},
+      {"seed", f.seed},
+  };
+  // Bytes that are not UTF-8 become U+FFFD in the JSON strings.
+  out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+      << "\n";
+}
+
+}  // namespace
+
+void AddGenerateVerb(CLI::App& app, std::ostream& out) {
+  auto flags = std::make_shared<GenerateFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "generate", "Continue a prompt with a byte-level LM checkpoint");
+  sub->add_option("dir", flags->dir,
+                  "Checkpoint folder (from relpos train --task lm)")
+      ->required();
+  sub->add_option("--prompt", flags->prompt,
+                  "Text to continue (at least one byte)")
+      ->required();
+  sub->add_option("--max-new", flags->max_new, "Bytes to generate")
+      ->check(CLI::Range(int64_t{0}, kMaxGenerateTokens));
+  sub->add_option("--temperature", flags->temperature,
+                  "Sampling temperature; 0 = greedy (the most likely byte)")
+      ->check(CLI::Range(0.0, 100.0));
+  sub->add_option("--top-k", flags->top_k,
+                  "Sample among the K most likely bytes (0 = all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{256}));
+  sub->add_option("--seed", flags->seed,
+                  "Seed of the sampling stream (same seed, same text)");
+  sub->add_flag("--no-cache", flags->no_cache,
+                "Recompute the whole prefix for every byte (no key/value "
+                "cache; slow, for comparison)");
+  sub->add_flag("--json", flags->json,
+                "Print one JSON object (prompt, text, tokens, seconds, "
+                "tokens_per_second) instead of streaming the text");
+  sub->callback([flags, &out] { RunGenerate(*flags, out); });
+}
+
+}  // namespace relpos::cli

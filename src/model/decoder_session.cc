@@ -1,0 +1,388 @@
+// BasicDecoderSession of decoder_session.h. One Append runs, on the new rows
+// only (packed sequence after sequence, as the model's Forward packs its
+// valid positions):
+//   x      = TokenEmbedding(tokens) + AbsolutePosition(position)
+//   block l:
+//     ln     = LayerNorm1(x);  q, k, v = ln W^T + b            [rows, d]
+//     cache_l[b, :, t_b + i] = k, v of sequence b's new row i (split heads)
+//     a      = Attention(q, cache_l; query offset t_b, keys [0, t_b + m_b))
+//     h      = x + merge(a) Wo^T + bo
+//     x      = h + W2 GELU(W1 LayerNorm2(h) + b1) + b2
+//   logits = LayerNormF(x at each sequence's last new row) Whead^T + bhead
+// with the model's own layer functions in the order BlockForward uses, so
+// the numbers are those of Forward(ForwardMode::kInference) up to the
+// accumulation order inside attention and the matrix products.
+#include "model/decoder_session.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/check.h"
+#include "nn/embedding.h"
+#include "nn/gelu.h"
+#include "nn/layer_norm.h"
+#include "nn/linear.h"
+#include "model/positions.h"
+#include "nn/multi_head_attention.h"
+#include "relpos/attention.h"
+
+namespace relpos::model {
+namespace {
+
+// Caps the cache (keys + values, all layers) an untrusted config or a large
+// capacity could request: 2^34 elements is 64 GiB of float.
+constexpr int64_t kMaxCacheElements = int64_t{1} << 34;
+
+// Attention calls with fewer multiply-adds than this run on the calling
+// thread (core/gemm.cc draws the same line for the products): a decoding
+// step's attention is small, and waking the OpenMP team for it costs more
+// than the work, far more on a busy machine where a spinning team waits for
+// a descheduled member.
+constexpr int64_t kSerialAttentionMacs = int64_t{1} << 17;
+
+// ---- The per-scheme part of an incremental step ----
+//
+// Everything a position scheme changes in a decoding step, in one function.
+// The schemes themselves are spelled once, in model/positions.h
+// (AddInputPositions, AttentionOptionsFor, MhaPositionsFor) and
+// nn::PositionInputs; this function applies them to new rows at arbitrary
+// positions:
+//   kInput     the session's input_terms come from AddInputPositions itself
+//              (row p = the term for position p).
+//   kQueryKey  RoPE rotates q[r] and k[r] to position[r] before k enters the
+//              cache (so the cache holds rotated keys and each step rotates
+//              one new row); Transformer-XL adds u to the queries.
+//   kAttention the options of AttentionOptionsFor over `capacity` keys (XL's
+//              unclipped table then covers every distance) with this group's
+//              query offset t and key lengths t + m; the tables, T5 bias and
+//              XL pb from nn::PositionInputs, as the layer passes them.
+enum class StepStage { kInput, kQueryKey, kAttention };
+
+template <typename T>
+struct StepPositionArgs {
+  const ModelConfig* config = nullptr;
+  nn::MhaPositions positions;
+  int64_t capacity = 0;
+  // kInput, kQueryKey: `rows` new rows at absolute positions position[r].
+  int64_t rows = 0;
+  const int64_t* position = nullptr;
+  const std::vector<T>* input_terms = nullptr;  // [capacity, d] or empty
+  T* x = nullptr;                // kInput: [rows, d] token embeddings
+  T *q = nullptr, *k = nullptr;  // kQueryKey: [rows, d], heads side by side
+  // kAttention: `count` sequences, each with m new queries at positions
+  // t .. t + m - 1 and keys [0, t + m) in the cache.
+  int64_t t = 0, m = 0, count = 0;
+  const nn::MhaWeights<T>* weights = nullptr;  // kQueryKey, kAttention
+  const nn::MhaCache<T>* xl = nullptr;         // XL's tables of this layer
+  AttentionInputs<T>* inputs = nullptr;        // q, k, v already set
+  AttentionOptions* options = nullptr;
+};
+
+template <typename T>
+void StepPositions(StepStage stage, const StepPositionArgs<T>& a) {
+  const ModelConfig& c = *a.config;
+  const int64_t d = c.d_model, H = c.heads, dh = d / H;
+  const nn::MhaPositions& p = a.positions;
+  switch (stage) {
+    case StepStage::kInput: {
+      if (a.input_terms->empty()) return;
+      for (int64_t r = 0; r < a.rows; ++r) {
+        const T* term = a.input_terms->data() + a.position[r] * d;
+        T* x = a.x + r * d;
+        for (int64_t j = 0; j < d; ++j) x[j] += term[j];
+      }
+      return;
+    }
+    case StepStage::kQueryKey:
+      // A row [d] is [1, H, 1, dh]: RopeHeads rotates it at its position.
+      for (int64_t r = 0; r < a.rows && p.rope; ++r) {
+        nn::RopeHeads<T>(false, a.q + r * d, 1, H, 1, dh, a.position[r], p);
+        nn::RopeHeads<T>(false, a.k + r * d, 1, H, 1, dh, a.position[r], p);
+      }
+      for (int64_t r = 0; r < a.rows && p.xl; ++r) {
+        for (int64_t i = 0; i < d; ++i) a.q[r * d + i] += a.weights->xl_u[i];
+      }
+      return;
+    case StepStage::kAttention: {
+      AttentionOptions& o = *a.options;
+      o = AttentionOptionsFor(c, a.capacity);
+      o.query_offset = a.t;
+      o.key_lengths.assign(a.count, a.t + a.m);
+      nn::PositionInputs<T>(*a.weights, *a.xl, H, dh, o, p, a.inputs);
+      return;
+    }
+  }
+}
+
+// The [rows, d] output of the model's Linear layers in one call.
+template <typename T>
+void Linear(const std::vector<T>& x, const T* w, const T* b, std::vector<T>* y,
+            int64_t rows, int64_t in, int64_t out) {
+  Resize(y, rows * out);
+  nn::LinearForward<T>(x.data(), w, b, y->data(), {rows, in, out});
+}
+
+}  // namespace
+
+template <typename T>
+BasicDecoderSession<T>::BasicDecoderSession(const BasicTransformer<T>& model,
+                                            int64_t batch, int64_t capacity)
+    : model_(&model), batch_(batch), capacity_(capacity) {
+  const ModelConfig& c = model.config();
+  RELPOS_CHECK_ARG(c.arch == Arch::kDecoder,
+                   "incremental decoding needs a decoder model (arch = "
+                   "decoder); this model's arch is "
+                       << ToString(c.arch));
+  RELPOS_CHECK_ARG(batch >= 1,
+                   "DecoderSession: batch must be >= 1 (got " << batch << ")");
+  RELPOS_CHECK_ARG(capacity >= 1, "DecoderSession: capacity must be >= 1 (got "
+                                      << capacity << ")");
+  RELPOS_CHECK_ARG(
+      c.position != PositionScheme::kLearned || capacity <= c.max_len,
+      "DecoderSession: capacity "
+          << capacity << " exceeds max_len = " << c.max_len
+          << " (the learned position table has no rows beyond it)");
+  const double elements = 2.0 * static_cast<double>(c.layers) *
+                          static_cast<double>(batch) *
+                          static_cast<double>(capacity) *
+                          static_cast<double>(c.d_model);
+  RELPOS_CHECK_ARG(elements <= static_cast<double>(kMaxCacheElements),
+                   "DecoderSession: a cache of batch "
+                       << batch << " x capacity " << capacity
+                       << " needs more than 2^34 elements");
+  lengths_.assign(batch, 0);
+  // Zeros, so that the unwritten rows attention is told to ignore are finite.
+  keys_.assign(c.layers, std::vector<T>(batch * capacity * c.d_model, T(0)));
+  values_.assign(c.layers, std::vector<T>(batch * capacity * c.d_model, T(0)));
+  // input_terms_ row p = AddInputPositions' term for position p: run it on
+  // one zero sequence of `capacity` positions.
+  const int64_t d = c.d_model;
+  input_terms_.assign(capacity * d, T(0));
+  const int64_t lengths[1] = {capacity};
+  const BlockShape shape{1, capacity, d, c.heads, c.d_ff, lengths};
+  const int64_t pos = model.FindParameter("embed.position");
+  std::vector<T> sinusoid;
+  AddInputPositions<T>(c, shape,
+                       pos < 0 ? nullptr : model.parameters()[pos].value.data(),
+                       &sinusoid, input_terms_.data());
+  // Transformer-XL's key table and pb per layer, over every distance the
+  // cache can hold (they depend on the weights only).
+  const nn::MhaPositions positions = MhaPositionsFor(c);
+  xl_.resize(c.layers);
+  if (positions.xl) {
+    const int64_t k = AttentionOptionsFor(c, capacity).max_distance;
+    for (int64_t l = 0; l < c.layers; ++l) {
+      nn::XlAttentionTables<T>(model.block_weights(l).attn, d, c.heads, k,
+                               &xl_[l]);
+    }
+  }
+  if (std::all_of(input_terms_.begin(), input_terms_.end(),
+                  [](T v) { return v == T(0); })) {
+    input_terms_.clear();  // a scheme without an input term: nothing to add
+    input_terms_.shrink_to_fit();
+  }
+}
+
+template <typename T>
+T* BasicDecoderSession<T>::Keys(int64_t l, int64_t b) {
+  return keys_[l].data() + b * capacity_ * model_->config().d_model;
+}
+
+template <typename T>
+T* BasicDecoderSession<T>::Values(int64_t l, int64_t b) {
+  return values_[l].data() + b * capacity_ * model_->config().d_model;
+}
+
+template <typename T>
+void BasicDecoderSession<T>::Truncate(int64_t length) {
+  RELPOS_CHECK_ARG(length >= 0, "DecoderSession::Truncate: length must be "
+                                ">= 0 (got "
+                                    << length << ")");
+  for (int64_t& n : lengths_) n = std::min(n, length);
+}
+
+template <typename T>
+void BasicDecoderSession<T>::Step(const std::vector<int32_t>& tokens,
+                                  std::vector<T>* logits) {
+  RELPOS_CHECK_ARG(static_cast<int64_t>(tokens.size()) == batch_,
+                   "DecoderSession::Step: tokens must hold one token per "
+                   "sequence ("
+                       << batch_ << "), got " << tokens.size());
+  std::vector<std::vector<int32_t>> lists(batch_);
+  for (int64_t b = 0; b < batch_; ++b) lists[b] = {tokens[b]};
+  Append(lists, logits);
+}
+
+// tokens: batch lists of m_b >= 1 ids -> logits [batch, V] of each list's
+// last token; the caches grow by m_b rows.
+template <typename T>
+void BasicDecoderSession<T>::Append(
+    const std::vector<std::vector<int32_t>>& tokens, std::vector<T>* logits) {
+  const ModelConfig& c = model_->config();
+  const int64_t B = batch_, d = c.d_model, H = c.heads, dh = d / H;
+  const int64_t V = c.vocab_size, dff = c.d_ff, cap = capacity_;
+  RELPOS_CHECK_ARG(static_cast<int64_t>(tokens.size()) == B,
+                   "DecoderSession::Append: tokens must hold one list per "
+                   "sequence ("
+                       << B << "), got " << tokens.size());
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t m = static_cast<int64_t>(tokens[b].size());
+    RELPOS_CHECK_ARG(m >= 1, "DecoderSession::Append: tokens["
+                                 << b << "] is empty (every sequence needs a "
+                                         "token to predict from)");
+    RELPOS_CHECK_ARG(lengths_[b] + m <= cap,
+                     "DecoderSession::Append: sequence "
+                         << b << " would hold " << lengths_[b] + m
+                         << " tokens, beyond the capacity " << cap);
+    for (int64_t i = 0; i < m; ++i) {
+      const int32_t id = tokens[b][i];
+      RELPOS_CHECK_ARG(id >= 0 && id < V, "DecoderSession::Append: tokens["
+                                              << b << "][" << i
+                                              << "] must be in [0, vocab_size "
+                                                 "= "
+                                              << V << ") (got " << id << ")");
+    }
+  }
+
+  // Pack the new rows; first[b] is sequence b's first row.
+  Rows& r = rows_;
+  r.tokens.clear();
+  r.position.clear();
+  std::vector<int64_t> first(B + 1, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    first[b] = static_cast<int64_t>(r.tokens.size());
+    for (size_t i = 0; i < tokens[b].size(); ++i) {
+      r.tokens.push_back(tokens[b][i]);
+      r.position.push_back(lengths_[b] + static_cast<int64_t>(i));
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(r.tokens.size());
+  first[B] = rows;
+  auto count = [&](int64_t b) { return first[b + 1] - first[b]; };
+  StepPositionArgs<T> pos_args;
+  pos_args.config = &c;
+  pos_args.positions = MhaPositionsFor(c);
+  pos_args.capacity = cap;
+  pos_args.rows = rows;
+  pos_args.position = r.position.data();
+  pos_args.input_terms = &input_terms_;
+
+  // ---- Input: x = TokenEmbedding + AbsolutePosition ----
+  auto P = [&](const char* name) -> const T* {
+    return model_->parameters()[model_->FindParameter(name)].value.data();
+  };
+  Resize(&r.x, rows * d);
+  nn::EmbeddingForward<T>(r.tokens.data(), P("embed.token"), r.x.data(),
+                          {rows, V, d});
+  pos_args.x = r.x.data();
+  StepPositions(StepStage::kInput, pos_args);
+
+  const nn::LayerNormShape ln_shape{rows, d};
+  Resize(&r.ln, rows * d);
+  Resize(&r.mean, rows);
+  Resize(&r.rstd, rows);
+  Resize(&r.heads_q, rows * d);
+  Resize(&r.heads_out, rows * d);
+  Resize(&r.merged, rows * d);
+  Resize(&r.h, rows * d);
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const BlockWeights<T> w = model_->block_weights(l);
+    // ---- Attention sublayer: h = x + MultiHeadAttention(LayerNorm1(x)) ----
+    nn::LayerNormForward<T>(r.x.data(), w.ln1_gamma, w.ln1_beta, r.ln.data(),
+                            r.mean.data(), r.rstd.data(), ln_shape);
+    Linear<T>(r.ln, w.attn.wq, w.attn.bq, &r.q, rows, d, d);
+    Linear<T>(r.ln, w.attn.wk, w.attn.bk, &r.k, rows, d, d);
+    Linear<T>(r.ln, w.attn.wv, w.attn.bv, &r.v, rows, d, d);
+    pos_args.q = r.q.data();
+    pos_args.k = r.k.data();
+    pos_args.weights = &w.attn;
+    pos_args.xl = &xl_[l];
+    StepPositions(StepStage::kQueryKey, pos_args);
+    // The new keys and values enter the cache ([H, cap, dh] per sequence);
+    // the queries are split to [H, m_b, dh] per sequence, one after another.
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t m = count(b), t = lengths_[b];
+      T* kc = Keys(l, b);
+      T* vc = Values(l, b);
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t row = (first[b] + i) * d;
+        for (int64_t hh = 0; hh < H; ++hh) {
+          const int64_t at = (hh * cap + t + i) * dh, src = row + hh * dh;
+          std::copy_n(r.k.data() + src, dh, kc + at);
+          std::copy_n(r.v.data() + src, dh, vc + at);
+          std::copy_n(r.q.data() + src, dh,
+                      r.heads_q.data() + first[b] * d + (hh * m + i) * dh);
+        }
+      }
+    }
+    // One attention call per run of consecutive sequences with the same
+    // length and the same number of new tokens (a decoding step with equal
+    // lengths: one call for the whole batch, Nq = 1).
+    for (int64_t b0 = 0; b0 < B;) {
+      int64_t b1 = b0 + 1;
+      while (b1 < B && lengths_[b1] == lengths_[b0] && count(b1) == count(b0)) {
+        ++b1;
+      }
+      const int64_t n = b1 - b0, m = count(b0);
+      AttentionInputs<T> in;
+      in.q = ConstView<T>(r.heads_q.data() + first[b0] * d, {n, H, m, dh});
+      in.k = ConstView<T>(Keys(l, b0), {n, H, cap, dh});
+      in.v = ConstView<T>(Values(l, b0), {n, H, cap, dh});
+      AttentionOptions options;
+      pos_args.t = lengths_[b0];
+      pos_args.m = m;
+      pos_args.count = n;
+      pos_args.weights = &w.attn;
+      pos_args.inputs = &in;
+      pos_args.options = &options;
+      StepPositions(StepStage::kAttention, pos_args);
+      // q.k and p.v for every query over its keys: 2 n H m (t + m) dh.
+      if (2 * n * H * m * (lengths_[b0] + m) * dh < kSerialAttentionMacs) {
+        options.num_threads = 1;
+      }
+      AttentionForward<T>(
+          in, TensorView<T>(r.heads_out.data() + first[b0] * d, {n, H, m, dh}),
+          TensorView<T>(), options);
+      b0 = b1;
+    }
+    for (int64_t b = 0; b < B; ++b) {  // merge heads back to [rows, d]
+      const int64_t m = count(b);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t hh = 0; hh < H; ++hh) {
+          std::copy_n(r.heads_out.data() + first[b] * d + (hh * m + i) * dh, dh,
+                      r.merged.data() + (first[b] + i) * d + hh * dh);
+        }
+      }
+    }
+    Linear<T>(r.merged, w.attn.wo, w.attn.bo, &r.branch, rows, d, d);
+    // ---- Feed-forward sublayer: x = h + W2 GELU(W1 LayerNorm2(h) + b1) + b2
+    nn::AddLayerNormForward<T>(r.x.data(), r.branch.data(), w.ln2_gamma,
+                               w.ln2_beta, r.h.data(), r.ln.data(),
+                               r.mean.data(), r.rstd.data(), ln_shape);
+    Linear<T>(r.ln, w.ff_in_w, w.ff_in_b, &r.ff_pre, rows, d, dff);
+    Resize(&r.ff_act, rows * dff);
+    nn::GeluForward<T>(r.ff_pre.data(), r.ff_act.data(), rows * dff);
+    Linear<T>(r.ff_act, w.ff_out_w, w.ff_out_b, &r.branch, rows, dff, d);
+    for (int64_t i = 0; i < rows * d; ++i) r.x[i] = r.h[i] + r.branch[i];
+  }
+
+  // ---- Output: logits = LayerNormF(x) Whead^T + bhead, last rows only ----
+  Resize(&r.last, B * d);
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy_n(r.x.data() + (first[b + 1] - 1) * d, d, r.last.data() + b * d);
+  }
+  Resize(&r.ln, B * d);
+  nn::LayerNormForward<T>(r.last.data(), P("final_ln.gamma"),
+                          P("final_ln.beta"), r.ln.data(), r.mean.data(),
+                          r.rstd.data(), {B, d});
+  Resize(logits, B * V);
+  nn::LinearForward<T>(r.ln.data(), P("head.weight"), P("head.bias"),
+                       logits->data(), {B, d, V});
+  for (int64_t b = 0; b < B; ++b) lengths_[b] += count(b);
+}
+
+template class BasicDecoderSession<float>;
+template class BasicDecoderSession<double>;
+
+}  // namespace relpos::model
