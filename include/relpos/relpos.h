@@ -15,6 +15,7 @@
 #include "relpos/bench.h"
 #include "relpos/config.h"
 #include "relpos/files.h"
+#include "relpos/inspect.h"
 #include "relpos/layer.h"
 #include "relpos/model.h"
 #include "relpos/training.h"
