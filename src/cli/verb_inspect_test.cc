@@ -123,5 +123,26 @@ TEST_F(VerbInspectTest, OldCheckpointsAndBadInput) {
       << r.err;
 }
 
+// The sweep's column: a k beyond every training distance leaves its far
+// rows untrained; a run without tables has no share.
+TEST_F(VerbInspectTest, SweepReportsTheUntrainedShare) {
+  const CliResult r = RunRelpos(
+      {"sweep", "--task", "reverse", "--train-lengths", "1-3", "--d-model",
+       "16", "--heads", "2", "--layers", "1", "--d-ff", "16", "--steps", "3",
+       "--batch-size", "4", "--ks", "1,12", "--terms-list", "both,neither",
+       "--terms-k", "1", "--sequences", "4", "--progress", "none", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["runs"].size(), 3u);
+  // k = 1: every row within reach of 6-token sequences.
+  EXPECT_EQ(j["runs"][0]["untrained_row_share"], 0.0);
+  // k = 12, 25 rows per table: at least the 14 of |r| > 5 (and the
+  // verdict may add rows that got almost nothing).
+  const double share = j["runs"][1]["untrained_row_share"];
+  EXPECT_GE(share, 14.0 / 25.0);
+  EXPECT_LT(share, 1.0);
+  EXPECT_TRUE(j["runs"][2]["untrained_row_share"].is_null());  // neither
+}
+
 }  // namespace
 }  // namespace relpos::cli
