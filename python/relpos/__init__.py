@@ -423,3 +423,9 @@ from .position_schemes import (  # noqa: E402
 
 __all__ += ["alibi_slopes", "clip_bucket", "rope", "rope_backward",
             "t5_bucket", "t5_bucket_reach"]
+
+# Inspecting a checkpoint's relative tables (relpos/_inspect.py,
+# docs/inspect.md).
+from ._inspect import inspect  # noqa: E402
+
+__all__ += ["inspect"]

@@ -23,6 +23,7 @@
 
 #include "relpos/relpos.h"
 #include "position_schemes_ext.h"
+#include "inspect_ext.h"
 #include "array_view.h"
 
 namespace nb = nanobind;
@@ -256,4 +257,5 @@ NB_MODULE(_relpos_ext, m) {
         nb::arg("kind"), nb::arg("scale"), nb::arg("seed"),
         "Internal: fills a float32 table. Use relpos.init_relative_table.");
   relpos::BindPositionSchemes(m);
+  relpos::BindInspect(m);
 }
