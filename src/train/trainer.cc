@@ -206,7 +206,6 @@ StepRecord Trainer::Step(Rng& data_rng, Rng& dropout_rng,
                             FirstNonFinite(*model_, /*grads=*/true) +
                             "' holds NaN or Inf");
   }
-  AccumulateSignal(batch, *model_, tables_, &signal_);
   const double lr = LearningRate(schedule, step);
   optimizer_->Step(slots, lr, ClipScale(norm, config_.clip_norm));
   if (const std::string bad = FirstNonFinite(*model_, /*grads=*/false);
@@ -214,6 +213,8 @@ StepRecord Trainer::Step(Rng& data_rng, Rng& dropout_rng,
     StopNonFinite(step,
                   "parameter '" + bad + "' became NaN or Inf after the update");
   }
+  // The update stands: count it (the optimiser leaves the grads as they are).
+  AccumulateSignal(batch, *model_, tables_, &signal_);
   state_.step = step + 1;
   state_.data_rng = data_rng.state();
   state_.dropout_rng = dropout_rng.state();
