@@ -19,6 +19,7 @@ Functions:
     attention           forward pass (optionally also the log-sum-exp)
     attention_backward  gradients of q, k, v and both tables
     init_relative_table seeded Xavier initialisation of a table (docs/math.md section 5)
+    inspect             per-row statistics of a checkpoint's relative tables (docs/inspect.md)
 
 float32 arrays run on relpos's fast path (the fused kernel where it is
 built), float64 arrays on the reference path (used for gradient checks).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
@@ -206,8 +208,15 @@ std::vector<T> GetArray(const nlohmann::json& j, int64_t n,
   std::vector<T> out;
   out.reserve(n);
   for (const auto& x : j) {
-    const bool ok = std::is_integral_v<T> ? x.is_number_integer()
-                                          : x.is_number();
+    // Integers must also fit int64 (JSON allows larger unsigned ones).
+    const bool ok =
+        std::is_integral_v<T>
+            ? x.is_number_integer() &&
+                  (!x.is_number_unsigned() ||
+                   x.get<uint64_t>() <=
+                       static_cast<uint64_t>(
+                           std::numeric_limits<int64_t>::max()))
+            : x.is_number();
     if (!ok || !std::isfinite(x.get<double>()) || x.get<double>() < 0) {
       Bad(source, what + " must hold finite " +
                       (std::is_integral_v<T> ? "integers" : "numbers") +

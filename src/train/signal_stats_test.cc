@@ -309,6 +309,10 @@ TEST(SignalStats, OldAndDamagedCheckpoints) {
       {"rows changed", [](nlohmann::json& j) { j["tables"][0]["rows"] = 3; }},
       {"negative count",
        [](nlohmann::json& j) { j["tables"][0]["pair_count"][0] = -1; }},
+      {"count beyond int64",
+       [](nlohmann::json& j) {
+         j["tables"][0]["pair_count"][0] = uint64_t{1} << 63;
+       }},
       {"fractional count",
        [](nlohmann::json& j) { j["tables"][0]["pair_count"][0] = 0.5; }},
       {"short signal",
