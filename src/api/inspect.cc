@@ -25,32 +25,14 @@ void CheckOptions(const InspectOptions& o) {
                    "share must be in (0, 1] (got " << o.share << ")");
 }
 
-// Which distances of [-reach, reach] each row takes.
+// Which distances each row takes (train::DescribeRows).
 void DescribeRows(const train::BucketMap& map, TableInspection* t) {
-  const int64_t none = std::numeric_limits<int64_t>::max();
-  t->distance.assign(t->rows, none);
-  t->distance_min.assign(t->rows, none);
-  t->distance_max.assign(t->rows, std::numeric_limits<int64_t>::min());
-  t->open_below.assign(t->rows, 0);
-  t->open_above.assign(t->rows, 0);
-  for (int64_t r = -map.reach; r <= map.reach; ++r) {
-    const int64_t b = map.bucket(r);
-    t->distance_min[b] = std::min(t->distance_min[b], r);
-    t->distance_max[b] = std::max(t->distance_max[b], r);
-    // Ties in |r| go to the negative distance (visited first).
-    if (t->distance[b] == none || std::abs(r) < std::abs(t->distance[b])) {
-      t->distance[b] = r;
-    }
-    if (r == -map.reach) t->open_below[b] = 1;
-    if (r == map.reach) t->open_above[b] = 1;
-  }
-  for (int64_t b = 0; b < t->rows; ++b) {
-    if (t->distance[b] == none) {  // no distance uses it
-      t->distance[b] = 0;
-      t->distance_min[b] = 1;
-      t->distance_max[b] = 0;
-    }
-  }
+  train::RowDistances d = train::DescribeRows(map);
+  t->distance = std::move(d.distance);
+  t->distance_min = std::move(d.min);
+  t->distance_max = std::move(d.max);
+  t->open_below = std::move(d.open_below);
+  t->open_above = std::move(d.open_above);
 }
 
 bool Used(const TableInspection& t, int64_t row) {

@@ -87,6 +87,35 @@ std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
   return tables;
 }
 
+RowDistances DescribeRows(const BucketMap& map) {
+  const int64_t none = std::numeric_limits<int64_t>::max();
+  RowDistances d;
+  d.distance.assign(map.rows, none);
+  d.min.assign(map.rows, none);
+  d.max.assign(map.rows, std::numeric_limits<int64_t>::min());
+  d.open_below.assign(map.rows, 0);
+  d.open_above.assign(map.rows, 0);
+  for (int64_t r = -map.reach; r <= map.reach; ++r) {
+    const int64_t b = map.bucket(r);
+    d.min[b] = std::min(d.min[b], r);
+    d.max[b] = std::max(d.max[b], r);
+    // Ties in |r| go to the negative distance (visited first).
+    if (d.distance[b] == none || std::abs(r) < std::abs(d.distance[b])) {
+      d.distance[b] = r;
+    }
+    if (r == -map.reach) d.open_below[b] = 1;
+    if (r == map.reach) d.open_above[b] = 1;
+  }
+  for (int64_t b = 0; b < map.rows; ++b) {
+    if (d.distance[b] == none) {  // no distance uses it
+      d.distance[b] = 0;
+      d.min[b] = 1;
+      d.max[b] = 0;
+    }
+  }
+  return d;
+}
+
 void AddPairCounts(const std::vector<int64_t>& lengths, bool causal,
                    const BucketMap& map, std::vector<int64_t>* counts) {
   if (counts->empty()) counts->assign(map.rows, 0);

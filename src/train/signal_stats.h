@@ -46,6 +46,17 @@ BucketMap ClipBucketMap(int64_t left, int64_t right);
 // T5's logarithmic buckets (relpos::T5Bucket), for the bucketed tables.
 BucketMap T5BucketMap(const T5Buckets& buckets);
 
+// The distances each row of `map` stands for, from a scan of [-reach,
+// reach]: every r in [min[b], max[b]], plus every r < min[b] if
+// open_below[b] (the row of -reach) and every r > max[b] if open_above[b].
+// distance[b] is the row's r of smallest |r| (the negative one on a tie).
+// A row no distance uses has min = 1, max = 0, distance = 0.
+struct RowDistances {
+  std::vector<int64_t> distance, min, max;
+  std::vector<uint8_t> open_below, open_above;
+};
+RowDistances DescribeRows(const BucketMap& map);
+
 // One learned table whose rows are indexed by distance. Its parameter holds
 // heads * rows * width floats, row-major [heads, rows, width] (shared
 // tables: heads = 1, shape [rows, width]; scalar tables such as T5's

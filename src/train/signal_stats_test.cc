@@ -100,6 +100,45 @@ TEST(SignalStats, BucketMapsReachAndRows) {
   EXPECT_THROW(ClipBucketMap(-1, 2), InvalidArgument);
 }
 
+TEST(SignalStats, RowDistances) {
+  RowDistances d = DescribeRows(ClipBucketMap(2, 3));
+  EXPECT_EQ(d.distance, (std::vector<int64_t>{-2, -1, 0, 1, 2, 3}));
+  EXPECT_EQ(d.min, (std::vector<int64_t>{-3, -1, 0, 1, 2, 3}));
+  EXPECT_EQ(d.max, (std::vector<int64_t>{-2, -1, 0, 1, 2, 3}));
+  EXPECT_EQ(d.open_below, (std::vector<uint8_t>{1, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(d.open_above, (std::vector<uint8_t>{0, 0, 0, 0, 0, 1}));
+  d = DescribeRows(ClipBucketMap(0, 0));  // one row for everything
+  EXPECT_EQ(d.distance, (std::vector<int64_t>{0}));
+  EXPECT_TRUE(d.open_below[0] && d.open_above[0]);
+
+  // T5, bidirectional, 7 buckets: half = 3, exact = 1; rows 0-2 for r <= 0,
+  // 4-5 for r > 0 (row 3 = half would be r > 0 with |r| < exact: none, as
+  // in T5 itself), row 6 unused (odd count). Every row's range holds the r
+  // that T5Bucket sends there.
+  const T5Buckets t5{.num_buckets = 7, .max_distance = 10};
+  const BucketMap map = T5BucketMap(t5);
+  d = DescribeRows(map);
+  for (int64_t r = -3 * map.reach; r <= 3 * map.reach; ++r) {
+    const int64_t b = T5Bucket(r, t5);
+    const bool in = (r >= d.min[b] || d.open_below[b]) &&
+                    (r <= d.max[b] || d.open_above[b]);
+    EXPECT_TRUE(in) << "r=" << r << " row " << b;
+  }
+  EXPECT_EQ(d.distance[0], 0);
+  EXPECT_EQ(d.distance[4], 1);
+  EXPECT_GT(d.min[3], d.max[3]);  // unused
+  EXPECT_TRUE(d.open_below[2]);
+  EXPECT_TRUE(d.open_above[5]);
+  EXPECT_GT(d.min[6], d.max[6]);  // unused
+  // Causal T5: bucket 0 is every r >= 0.
+  d = DescribeRows(T5BucketMap({.num_buckets = 4, .max_distance = 8,
+                                .bidirectional = false}));
+  EXPECT_EQ(d.distance[0], 0);
+  EXPECT_EQ(d.min[0], 0);
+  EXPECT_TRUE(d.open_above[0]);
+  EXPECT_TRUE(d.open_below[3]);
+}
+
 TEST(SignalStats, TablesOfAConfig) {
   model::ModelConfig c;
   c.layers = 2;
