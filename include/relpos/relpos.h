@@ -16,6 +16,7 @@
 #include "relpos/config.h"
 #include "relpos/files.h"
 #include "relpos/generate.h"
+#include "relpos/inspect.h"
 #include "relpos/layer.h"
 #include "relpos/model.h"
 #include "relpos/training.h"

@@ -19,6 +19,7 @@ Functions:
     attention           forward pass (optionally also the log-sum-exp)
     attention_backward  gradients of q, k, v and both tables
     init_relative_table seeded Xavier initialisation of a table (docs/math.md section 5)
+    inspect             per-row statistics of a checkpoint's relative tables (docs/inspect.md)
 
 float32 arrays run on relpos's fast path (the fused kernel where it is
 built), float64 arrays on the reference path (used for gradient checks).
@@ -423,3 +424,9 @@ from .position_schemes import (  # noqa: E402
 
 __all__ += ["alibi_slopes", "clip_bucket", "rope", "rope_backward",
             "t5_bucket", "t5_bucket_reach"]
+
+# Inspecting a checkpoint's relative tables (relpos/_inspect.py,
+# docs/inspect.md).
+from ._inspect import inspect  # noqa: E402
+
+__all__ += ["inspect"]

@@ -24,6 +24,7 @@
 #include "relpos/relpos.h"
 #include "model_ext.h"
 #include "position_schemes_ext.h"
+#include "inspect_ext.h"
 #include "array_view.h"
 
 namespace nb = nanobind;
@@ -258,4 +259,5 @@ NB_MODULE(_relpos_ext, m) {
         "Internal: fills a float32 table. Use relpos.init_relative_table.");
   relpos::BindPositionSchemes(m);
   relpos::BindModel(m);
+  relpos::BindInspect(m);
 }

@@ -35,6 +35,8 @@ struct Model::Impl {
   // `state` is then the training's, so step() follows it).
   std::shared_ptr<model::Transformer> transformer;
   const train::TrainState* state = nullptr;
+  // A training's signal statistics (train/signal_stats.h), when borrowed.
+  const train::SignalStats* signal = nullptr;
 };
 
 // A view of a tensor of rank 1 to 4 held as data + shape (parameters).

@@ -41,6 +41,7 @@ Model BorrowModel(train::Trainer& trainer) {
   impl->transformer = std::shared_ptr<model::Transformer>(
       &trainer.model(), [](model::Transformer*) {});
   impl->state = &trainer.state();
+  impl->signal = &trainer.signal();
   return Model(std::move(impl));
 }
 
@@ -83,6 +84,7 @@ void Model::Save(const std::string& dir) const {
           {prefix + p.name, p.shape, std::vector<float>(p.value.size(), 0.f)});
     }
   }
+  if (impl_->signal) ck.signal = *impl_->signal;
   train::WriteCheckpoint(dir, ck);
 }
 

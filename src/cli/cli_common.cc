@@ -48,6 +48,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
   AddSweepVerb(app, out);
   AddSettingsVerb(app, out);
   AddGenerateVerb(app, out);
+  AddInspectVerb(app, out);
 
   std::vector<std::string> rest(args.rbegin(), args.rend() - 1);  // CLI11 wants reversed
   try {

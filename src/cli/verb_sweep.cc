@@ -1,7 +1,10 @@
 // `relpos sweep`: Shaw et al.'s ablations on one task. Trains one
 // relative-position model per clipping distance k (both terms), then one per
 // term setting (key only, value only, neither) at a fixed k, and prints a
-// table of accuracy inside and beyond the training lengths.
+// table of accuracy inside and beyond the training lengths, with the share
+// of table rows each run left untrained (relpos inspect's rule,
+// docs/inspect.md): the reason a k beyond the training distances fails
+// beyond them.
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +24,7 @@
 #include "relpos/config.h"
 #include "relpos/error.h"
 #include "relpos/files.h"
+#include "relpos/inspect.h"
 #include "relpos/model.h"
 #include "relpos/training.h"
 
@@ -166,6 +170,21 @@ std::tuple<double, double, double> Means(const std::vector<LengthMetrics>& res,
   return {in_acc, out_acc, out_seq};
 }
 
+// Share of all relative-table rows that the run left untrained (by
+// Inspect's default rule); < 0 when the model has no tables (k = 0 has one
+// row, "neither" none).
+double UntrainedShare(const Model& model) {
+  const Inspection in = Inspect(model);
+  int64_t rows = 0, untrained = 0;
+  for (const TableInspection& t : in.tables) {
+    rows += t.rows;
+    untrained += t.untrained_rows;
+  }
+  return rows > 0 && in.has_signal
+             ? static_cast<double>(untrained) / static_cast<double>(rows)
+             : -1.0;
+}
+
 void RunSweep(SweepFlags& f, std::ostream& out) {
   ExperimentConfig defaults;
   defaults.SetDefault("train", "steps", "400");
@@ -202,7 +221,7 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::string table =
       "    k  terms     params  train_loss  acc@train  acc@longer  "
-      "seq@longer\n";
+      "seq@longer  untrained\n";
   for (size_t i = 0; i < runs.size(); ++i) {
     Training training(configs[i]);
     const TrainSummary r = training.Run(
@@ -223,12 +242,15 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
         Evaluate(training.model(),
                  {.lengths = all_lengths, .sequences_per_length = f.sequences});
     const auto [in_acc, out_acc, out_seq] = Means(res, hi);
+    const double untrained = UntrainedShare(training.model());
+    char share[32] = "        -";
+    if (untrained >= 0) std::snprintf(share, sizeof share, "%9.4f", untrained);
     char line[160];
     std::snprintf(line, sizeof line,
-                  "%5lld  %-7s  %8lld  %10.4f  %9.4f  %10.4f  %10.4f\n",
+                  "%5lld  %-7s  %8lld  %10.4f  %9.4f  %10.4f  %10.4f  %s\n",
                   static_cast<long long>(runs[i].k), runs[i].terms.c_str(),
                   static_cast<long long>(training.model().NumParameters()),
-                  r.final_loss, in_acc, out_acc, out_seq);
+                  r.final_loss, in_acc, out_acc, out_seq, share);
     table += line;
     nlohmann::ordered_json acc = nlohmann::ordered_json::object();
     for (const auto& x : res) acc[std::to_string(x.length)] = x.token_accuracy;
@@ -239,6 +261,9 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
                     {"accuracy_train_lengths", in_acc},
                     {"accuracy_longer_lengths", out_acc},
                     {"sequence_accuracy_longer_lengths", out_seq},
+                    {"untrained_row_share",
+                     untrained >= 0 ? nlohmann::ordered_json(untrained)
+                                    : nlohmann::ordered_json(nullptr)},
                     {"accuracy_by_length", acc},
                     {"train_seconds", r.seconds}});
   }
@@ -262,7 +287,8 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
   out << "task " << base.Get("train", "task") << ": " << data.metric
       << ", trained on lengths " << FormatLengthRange(lo, hi)
       << "; acc@train = mean over lengths " << in_spec << ", acc@longer over "
-      << beyond_spec << "\n"
+      << beyond_spec << "; untrained = share of table rows with (almost) no "
+      << "gradient (relpos inspect)\n"
       << table;
 }
 

@@ -20,12 +20,17 @@ namespace {
 // config.json is a few kilobytes; anything far larger is not ours.
 constexpr int64_t kMaxConfigBytes = int64_t{1} << 20;
 
-// model-00000123.safetensors, optimizer-00000123.2.safetensors
+// model-00000123.safetensors, optimizer-00000123.2.safetensors,
+// signal-00000123.json
 const std::regex& FileNamePattern() {
   static const std::regex re(
-      R"((model|optimizer)-[0-9]{8}(\.[0-9]{1,6})?\.safetensors)");
+      R"(((model|optimizer)-[0-9]{8}(\.[0-9]{1,6})?\.safetensors)|)"
+      R"((signal-[0-9]{8}(\.[0-9]{1,6})?\.json))");
   return re;
 }
+
+// The signal file is small next to the model; far larger is not ours.
+constexpr int64_t kMaxSignalBytes = int64_t{1} << 30;
 
 std::string Hex(uint64_t v) {
   char buf[24];
@@ -52,14 +57,15 @@ bool ParseHex(const std::string& s, uint64_t* v) {
   return true;
 }
 
-std::string FileName(const char* kind, int64_t step, int suffix) {
+std::string FileName(const char* kind, int64_t step, int suffix,
+                     const char* extension = "safetensors") {
   char buf[64];
   if (suffix == 0) {
-    std::snprintf(buf, sizeof buf, "%s-%08lld.safetensors", kind,
-                  static_cast<long long>(step));
+    std::snprintf(buf, sizeof buf, "%s-%08lld.%s", kind,
+                  static_cast<long long>(step), extension);
   } else {
-    std::snprintf(buf, sizeof buf, "%s-%08lld.%d.safetensors", kind,
-                  static_cast<long long>(step), suffix);
+    std::snprintf(buf, sizeof buf, "%s-%08lld.%d.%s", kind,
+                  static_cast<long long>(step), suffix, extension);
   }
   return buf;
 }
@@ -72,8 +78,8 @@ std::set<std::string> ReferencedFiles(const std::string& dir) {
     const std::string text = io::ReadFileBounded(
         (fs::path(dir) / kCheckpointConfigFile).string(), kMaxConfigBytes);
     const nlohmann::json j = nlohmann::json::parse(text);
-    for (const char* key : {"model", "optimizer"}) {
-      if (j.at("files").at(key).is_string()) {
+    for (const char* key : {"model", "optimizer", "signal"}) {
+      if (j.at("files").contains(key) && j["files"][key].is_string()) {
         names.insert(j["files"][key].get<std::string>());
       }
     }
@@ -176,17 +182,24 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& ck) {
   const std::set<std::string> referenced = ReferencedFiles(dir);
   int suffix = 0;
   while (referenced.count(FileName("model", ck.state.step, suffix)) ||
-         referenced.count(FileName("optimizer", ck.state.step, suffix))) {
+         referenced.count(FileName("optimizer", ck.state.step, suffix)) ||
+         referenced.count(FileName("signal", ck.state.step, suffix, "json"))) {
     ++suffix;
   }
   const std::string model_file = FileName("model", ck.state.step, suffix);
   const std::string opt_file = FileName("optimizer", ck.state.step, suffix);
+  const std::string signal_file =
+      ck.signal ? FileName("signal", ck.state.step, suffix, "json") : "";
   const std::string step = std::to_string(ck.state.step);
 
   io::WriteSafetensors((d / model_file).string(), ck.parameters,
                        {{"format", "relpos-model"}, {"step", step}});
   io::WriteSafetensors((d / opt_file).string(), ck.optimizer,
                        {{"format", "relpos-adamw"}, {"step", step}});
+  if (ck.signal) {
+    io::AtomicWriteFile((d / signal_file).string(),
+                        EncodeSignalStats(*ck.signal, ck.state.step));
+  }
 
   nlohmann::json j = {
       {"format", kCheckpointFormat},
@@ -199,13 +212,16 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& ck) {
         {"dropout_rng", Hex(ck.state.dropout_rng)}}},
       {"files", {{"model", model_file}, {"optimizer", opt_file}}},
   };
+  if (ck.signal) j["files"]["signal"] = signal_file;
   // The commit point: from here on the new set is the checkpoint.
   io::AtomicWriteFile((d / kCheckpointConfigFile).string(), j.dump(2) + "\n");
 
   // Garbage-collect older tensor files (only names this module writes).
   for (const auto& entry : fs::directory_iterator(d, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name == model_file || name == opt_file) continue;
+    if (name == model_file || name == opt_file || name == signal_file) {
+      continue;
+    }
     if (std::regex_match(name, FileNamePattern())) fs::remove(entry.path(), ec);
   }
 }
@@ -213,7 +229,8 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& ck) {
 // Over 100 lines on purpose: one straight sequence of checks of an untrusted
 // folder (config.json, state, file names, tensors), each failing with its own
 // message; split up, the order of the checks would be harder to audit.
-Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer) {
+Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer,
+                          bool with_signal) {
   std::error_code ec;
   const fs::path d(dir);
   if (!fs::exists(d, ec)) {
@@ -328,6 +345,22 @@ Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer) {
       }
     }
     ck.optimizer = std::move(of.tensors);
+  }
+
+  // Optional (older checkpoints have none): the training signal.
+  if (files.contains("signal")) {
+    if (!files["signal"].is_string() ||
+        !std::regex_match(files["signal"].get<std::string>(),
+                          FileNamePattern()) ||
+        files["signal"].get<std::string>().rfind("signal-", 0) != 0) {
+      Bad(source, "files.signal is not a checkpoint signal file name");
+    }
+    if (with_signal) {
+      const std::string path =
+          (d / files["signal"].get<std::string>()).string();
+      ck.signal = DecodeSignalStats(io::ReadFileBounded(path, kMaxSignalBytes),
+                                    path, ck.model_config, ck.state.step);
+    }
   }
   return ck;
 }

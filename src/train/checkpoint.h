@@ -10,6 +10,16 @@
 //                                      them (docs/model.md), F32
 //   optimizer-<N>.safetensors          AdamW moments: "exp_avg.<param>" and
 //                                      "exp_avg_sq.<param>", F32
+//   signal-<N>.json                    optional: the relative tables' training
+//                                      signal (signal_stats.h), referenced as
+//                                      "files": {..., "signal": ...}; JSON, not
+//                                      safetensors, because its int64 counts
+//                                      and double sums must come back bit for
+//                                      bit and safetensors here is F32 only
+//
+// Checkpoints written before the signal statistics existed have no
+// "signal" entry; they still load (Checkpoint::signal is then empty), and
+// older readers ignore the entry.
 //
 // N is the step, zero-padded to 8 digits (".1", ".2", ... is appended in the
 // rare case that name is still referenced by the current config.json).
@@ -30,11 +40,13 @@
 #define RELPOS_SRC_TRAIN_CHECKPOINT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "io/safetensors.h"
 #include "model/transformer.h"
+#include "train/signal_stats.h"
 #include "train/train_config.h"
 
 namespace relpos::train {
@@ -51,6 +63,11 @@ struct Checkpoint {
   // exp_avg.<name> for every parameter, then exp_avg_sq.<name>; empty when
   // read with with_optimizer = false.
   std::vector<io::NamedTensor> optimizer;
+  // The relative tables' training signal (signal_stats.h); empty when the
+  // checkpoint has none (written before relpos recorded it, or by
+  // Model::Save of a model that was not trained here) or when read with
+  // with_signal = false.
+  std::optional<SignalStats> signal;
 };
 
 // Writes `checkpoint` into `dir` (created if missing, parent must exist)
@@ -59,8 +76,10 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint);
 
 // Reads and validates. IoError if `dir` or a file is missing or unreadable,
 // FormatError (naming the file and the problem) if anything is malformed or
-// does not match the config.
-Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer);
+// does not match the config. The signal file, when referenced, is read and
+// validated only with with_signal.
+Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer,
+                          bool with_signal = false);
 
 // True if `dir/config.json` exists (a checkpoint folder, valid or not).
 bool HasCheckpoint(const std::string& dir);

@@ -98,9 +98,10 @@ TEST(Checkpoint, RoundTripRestoresEverything) {
     (void)e;
     ++files;
   }
-  EXPECT_EQ(files, 3);
+  EXPECT_EQ(files, 4);
   EXPECT_TRUE(fs::exists(fs::path(dir) / "model-00000006.safetensors"));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "optimizer-00000006.safetensors"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "signal-00000006.json"));
 
   // A loaded model evaluates exactly like the trained one.
   TrainConfig tc;
@@ -199,8 +200,9 @@ TEST(Checkpoint, SameSeedGivesBitwiseIdenticalFiles) {
   const std::string a = TempDir("det_a"), b = TempDir("det_b");
   TrainTiny(a);
   TrainTiny(b);
-  for (const char* name : {"config.json", "model-00000006.safetensors",
-                           "optimizer-00000006.safetensors"}) {
+  for (const char* name :
+       {"config.json", "model-00000006.safetensors",
+        "optimizer-00000006.safetensors", "signal-00000006.json"}) {
     EXPECT_EQ(ReadAll(fs::path(a) / name), ReadAll(fs::path(b) / name)) << name;
   }
 }

@@ -99,6 +99,8 @@ Trainer::Trainer(const model::ModelConfig& model_config,
   state_.step = 0;
   state_.data_rng = DeriveSeed(config_.seed, kDataStream);
   state_.dropout_rng = DeriveSeed(config_.seed, kDropoutStream);
+  tables_ = RelativeTables(m);
+  signal_ = MakeSignalStats(m, /*first_step=*/0);
   InitOptimizer();
 }
 
@@ -124,7 +126,8 @@ void Trainer::set_total_steps(int64_t steps) {
 }
 
 Trainer Trainer::Resume(const std::string& dir) {
-  Checkpoint ck = ReadCheckpoint(dir, /*with_optimizer=*/true);
+  Checkpoint ck =
+      ReadCheckpoint(dir, /*with_optimizer=*/true, /*with_signal=*/true);
   Trainer t;
   t.config_ = ck.train_config;
   t.data_ = MakeDataSource(t.config_.data);
@@ -141,6 +144,10 @@ Trainer Trainer::Resume(const std::string& dir) {
   }
   t.optimizer_->SetState(ck.state.step, std::move(m), std::move(v));
   t.state_ = ck.state;
+  t.tables_ = RelativeTables(ck.model_config);
+  // A checkpoint from before the statistics existed: count from here on.
+  t.signal_ = ck.signal ? std::move(*ck.signal)
+                        : MakeSignalStats(ck.model_config, ck.state.step);
   t.last_saved_dir_ = dir;
   t.last_saved_step_ = ck.state.step;
   return t;
@@ -153,6 +160,7 @@ void Trainer::Save(const std::string& dir) {
   ck.train_config = config_;
   ck.state = state_;
   ck.parameters = GetParameters(*model_);
+  ck.signal = signal_;
   const auto& params = model_->parameters();
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t i = 0; i < params.size(); ++i) {
@@ -205,6 +213,8 @@ StepRecord Trainer::Step(Rng& data_rng, Rng& dropout_rng,
     StopNonFinite(step,
                   "parameter '" + bad + "' became NaN or Inf after the update");
   }
+  // The update stands: count it (the optimiser leaves the grads as they are).
+  AccumulateSignal(batch, *model_, tables_, &signal_);
   state_.step = step + 1;
   state_.data_rng = data_rng.state();
   state_.dropout_rng = dropout_rng.state();

@@ -26,6 +26,7 @@
 #include "train/determinism.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
+#include "train/signal_stats.h"
 #include "train/train_config.h"
 
 namespace relpos::train {
@@ -90,6 +91,9 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   const DataSource& data() const { return *data_; }
   const TrainState& state() const { return state_; }
+  // The relative tables' training signal so far (signal_stats.h); saved
+  // with every checkpoint and restored by Resume.
+  const SignalStats& signal() const { return signal_; }
   // Changes the total number of steps (resume with a longer or shorter run).
   // The cosine schedule follows the new total, so the continuation is no
   // longer the one an uninterrupted run of the old length would take.
@@ -115,6 +119,8 @@ class Trainer {
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<AdamW> optimizer_;
   TrainState state_;
+  std::vector<RelativeTable> tables_;  // RelativeTables(model config)
+  SignalStats signal_;
   std::string last_saved_dir_;
   int64_t last_saved_step_ = -1;
 };
