@@ -21,6 +21,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 import relpos as _relpos
+from relpos import _ops
 
 __all__ = ["attention", "RelativeMultiheadAttention"]
 
@@ -113,6 +114,12 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
     Returns:
         out [B, H, Nq, dv], with gradients for q, k, v, ak, av, bias and pb.
     """
+    if _ops.ENABLED:  # PyTorch >= 2.4: the relpos::attention custom op
+        return _ops.attention(q, k, v, ak, av, bias, pb,
+                              max_distance=max_distance, causal=causal,
+                              key_lengths=key_lengths,
+                              query_offset=query_offset, buckets=buckets,
+                              alibi=alibi)
     if isinstance(alibi, torch.Tensor):
         alibi = alibi.detach().cpu().numpy()
     options = dict(max_distance=max_distance, causal=causal,
@@ -311,6 +318,9 @@ def rope(x, *, position_offset=0, base=10000.0, layout="split_halves"):
     ``rope(q, base=config.rope_theta)`` equals ``apply_rotary_pos_emb``'s
     rotated q for position_ids 0..N-1 (up to Hugging Face's float32 angles).
     """
+    if _ops.ENABLED:  # PyTorch >= 2.4: the relpos::rope custom op
+        return _ops.rope(x, position_offset=position_offset, base=base,
+                         layout=layout)
     options = dict(position_offset=position_offset, base=base, layout=layout)
     return _RopeFunction.apply(x, options)
 
