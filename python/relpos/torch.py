@@ -326,3 +326,8 @@ def rope(x, *, position_offset=0, base=10000.0, layout="split_halves"):
 
 
 __all__ += ["rope"]
+
+# Context parallelism over torch.distributed (relpos/distributed.py).
+from relpos.distributed import context_parallel_attention  # noqa: E402
+
+__all__ += ["context_parallel_attention"]
