@@ -511,6 +511,13 @@ def context_parallel_attention(q, k, v, ak=None, av=None, *,
         raise RuntimeError(f"relpos.{_FN}: torch.distributed is not "
                            f"initialised (call init_process_group first)")
     scheme = _Scheme(q.shape[1], ak, av, bias, max_distance, buckets, alibi)
+    if q.shape[2] > 0:
+        # relpos's own argument checks (table shapes against the scheme,
+        # dtypes, ...) on a one-row problem, on every rank before the ring
+        # starts, so that a bad argument raises everywhere alike.
+        _relpos.attention(_np(q[:, :, :1]), _np(k[:, :, :1]),
+                          _np(v[:, :, :1]), _np(ak), _np(av), bias=_np(bias),
+                          causal=causal, **scheme.kwargs)
     settings = _Settings(scheme, causal, _Ring(group, q.shape[2]))
     # The tables enter through `settings` for the computation and as inputs
     # for autograd (so their gradients are returned).

@@ -20,6 +20,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 
 import pytest
 
@@ -44,9 +45,22 @@ def _init(rank, world, rendezvous):
                             rank=rank, world_size=world)
 
 
+def _entry(rank, name, world, rendezvous, *args):
+    # An exception in a worker ends it at once (after printing): Debian's
+    # PyTorch 1.13 can hang in a thread-local destructor on the normal exit
+    # path after an error, which would hang the test instead of failing it.
+    try:
+        globals()[name](rank, world, rendezvous, *args)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+
+
 def _spawn(fn, world, *args):
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(fn, args=(world, os.path.join(tmp, "rendezvous")) + args,
+        mp.spawn(_entry, args=(fn.__name__, world,
+                               os.path.join(tmp, "rendezvous")) + args,
                  nprocs=world, join=True)
 
 
@@ -134,7 +148,7 @@ def test_ddp_matches_one_process(name, dtype, tmp_path):
     def step(m, x, y):
         loss = torch.nn.functional.mse_loss(m(x), y)
         loss.backward()
-        return float(loss)
+        return float(loss.detach())
 
     losses, grads = _train(_ddp_model(DDP_SCHEMES[name], dtype),
                            _ddp_data(dtype), step)
@@ -267,7 +281,9 @@ def _cp_error_worker(rank, world, rendezvous, out_dir):
                                                   max_distance=1),
             lambda: rt.context_parallel_attention(q, q, q, causal=1,
                                                   max_distance=1),
-            lambda: rt.context_parallel_attention(q, q, q)):
+            lambda: rt.context_parallel_attention(q, q, q),
+            lambda: rt.context_parallel_attention(q, q, q, torch.zeros(4, 3),
+                                                  max_distance=1)):
         try:
             call()
             messages.append("no error")
@@ -280,8 +296,9 @@ def _cp_error_worker(rank, world, rendezvous, out_dir):
 def test_context_parallel_errors(tmp_path):
     _spawn(_cp_error_worker, 2, str(tmp_path))
     messages = torch.load(str(tmp_path / "err0.pt"))
+    assert len(messages) == 5
     for text, needle in zip(messages, ("v must have dtype", "q, k, v",
-                                       "causal", "max_distance")):
+                                       "causal", "max_distance", "ak")):
         assert needle in text, text
 
 
@@ -303,9 +320,9 @@ def _bench_worker(rank, world, rendezvous, args):
     n, h, d = args.n, args.heads, args.dim
     offsets, sizes = _chunks(n, world)
     sl = slice(offsets[rank], offsets[rank] + sizes[rank])
-    q, k, v = (torch.randn(1, h, n, d, generator=g)[:, :, sl]
-               .contiguous().requires_grad_(True) for _ in range(3))
-    ak, av = (0.1 * torch.randn(2 * args.k + 1, d, generator=g)
+    q, k, v = (torch.randn(1, h, n, d, generator=g)[:, :, sl].clone()
+               .requires_grad_(True) for _ in range(3))
+    ak, av = ((0.1 * torch.randn(2 * args.k + 1, d, generator=g))
               .requires_grad_(True) for _ in range(2))
     times = []
     for _ in range(args.repeat):
