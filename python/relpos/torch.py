@@ -30,15 +30,7 @@ _DTYPES = (torch.float32, torch.float64)
 
 def _numpy(name, t):
     """A contiguous numpy view (or copy) of a CPU float tensor."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"relpos.torch.attention: {name} must be a "
-                        f"torch.Tensor (got {type(t).__name__})")
-    if t.device.type != "cpu":
-        raise ValueError(f"relpos.torch.attention: {name} must be on the CPU "
-                         f"(got device {t.device})")
-    if t.dtype not in _DTYPES:
-        raise TypeError(f"relpos.torch.attention: {name} must have dtype "
-                        f"torch.float32 or torch.float64 (got {t.dtype})")
+    _ops.check_tensor("attention", name, t)
     return t.detach().contiguous().numpy()
 
 
@@ -297,15 +289,7 @@ class _RopeFunction(torch.autograd.Function):
 
 
 def _rope_numpy(name, t):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"relpos.torch.rope: {name} must be a torch.Tensor "
-                        f"(got {type(t).__name__})")
-    if t.device.type != "cpu":
-        raise ValueError(f"relpos.torch.rope: {name} must be on the CPU "
-                         f"(got device {t.device})")
-    if t.dtype not in _DTYPES:
-        raise TypeError(f"relpos.torch.rope: {name} must have dtype "
-                        f"torch.float32 or torch.float64 (got {t.dtype})")
+    _ops.check_tensor("rope", name, t)
     return t.detach().contiguous().numpy()
 
 

@@ -46,15 +46,28 @@ def _init(rank, world, rendezvous):
 
 
 def _entry(rank, name, world, rendezvous, *args):
-    # An exception in a worker ends it at once (after printing): Debian's
-    # PyTorch 1.13 can hang in a thread-local destructor on the normal exit
-    # path after an error, which would hang the test instead of failing it.
+    # A worker ends with os._exit, after its results are written: Debian's
+    # PyTorch 1.13 can deadlock while tearing down (the DDP reducer's gloo
+    # group joins a thread that waits for the GIL; a thread-local destructor
+    # after an error), which would hang the test instead of ending it.
+    status = 0
     try:
-        globals()[name](rank, world, rendezvous, *args)
+        keep = globals()[name](rank, world, rendezvous, *args)  # noqa: F841
+        # Leave only when every rank is done communicating (a file each),
+        # so no message is cut off by an early exit.
+        open(f"{rendezvous}.done{rank}", "w").close()
+        deadline = time.monotonic() + 120
+        while not all(os.path.exists(f"{rendezvous}.done{r}")
+                      for r in range(world)):
+            if time.monotonic() > deadline:
+                raise TimeoutError("other ranks did not finish")
+            time.sleep(0.05)
     except BaseException:
         traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _spawn(fn, world, *args):
@@ -135,7 +148,7 @@ def _ddp_worker(rank, world, rendezvous, name, dtype, out_dir):
     if rank == 0:
         torch.save({"losses": losses, "grads": grads},
                    os.path.join(out_dir, "ddp.pt"))
-    dist.destroy_process_group()
+    return model  # kept alive until os._exit (see _entry)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32],
@@ -249,7 +262,6 @@ def _cp_worker(rank, world, rendezvous, dtype, out_dir):
     results = {name: _cp_check(rank, world, name, dtype)
                for name in _cp_cases(2, 4, dtype)}
     torch.save(results, os.path.join(out_dir, f"cp{rank}.pt"))
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64],
@@ -268,6 +280,65 @@ def test_context_parallel_matches_one_process(world, dtype, tmp_path):
                 if not err <= tol:
                     bad.append(f"rank {rank} {name} {what}: {err:.3g}")
     assert not bad, "\n".join(bad)
+
+
+def _settings(causal, **kw):
+    from relpos import distributed as rd
+    return rd._Settings(rd._Scheme(2, kw.pop("ak", None), None,
+                                   kw.pop("bias", None),
+                                   kw.pop("max_distance", None),
+                                   kw.pop("buckets", None),
+                                   kw.pop("alibi", None)), causal, None)
+
+
+def test_pair_kind():
+    from relpos.distributed import _pair_kind
+    shaw = _settings(False, max_distance=3)
+    # Queries 0..7 against keys 8..15: distances 1..15, not all >= 3.
+    assert _pair_kind(shaw, 0, 8, 8, 8) == ("near", None)
+    # Keys 10..17: distances 3..17 >= k: row 2k for every entry.
+    assert _pair_kind(shaw, 0, 8, 10, 8) == ("far", 6)
+    # Keys before the queries by at least k: row 0.
+    assert _pair_kind(shaw, 20, 4, 10, 7) == ("far", 0)
+    assert _pair_kind(shaw, 20, 4, 10, 9) == ("near", None)
+    assert _pair_kind(shaw, 0, 0, 10, 8) == ("skip", None)
+    causal = _settings(True, max_distance=3)
+    assert _pair_kind(causal, 0, 8, 8, 8) == ("skip", None)
+    assert _pair_kind(causal, 8, 8, 0, 8) == ("near", None)  # r up to 0
+    assert _pair_kind(causal, 16, 8, 0, 8) == ("far", 0)
+    clip = _settings(False, buckets=relpos.ClipBuckets(4, 1))
+    assert _pair_kind(clip, 0, 4, 5, 4) == ("far", 5)
+    assert _pair_kind(clip, 8, 4, 0, 6) == ("near", None)
+    assert _pair_kind(clip, 8, 4, 0, 4) == ("far", 0)
+    reach = relpos.t5_bucket_reach(num_buckets=8, max_distance=12)
+    t5 = _settings(False, buckets=relpos.T5Buckets(8, 12, True))
+    row = int(relpos.t5_bucket([reach], num_buckets=8, max_distance=12)[0])
+    assert _pair_kind(t5, 0, 4, 3 + reach, 4) == ("far", row)
+    assert _pair_kind(t5, 0, 4, 2 + reach, 4) == ("near", None)
+    alibi = _settings(False, alibi=True, max_distance=0)
+    assert _pair_kind(alibi, 0, 4, 1000, 4) == ("near", None)
+
+
+def test_merge_partial_softmaxes():
+    from relpos.distributed import _merge
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(1, 1, 3, 10, generator=g, dtype=torch.float64)
+    v = torch.randn(1, 1, 10, 2, generator=g, dtype=torch.float64)
+    s[0, 0, 2, :6] = -math.inf  # row 2 sees nothing in the first part
+
+    def part(lo, hi):
+        lse = torch.logsumexp(s[..., lo:hi], -1)
+        finite = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+        return torch.exp(s[..., lo:hi] - finite[..., None]) @ v[:, :, lo:hi], lse
+
+    out, lse = _merge(*part(0, 6), *part(6, 10))
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1))
+    torch.testing.assert_close(out, torch.softmax(s, -1) @ v)
+    # Both parts empty: zero output, lse -inf (no NaN).
+    empty = torch.full((1, 1, 3), -math.inf, dtype=torch.float64)
+    zero = torch.zeros(1, 1, 3, 2, dtype=torch.float64)
+    out, lse = _merge(zero, empty, zero, empty)
+    assert torch.equal(out, zero) and torch.equal(lse, empty)
 
 
 def _cp_error_worker(rank, world, rendezvous, out_dir):
@@ -290,7 +361,6 @@ def _cp_error_worker(rank, world, rendezvous, out_dir):
         except (TypeError, ValueError) as e:
             messages.append(str(e))
     torch.save(messages, os.path.join(out_dir, f"err{rank}.pt"))
-    dist.destroy_process_group()
 
 
 def test_context_parallel_errors(tmp_path):
@@ -341,7 +411,6 @@ def _bench_worker(rank, world, rendezvous, args):
         print(f"world {world}: n {n} H {h} d {d} k {args.k} causal "
               f"{args.causal}: forward+backward min {min(times):.3f} s "
               f"(runs {', '.join(f'{t:.3f}' for t in times)})", flush=True)
-    dist.destroy_process_group()
 
 
 def _bench(argv):
