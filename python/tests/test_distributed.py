@@ -282,6 +282,65 @@ def test_context_parallel_matches_one_process(world, dtype, tmp_path):
     assert not bad, "\n".join(bad)
 
 
+class _CPModel(torch.nn.Module):
+    """Projections, context-parallel (or, with group None and one process,
+    plain) relpos attention with learned Shaw tables, output projection."""
+
+    def __init__(self, e=8, h=2, k=2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.h, self.k = h, k
+        self.qkv = torch.nn.Linear(e, 3 * e)
+        self.out = torch.nn.Linear(e, e)
+        self.ak = torch.nn.Parameter(0.5 * torch.randn(2 * k + 1, e // h))
+        self.av = torch.nn.Parameter(0.5 * torch.randn(2 * k + 1, e // h))
+
+    def forward(self, x, group=None, parallel=True):
+        b, n, e = x.shape
+        q, k, v = (t.view(b, n, self.h, -1).transpose(1, 2)
+                   for t in self.qkv(x).chunk(3, -1))
+        fn = rt.context_parallel_attention if parallel else rt.attention
+        kw = dict(group=group) if parallel else {}
+        o = fn(q, k, v, self.ak, self.av, max_distance=self.k, causal=True,
+               **kw)
+        return self.out(o.transpose(1, 2).reshape(b, n, e))
+
+
+def _cp_data(n=24):
+    g = torch.Generator().manual_seed(5)
+    return (torch.randn(2, n, 8, generator=g),
+            torch.randn(2, n, 8, generator=g))
+
+
+def _cp_ddp_worker(rank, world, rendezvous, out_dir):
+    _init(rank, world, rendezvous)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    # The ring on its own group, DDP's gradient all-reduce on the default.
+    ring = dist.new_group(list(range(world)))
+    model = DDP(_CPModel())
+    x, y = _cp_data()
+    per = x.shape[1] // world
+    sl = slice(rank * per, (rank + 1) * per)
+    # Each rank's loss is the mean over its (equal) chunk; DDP averages.
+    loss = torch.nn.functional.mse_loss(model(x[:, sl], group=ring), y[:, sl])
+    loss.backward()
+    if rank == 0:
+        torch.save([p.grad for p in model.parameters()],
+                   os.path.join(out_dir, "cp_ddp.pt"))
+    return model
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_context_parallel_under_ddp(world, tmp_path):
+    _spawn(_cp_ddp_worker, world, str(tmp_path))
+    got = torch.load(str(tmp_path / "cp_ddp.pt"))
+    model = _CPModel()
+    x, y = _cp_data()
+    torch.nn.functional.mse_loss(model(x, parallel=False), y).backward()
+    for g, p in zip(got, model.parameters()):
+        assert _rel_err(g, p.grad) <= 1e-5
+
+
 def _settings(causal, **kw):
     from relpos import distributed as rd
     return rd._Settings(rd._Scheme(2, kw.pop("ak", None), None,
