@@ -43,6 +43,7 @@ call torch.distributed.all_reduce on them.
 """
 
 import math
+import operator
 
 import torch
 import torch.distributed as dist
@@ -173,6 +174,11 @@ def _pair_scores(s, q, k, qo, ko, bucket):
             scores = scores - slopes.view(1, -1, 1, 1) * r.abs().to(q.dtype)
         bucket = s.scheme.bucket(r)
     ak, bias = s.scheme.ak, s.scheme.bias
+    lengths = s.local_lengths(ko, k.shape[2])
+    if lengths is not None:
+        pad = (torch.arange(k.shape[2])[None, :] >=
+               torch.tensor(lengths)[:, None]).view(len(lengths), 1, 1, -1)
+        mask = pad if mask is None else mask | pad
     if ak is not None:
         g = _table_times(q, ak.transpose(-1, -2))  # [B, H, m, nb]
         scores = scores + _gather(g, bucket) * scale
@@ -247,6 +253,9 @@ def _pair_kind(s, qo, nq, ko, nk):
     """("skip", None), ("near", None) or ("far", table row)."""
     if nq == 0 or nk == 0:
         return "skip", None
+    lengths = s.local_lengths(ko, nk)
+    if lengths is not None and max(lengths) == 0:
+        return "skip", None  # every key of the chunk is padding
     r_min = ko - (qo + nq - 1)
     r_max = ko + nk - 1 - qo
     if s.causal and r_min > 0:
@@ -266,8 +275,9 @@ def _np(t):
     return None if t is None else t.detach().contiguous().numpy()
 
 
-def _relpos_kwargs(s, qo, ko):
-    return dict(causal=s.causal, query_offset=qo - ko, **s.scheme.kwargs)
+def _relpos_kwargs(s, qo, ko, nk):
+    return dict(causal=s.causal, query_offset=qo - ko,
+                key_lengths=s.local_lengths(ko, nk), **s.scheme.kwargs)
 
 
 def _pair_forward(s, q, k, v, qo, ko):
@@ -279,7 +289,8 @@ def _pair_forward(s, q, k, v, qo, ko):
     sch = s.scheme
     out, lse = _relpos.attention(
         _np(q), _np(k), _np(v), _np(sch.ak), _np(sch.av),
-        bias=_np(sch.bias), return_lse=True, **_relpos_kwargs(s, qo, ko))
+        bias=_np(sch.bias), return_lse=True,
+        **_relpos_kwargs(s, qo, ko, k.shape[2]))
     return torch.from_numpy(out), torch.from_numpy(lse)
 
 
@@ -292,7 +303,7 @@ def _pair_backward(s, q, k, v, qo, ko, out, lse, dout, acc):
         g = _relpos.attention_backward(
             _np(dout), _np(q), _np(k), _np(v), _np(sch.ak), _np(sch.av),
             out=_np(out), lse=_np(lse), bias=_np(sch.bias),
-            **_relpos_kwargs(s, qo, ko))
+            **_relpos_kwargs(s, qo, ko, k.shape[2]))
         for name in ("dq", "dk", "dv", "dak", "dav", "dbias"):
             x = getattr(g, name)
             if x is not None:
@@ -341,8 +352,17 @@ class _Ring:
 
 
 class _Settings:
-    def __init__(self, scheme, causal, ring):
+    def __init__(self, scheme, causal, ring, key_lengths=None):
         self.scheme, self.causal, self.ring = scheme, causal, ring
+        # None, or B global valid-key counts (padding at the sequence end).
+        self.key_lengths = key_lengths
+
+    def local_lengths(self, ko, nk):
+        """The valid keys of the chunk at ko (B counts in [0, nk]), or
+        None when nothing is padded."""
+        if self.key_lengths is None:
+            return None
+        return [min(max(n - ko, 0), nk) for n in self.key_lengths]
 
 
 def _split(buf, b, h, n, dims):
@@ -457,9 +477,35 @@ class _ContextParallelFunction(torch.autograd.Function):
                      for i, g in enumerate(grads)) + (None,)
 
 
+def _global_lengths(key_lengths, batch, n):
+    if key_lengths is None:
+        return None
+    if isinstance(key_lengths, torch.Tensor):
+        if key_lengths.dtype.is_floating_point or key_lengths.dim() != 1:
+            raise TypeError(f"relpos.{_FN}: key_lengths must be a 1-D "
+                            f"integer tensor (got dtype {key_lengths.dtype}, "
+                            f"shape {tuple(key_lengths.shape)})")
+        key_lengths = key_lengths.tolist()
+    values = list(key_lengths)
+    if len(values) != batch:
+        raise ValueError(f"relpos.{_FN}: key_lengths must have one entry per "
+                         f"batch item ({batch}), got {len(values)}")
+    for i, x in enumerate(values):
+        try:
+            values[i] = None if isinstance(x, bool) else operator.index(x)
+        except TypeError:
+            values[i] = None
+        if values[i] is None or not 0 <= values[i] <= n:
+            raise ValueError(f"relpos.{_FN}: key_lengths[{i}] must be an "
+                             f"integer in [0, {n}] (the whole sequence; got "
+                             f"{x!r})")
+    return values
+
+
 def context_parallel_attention(q, k, v, ak=None, av=None, *,
                                max_distance=None, causal=False, buckets=None,
-                               bias=None, alibi=None, group=None):
+                               bias=None, alibi=None, key_lengths=None,
+                               group=None):
     """Exact relative self-attention over a sequence split across ranks.
 
     Call it on every rank of ``group`` (default: the whole world) with that
@@ -475,6 +521,11 @@ def context_parallel_attention(q, k, v, ak=None, av=None, *,
             relpos.torch.attention (Shaw tables, ClipBuckets / T5Buckets,
             T5's scalar bias, ALiBi), the same on every rank. The tables are
             replicated (every rank holds all of them).
+        key_lengths: None, or B integers (a sequence or an integer tensor,
+            the same on every rank) in [0, n]: global keys at positions >=
+            key_lengths[b] are padding, invisible to every query (padding
+            at the end of the whole sequence); a row that sees no key is
+            zero.
         group: a torch.distributed process group (gloo on CPUs).
 
     Returns:
@@ -518,7 +569,9 @@ def context_parallel_attention(q, k, v, ak=None, av=None, *,
         _relpos.attention(_np(q[:, :, :1]), _np(k[:, :, :1]),
                           _np(v[:, :, :1]), _np(ak), _np(av), bias=_np(bias),
                           causal=causal, **scheme.kwargs)
-    settings = _Settings(scheme, causal, _Ring(group, q.shape[2]))
+    ring = _Ring(group, q.shape[2])
+    lengths = _global_lengths(key_lengths, q.shape[0], sum(ring.lengths))
+    settings = _Settings(scheme, causal, ring, lengths)
     # The tables enter through `settings` for the computation and as inputs
     # for autograd (so their gradients are returned).
     scheme.ak = None if ak is None else ak.detach().contiguous()

@@ -78,7 +78,10 @@ def _spawn(fn, world, *args):
 
 
 def _rel_err(a, b):
-    return float((a - b).norm() / max(float(b.norm()), 1e-300))
+    """Normwise ||a - b|| / ||b||; 0 when both are zero (a rank whose keys
+    are all padding gets exactly zero dK and dV)."""
+    diff = float((a - b).norm())
+    return 0.0 if diff == 0.0 else diff / max(float(b.norm()), 1e-300)
 
 
 @pytest.fixture(autouse=True)
@@ -211,6 +214,16 @@ def _cp_cases(h, d, dtype):
         "t5_bias_causal": dict(buckets=relpos.T5Buckets(6, 10, False),
                                causal=True,
                                **_tables(g, dtype, bias=(h, 6))),
+        # Padding at the end of the sequence: batch item 1 has 11 valid
+        # keys (chunks past them are skipped), or none at all (zero rows).
+        "shaw_padding": dict(max_distance=2, key_lengths=[29, 11],
+                             **_tables(g, dtype, ak=(5, d), av=(5, d))),
+        "shaw_k1_padding_causal": dict(
+            max_distance=1, causal=True, key_lengths=torch.tensor([17, 0]),
+            **_tables(g, dtype, ak=(3, d), av=(3, d))),
+        "t5_bias_padding": dict(buckets=relpos.T5Buckets(8, 12, True),
+                                key_lengths=[5, 23],
+                                **_tables(g, dtype, bias=(h, 8))),
         "alibi_causal": dict(alibi=True, max_distance=0, causal=True),
         "alibi": dict(alibi=[0.5, 0.25], max_distance=0),
     }
@@ -413,7 +426,9 @@ def _cp_error_worker(rank, world, rendezvous, out_dir):
                                                   max_distance=1),
             lambda: rt.context_parallel_attention(q, q, q),
             lambda: rt.context_parallel_attention(q, q, q, torch.zeros(4, 3),
-                                                  max_distance=1)):
+                                                  max_distance=1),
+            lambda: rt.context_parallel_attention(q, q, q, max_distance=1,
+                                                  key_lengths=[9])):
         try:
             call()
             messages.append("no error")
@@ -425,9 +440,10 @@ def _cp_error_worker(rank, world, rendezvous, out_dir):
 def test_context_parallel_errors(tmp_path):
     _spawn(_cp_error_worker, 2, str(tmp_path))
     messages = torch.load(str(tmp_path / "err0.pt"))
-    assert len(messages) == 5
+    assert len(messages) == 6
     for text, needle in zip(messages, ("v must have dtype", "q, k, v",
-                                       "causal", "max_distance", "ak")):
+                                       "causal", "max_distance", "ak",
+                                       "key_lengths[0]")):
         assert needle in text, text
 
 
