@@ -1,9 +1,16 @@
 """PyTorch interface to relpos (CPU tensors).
 
     attention                   differentiable relative attention on
-                                [B, H, N, d] tensors (a torch.autograd.Function)
+                                [B, H, N, d] tensors (a torch.autograd.Function;
+                                on PyTorch >= 2.4 the torch.library custom op
+                                relpos::attention_forward, relpos/_ops.py, so
+                                torch.compile and torch.export go through it)
     RelativeMultiheadAttention  an nn.Module: Q, K, V and output projections
                                 plus the relative position tables
+    rope                        differentiable RoPE (relpos::rope likewise)
+    context_parallel_attention  attention over a sequence split across the
+                                ranks of a torch.distributed group
+                                (relpos/distributed.py)
 
 Tensors may be non-contiguous (they are copied to contiguous memory first)
 but must live on the CPU; float32 runs on relpos's fast path, float64 on the
