@@ -1,11 +1,18 @@
 """PyTorch interface to relpos (CPU tensors).
 
     attention                   differentiable relative attention on
-                                [B, H, N, d] tensors (a torch.autograd.Function)
+                                [B, H, N, d] tensors (a torch.autograd.Function;
+                                on PyTorch >= 2.4 the torch.library custom op
+                                relpos::attention_forward, relpos/_ops.py, so
+                                torch.compile and torch.export go through it)
     RelativeMultiheadAttention  an nn.Module: Q, K, V and output projections
                                 plus the position scheme's parameters
                                 (scheme= shaw, shaw-asym, shaw-log, t5,
                                 alibi, rope, xl)
+    rope                        differentiable RoPE (relpos::rope likewise)
+    context_parallel_attention  attention over a sequence split across the
+                                ranks of a torch.distributed group
+                                (relpos/distributed.py)
 
 Tensors may be non-contiguous (they are copied to contiguous memory first)
 but must live on the CPU; float32 runs on relpos's fast path, float64 on the
@@ -23,6 +30,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 import relpos as _relpos
+from relpos import _ops
 
 __all__ = ["attention", "RelativeMultiheadAttention", "SCHEMES"]
 
@@ -31,15 +39,7 @@ _DTYPES = (torch.float32, torch.float64)
 
 def _numpy(name, t):
     """A contiguous numpy view (or copy) of a CPU float tensor."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"relpos.torch.attention: {name} must be a "
-                        f"torch.Tensor (got {type(t).__name__})")
-    if t.device.type != "cpu":
-        raise ValueError(f"relpos.torch.attention: {name} must be on the CPU "
-                         f"(got device {t.device})")
-    if t.dtype not in _DTYPES:
-        raise TypeError(f"relpos.torch.attention: {name} must have dtype "
-                        f"torch.float32 or torch.float64 (got {t.dtype})")
+    _ops.check_tensor("attention", name, t)
     return t.detach().contiguous().numpy()
 
 
@@ -115,6 +115,12 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
     Returns:
         out [B, H, Nq, dv], with gradients for q, k, v, ak, av, bias and pb.
     """
+    if _ops.ENABLED:  # PyTorch >= 2.4: the relpos::attention custom op
+        return _ops.attention(q, k, v, ak, av, bias, pb,
+                              max_distance=max_distance, causal=causal,
+                              key_lengths=key_lengths,
+                              query_offset=query_offset, buckets=buckets,
+                              alibi=alibi)
     if isinstance(alibi, torch.Tensor):
         alibi = alibi.detach().cpu().numpy()
     options = dict(max_distance=max_distance, causal=causal,
@@ -469,15 +475,7 @@ class _RopeFunction(torch.autograd.Function):
 
 
 def _rope_numpy(name, t):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"relpos.torch.rope: {name} must be a torch.Tensor "
-                        f"(got {type(t).__name__})")
-    if t.device.type != "cpu":
-        raise ValueError(f"relpos.torch.rope: {name} must be on the CPU "
-                         f"(got device {t.device})")
-    if t.dtype not in _DTYPES:
-        raise TypeError(f"relpos.torch.rope: {name} must have dtype "
-                        f"torch.float32 or torch.float64 (got {t.dtype})")
+    _ops.check_tensor("rope", name, t)
     return t.detach().contiguous().numpy()
 
 
@@ -490,8 +488,16 @@ def rope(x, *, position_offset=0, base=10000.0, layout="split_halves"):
     ``rope(q, base=config.rope_theta)`` equals ``apply_rotary_pos_emb``'s
     rotated q for position_ids 0..N-1 (up to Hugging Face's float32 angles).
     """
+    if _ops.ENABLED:  # PyTorch >= 2.4: the relpos::rope custom op
+        return _ops.rope(x, position_offset=position_offset, base=base,
+                         layout=layout)
     options = dict(position_offset=position_offset, base=base, layout=layout)
     return _RopeFunction.apply(x, options)
 
 
 __all__ += ["rope"]
+
+# Context parallelism over torch.distributed (relpos/distributed.py).
+from relpos.distributed import context_parallel_attention  # noqa: E402
+
+__all__ += ["context_parallel_attention"]

@@ -1,0 +1,255 @@
+"""relpos's attention and RoPE as torch.library custom ops (PyTorch >= 2.4).
+
+relpos.torch uses these when ENABLED, else its torch.autograd.Functions
+(PyTorch 1.13, Debian). A custom op is opaque to torch.compile / torch.export:
+they trace it through its fake (shape-only) kernel and call the real kernel
+at run time, so ``torch.compile(model, fullgraph=True)`` and ``torch.export``
+go through relpos attention and RoPE without a graph break.
+
+    relpos::attention_forward   (q, k, v, ak?, av?, bias?, pb?, options)
+                                -> (out [B, H, Nq, dv], lse [B, H, Nq])
+    relpos::attention_backward  (dout, the inputs, out, lse, options)
+                                -> (dq, dk, dv, dak, dav, dbias, dpb)
+    relpos::rope / relpos::rope_backward   (x, offset, base, layout) -> y
+
+Absent gradients (an input that was None) are empty tensors (numel 0) in
+the backward op's result, since an op's outputs cannot be None.
+
+Zero copy: a contiguous CPU float32 / float64 tensor reaches the C++ kernel
+as a numpy view of its memory (Tensor.numpy shares storage), and the outputs
+the kernel writes are wrapped with torch.from_numpy; a non-contiguous input
+is copied once by .contiguous().
+
+Options travel as schema-typed arguments: buckets is "" (the symmetric clip
+by max_distance), "clip" (bucket_args = [left, right]) or "t5"
+(bucket_args = [num_buckets, max_distance, bidirectional]); alibi is None
+(off), [] (relpos's default slopes) or one slope per head.
+"""
+
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+import relpos as _relpos
+
+_DTYPES = (torch.float32, torch.float64)
+
+
+def _version_at_least(major, minor):
+    parts = torch.__version__.split("+")[0].split(".")
+    try:
+        return (int(parts[0]), int(parts[1])) >= (major, minor)
+    except (IndexError, ValueError):
+        return False
+
+
+ENABLED = _version_at_least(2, 4) and hasattr(torch.library, "custom_op")
+
+
+def check_tensor(fn, name, t):
+    """The type / device / dtype checks of relpos.torch, one message each."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"relpos.torch.{fn}: {name} must be a torch.Tensor "
+                        f"(got {type(t).__name__})")
+    if t.device.type != "cpu":
+        raise ValueError(f"relpos.torch.{fn}: {name} must be on the CPU "
+                         f"(got device {t.device})")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"relpos.torch.{fn}: {name} must have dtype "
+                        f"torch.float32 or torch.float64 (got {t.dtype})")
+
+
+def encode_buckets(buckets):
+    """relpos.ClipBuckets / T5Buckets / None -> (kind, int arguments)."""
+    if buckets is None:
+        return "", []
+    if isinstance(buckets, _relpos.ClipBuckets):
+        return "clip", [int(buckets.left), int(buckets.right)]
+    if isinstance(buckets, _relpos.T5Buckets):
+        return "t5", [int(buckets.num_buckets), int(buckets.max_distance),
+                      int(bool(buckets.bidirectional))]
+    raise TypeError(f"relpos.torch.attention: buckets must be None, "
+                    f"relpos.ClipBuckets or relpos.T5Buckets (got "
+                    f"{type(buckets).__name__})")
+
+
+def decode_buckets(kind, args):
+    if kind == "":
+        return None
+    if kind == "clip":
+        return _relpos.ClipBuckets(args[0], args[1])
+    if kind == "t5":
+        return _relpos.T5Buckets(args[0], args[1], bool(args[2]))
+    raise ValueError(f"relpos::attention: unknown bucket kind {kind!r}")
+
+
+def encode_alibi(alibi):
+    if alibi is None or alibi is False:
+        return None
+    if alibi is True:
+        return []
+    if isinstance(alibi, torch.Tensor):
+        alibi = alibi.detach().cpu().tolist()
+    return [float(m) for m in alibi]
+
+
+def _view(t):
+    """A numpy array sharing t's memory (one copy if t is not contiguous)."""
+    return None if t is None else t.detach().contiguous().numpy()
+
+
+def _options(max_distance, causal, key_lengths, query_offset, buckets,
+             bucket_args, alibi):
+    if alibi is None:
+        alibi_arg = None
+    elif len(alibi) == 0:
+        alibi_arg = True
+    else:
+        alibi_arg = list(alibi)
+    return dict(max_distance=max_distance, causal=causal,
+                key_lengths=None if key_lengths is None
+                else key_lengths.detach().cpu().numpy(),
+                query_offset=query_offset,
+                buckets=decode_buckets(buckets, bucket_args), alibi=alibi_arg)
+
+
+if ENABLED:
+    @torch.library.custom_op("relpos::attention_forward", mutates_args=())
+    def attention_forward(
+            q: Tensor, k: Tensor, v: Tensor, ak: Optional[Tensor],
+            av: Optional[Tensor], bias: Optional[Tensor], pb: Optional[Tensor],
+            max_distance: Optional[int], causal: bool,
+            key_lengths: Optional[Tensor], query_offset: Optional[int],
+            buckets: str, bucket_args: List[int],
+            alibi: Optional[List[float]]) -> Tuple[Tensor, Tensor]:
+        # q [B, H, Nq, dk], k [B, H, Nk, dk], v [B, H, Nk, dv]
+        #   -> out [B, H, Nq, dv], lse [B, H, Nq]
+        out, lse = _relpos.attention(
+            _view(q), _view(k), _view(v), _view(ak), _view(av),
+            bias=_view(bias), pb=_view(pb), return_lse=True,
+            **_options(max_distance, causal, key_lengths, query_offset,
+                       buckets, bucket_args, alibi))
+        return torch.from_numpy(out), torch.from_numpy(lse)
+
+    @attention_forward.register_fake
+    def _(q, k, v, ak, av, bias, pb, max_distance, causal, key_lengths,
+          query_offset, buckets, bucket_args, alibi):
+        b, h, nq, _ = q.shape
+        return q.new_empty((b, h, nq, v.shape[3])), q.new_empty((b, h, nq))
+
+    @torch.library.custom_op("relpos::attention_backward", mutates_args=())
+    def attention_backward(
+            dout: Tensor, q: Tensor, k: Tensor, v: Tensor, ak: Optional[Tensor],
+            av: Optional[Tensor], bias: Optional[Tensor], pb: Optional[Tensor],
+            out: Tensor, lse: Tensor, max_distance: Optional[int],
+            causal: bool, key_lengths: Optional[Tensor],
+            query_offset: Optional[int], buckets: str, bucket_args: List[int],
+            alibi: Optional[List[float]]
+    ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        # dout [B, H, Nq, dv] -> (dq, dk, dv, dak, dav, dbias, dpb), each
+        # shaped like its input; empty (numel 0) where the input is None.
+        g = _relpos.attention_backward(
+            _view(dout), _view(q), _view(k), _view(v), _view(ak), _view(av),
+            out=_view(out), lse=_view(lse), bias=_view(bias), pb=_view(pb),
+            **_options(max_distance, causal, key_lengths, query_offset,
+                       buckets, bucket_args, alibi))
+        # A fresh empty tensor for each absent gradient: outputs may not
+        # alias one another.
+        return tuple(q.new_empty((0,)) if x is None else torch.from_numpy(x)
+                     for x in (g.dq, g.dk, g.dv, g.dak, g.dav, g.dbias, g.dpb))
+
+    @attention_backward.register_fake
+    def _(dout, q, k, v, ak, av, bias, pb, out, lse, max_distance, causal,
+          key_lengths, query_offset, buckets, bucket_args, alibi):
+        return tuple(q.new_empty((0,)) if x is None else x.new_empty(x.shape)
+                     for x in (q, k, v, ak, av, bias, pb))
+
+    def _attention_setup(ctx, inputs, output):
+        q, k, v, ak, av, bias, pb = inputs[:7]
+        out, lse = output
+        ctx.options = inputs[7:]
+        ctx.save_for_backward(q, k, v, ak, av, bias, pb, out, lse)
+        ctx.mark_non_differentiable(lse)
+
+    def _attention_grad(ctx, dout, _dlse):
+        # lse is marked non-differentiable: _dlse carries nothing.
+        q, k, v, ak, av, bias, pb, out, lse = ctx.saved_tensors
+        grads = attention_backward(dout, q, k, v, ak, av, bias, pb, out, lse,
+                                   *ctx.options)
+        inputs = (q, k, v, ak, av, bias, pb)
+        need = ctx.needs_input_grad
+        result = [g if x is not None and need[i] else None
+                  for i, (g, x) in enumerate(zip(grads, inputs))]
+        return tuple(result) + (None,) * len(ctx.options)
+
+    attention_forward.register_autograd(_attention_grad,
+                                        setup_context=_attention_setup)
+
+    @torch.library.custom_op("relpos::rope", mutates_args=())
+    def rope_forward(x: Tensor, position_offset: int, base: float,
+                     layout: str) -> Tensor:
+        # x [..., N, d] -> the rotated rows, same shape.
+        return torch.from_numpy(_relpos.rope(
+            _view(x), position_offset=position_offset, base=base,
+            layout=layout))
+
+    @rope_forward.register_fake
+    def _(x, position_offset, base, layout):
+        return x.new_empty(x.shape)
+
+    @torch.library.custom_op("relpos::rope_backward", mutates_args=())
+    def rope_backward(dy: Tensor, position_offset: int, base: float,
+                      layout: str) -> Tensor:
+        # dy [..., N, d] -> dx, the rows rotated by the opposite angles.
+        return torch.from_numpy(_relpos.rope_backward(
+            _view(dy), position_offset=position_offset, base=base,
+            layout=layout))
+
+    @rope_backward.register_fake
+    def _(dy, position_offset, base, layout):
+        return dy.new_empty(dy.shape)
+
+    def _rope_setup(ctx, inputs, output):
+        ctx.options = inputs[1:]
+
+    def _rope_grad(ctx, dy):
+        return (rope_backward(dy, *ctx.options),) + (None,) * 3
+
+    rope_forward.register_autograd(_rope_grad, setup_context=_rope_setup)
+
+    def _rope_backward_setup(ctx, inputs, output):
+        ctx.options = inputs[1:]
+
+    def _rope_backward_grad(ctx, ddx):
+        # The backward is again a rotation (by the opposite angles): its
+        # gradient is the forward rotation, so RoPE is twice differentiable.
+        return (rope_forward(ddx, *ctx.options),) + (None,) * 3
+
+    rope_backward.register_autograd(_rope_backward_grad,
+                                    setup_context=_rope_backward_setup)
+
+
+def attention(q, k, v, ak, av, bias, pb, *, max_distance, causal,
+              key_lengths, query_offset, buckets, alibi):
+    """relpos.torch.attention through relpos::attention_forward."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("ak", ak), ("av", av),
+                    ("bias", bias), ("pb", pb)):
+        if t is not None or name in ("q", "k", "v"):
+            check_tensor("attention", name, t)
+    if key_lengths is not None and not isinstance(key_lengths, torch.Tensor):
+        key_lengths = torch.as_tensor(key_lengths, dtype=torch.int64)
+    if not isinstance(causal, bool):
+        raise TypeError(f"relpos.torch.attention: causal must be a bool "
+                        f"(got {type(causal).__name__})")
+    kind, args = encode_buckets(buckets)
+    out, _ = attention_forward(q, k, v, ak, av, bias, pb, max_distance,
+                               causal, key_lengths, query_offset,
+                               kind, args, encode_alibi(alibi))
+    return out
+
+
+def rope(x, *, position_offset, base, layout):
+    """relpos.torch.rope through relpos::rope."""
+    check_tensor("rope", "x", x)
+    return rope_forward(x, int(position_offset), float(base), str(layout))

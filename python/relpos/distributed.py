@@ -1,0 +1,580 @@
+"""Context-parallel relative attention over torch.distributed (ring).
+
+    context_parallel_attention(q, k, v, ak, av, ..., group=None)
+
+Each rank of ``group`` holds one contiguous chunk of the sequence: rank r
+holds positions o_r .. o_r + n_r - 1 with o_r = n_0 + ... + n_{r-1} (chunks
+may differ in length). The key/value chunks travel a ring (rank r sends to
+r + 1 and receives from r - 1) together with their global offsets, so after
+P - 1 steps every query chunk has met every key chunk; the partial results of
+the chunk pairs are combined with their log-sum-exps (docs/math.md section 4:
+the same online softmax the tiled kernel uses within one process). The
+result equals single-process relpos attention over the whole sequence.
+
+For a chunk pair (queries at qo, keys at ko) the relative distance of local
+query i and key j is r = (ko + j) - (qo + i), i.e. relpos attention on the
+pair with query_offset = qo - ko. A pair farther apart than the scheme's
+reach -- every r >= hi or every r <= lo, where the bucket map is constant --
+uses one table row b for all its entries, so it takes the far shortcut:
+
+    s_ij = q_i . k_j / sqrt(dk) + c_i      c_i = q_i . AK[b] / sqrt(dk)
+                                           (Shaw) or bias[h, b] (T5)
+    o_i  = sum_j p_ij v_j + AV[b]          (sum_j p_ij = 1 within the pair)
+
+plain attention with a per-query constant and a value offset (torch
+matmuls). Reach: Shaw [-k, k], ClipBuckets [-left, right], T5
++-relpos.t5_bucket_reach; ALiBi has none (every pair is near).
+
+Backward (a torch.autograd.Function) runs the ring again: the K/V chunks
+travel as in the forward, and each chunk's dK / dV accumulator travels one
+step behind them and arrives back at its owner after P hops. A chunk pair's
+gradient needs the GLOBAL softmax statistics (docs/math.md section 3: p_ij =
+exp(s_ij - lse_i), D_i = dout_i . out_i with the whole row's lse and out),
+which relpos.attention_backward takes as out= / lse=. Its float32 fused
+kernel uses them as given; its float64 reference path recomputes the pair's
+own softmax, so float64 pairs (and the far pairs of any dtype) take the
+chunk-pair backward in torch below. Both are tested against single-process
+relpos attention.
+
+Table gradients (ak, av, bias) are this rank's contribution (its queries'
+rows); sum them over the group -- DistributedDataParallel over the same
+ranks does (it averages, matching a loss that is the mean over ranks), or
+call torch.distributed.all_reduce on them.
+"""
+
+import math
+import operator
+
+import torch
+import torch.distributed as dist
+from torch.autograd.function import once_differentiable
+
+import relpos as _relpos
+from relpos._ops import check_tensor
+
+__all__ = ["context_parallel_attention"]
+
+_FN = "context_parallel_attention"
+# Query rows per block of the torch chunk-pair path: a block's score matrix
+# is B * H * rows * n_k entries.
+_BLOCK_ENTRIES = 1 << 22
+
+
+class _Scheme:
+    """The position scheme of a call: bucket map, reach and table roles."""
+
+    def __init__(self, heads, ak, av, bias, max_distance, buckets, alibi):
+        self.ak, self.av, self.bias = ak, av, bias
+        self.slopes = None
+        use_alibi = not (alibi is None or alibi is False)
+        if use_alibi:
+            self.slopes = (_relpos.alibi_slopes(heads) if alibi is True
+                           else [float(m) for m in alibi])
+            if len(self.slopes) != heads:
+                raise ValueError(f"relpos.{_FN}: alibi needs one slope per "
+                                 f"head ({heads}), got {len(self.slopes)}")
+        self.kwargs = dict(max_distance=max_distance, buckets=buckets,
+                           alibi=None if self.slopes is None
+                           else list(self.slopes))
+        if buckets is None:
+            if max_distance is None:
+                raise TypeError(f"relpos.{_FN}: max_distance (the clipping "
+                                f"distance k) is required unless buckets is "
+                                f"given")
+            k = int(max_distance)
+            if k < 0:
+                raise ValueError(f"relpos.{_FN}: max_distance must be >= 0 "
+                                 f"(got {k})")
+            left = right = k
+            self._map = lambda r: _relpos.clip_bucket(r, left=k, right=k)
+            self.t5 = False
+        elif isinstance(buckets, _relpos.ClipBuckets):
+            left, right = int(buckets.left), int(buckets.right)
+            self._map = lambda r: _relpos.clip_bucket(r, left=left,
+                                                      right=right)
+            self.t5 = False
+        elif isinstance(buckets, _relpos.T5Buckets):
+            t5 = dict(num_buckets=buckets.num_buckets,
+                      max_distance=buckets.max_distance,
+                      bidirectional=buckets.bidirectional)
+            left = right = _relpos.t5_bucket_reach(**t5)
+            self._map = lambda r: _relpos.t5_bucket(r, **t5)
+            self.t5 = True
+        else:
+            raise TypeError(f"relpos.{_FN}: buckets must be None, "
+                            f"relpos.ClipBuckets or relpos.T5Buckets (got "
+                            f"{type(buckets).__name__})")
+        # The bucket map is constant for r >= hi and for r <= lo; ALiBi's
+        # -m |r| is not, so it has no far pairs.
+        self.reach = None if use_alibi else (-left, right)
+
+    def bucket(self, r):
+        """Table rows (int64 tensor) of the distances r (int64 tensor)."""
+        return torch.from_numpy(self._map(r.numpy()))
+
+    def far_bucket(self, r):
+        return int(self._map(torch.tensor([r]).numpy())[0])
+
+    def relpos_backward_ok(self, dtype):
+        # The fused float32 kernel reads out / lse as given (the global
+        # statistics); T5 buckets with a vector or value table run on the
+        # reference path, which recomputes its own softmax.
+        return dtype == torch.float32 and not (
+            self.t5 and (self.ak is not None or self.av is not None))
+
+
+# --- one chunk pair in torch (far shortcut and the float64 path) ------------
+
+
+def _gather(x, bucket):
+    """x [B, H, m, nb] -> [B, H, m, n] (x[..., bucket]) or [B, H, m, 1]."""
+    if isinstance(bucket, int):
+        return x[..., bucket:bucket + 1]
+    return x.gather(-1, bucket.expand(x.shape[0], x.shape[1], -1, -1))
+
+
+def _scatter(x, bucket, nb):
+    """x [B, H, m, n] -> [B, H, m, nb], summed into each entry's bucket."""
+    out = x.new_zeros(x.shape[:-1] + (nb,))
+    if isinstance(bucket, int):
+        out[..., bucket] = x.sum(-1)
+        return out
+    return out.scatter_add_(-1, bucket.expand(x.shape[0], x.shape[1], -1, -1),
+                            x)
+
+
+def _table_times(w, table):
+    """w [B, H, m, nb] times a table [nb, d] or [H, nb, d] -> [B, H, m, d]."""
+    if table.dim() == 2:
+        return w @ table
+    return torch.einsum("bhmn,hnd->bhmd", w, table)
+
+
+def _table_grad(w, x, table):
+    """d(table) of _table_times(w, table) with upstream x [B, H, m, d]."""
+    if table.dim() == 2:
+        return torch.einsum("bhmn,bhmd->nd", w, x)
+    return torch.einsum("bhmn,bhmd->hnd", w, x)
+
+
+def _pair_scores(s, q, k, qo, ko, bucket):
+    """Scaled scores [B, H, m, n] of queries q at qo and keys k at ko, and
+    the causal mask (or None). bucket: an int (far pair) or None (near:
+    computed here)."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(-1, -2)) * scale
+    mask = None
+    if bucket is None:
+        r = (ko - qo) + (torch.arange(k.shape[2])[None, :] -
+                         torch.arange(q.shape[2])[:, None])
+        if s.causal:
+            mask = r > 0
+        if s.scheme.slopes is not None:
+            slopes = torch.tensor(s.scheme.slopes, dtype=q.dtype)
+            scores = scores - slopes.view(1, -1, 1, 1) * r.abs().to(q.dtype)
+        bucket = s.scheme.bucket(r)
+    ak, bias = s.scheme.ak, s.scheme.bias
+    lengths = s.local_lengths(ko, k.shape[2])
+    if lengths is not None:
+        pad = (torch.arange(k.shape[2])[None, :] >=
+               torch.tensor(lengths)[:, None]).view(len(lengths), 1, 1, -1)
+        mask = pad if mask is None else mask | pad
+    if ak is not None:
+        g = _table_times(q, ak.transpose(-1, -2))  # [B, H, m, nb]
+        scores = scores + _gather(g, bucket) * scale
+    if bias is not None:
+        b = bias[:, bucket]  # [H] (far) or [H, m, n]
+        scores = scores + (b.view(1, -1, 1, 1) if isinstance(bucket, int)
+                           else b.unsqueeze(0))
+    if mask is not None:
+        scores = scores.masked_fill(mask, -math.inf)
+    return scores, bucket
+
+
+def _finite(lse):
+    return torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+
+
+def _blocks(q, n):
+    b, h, m, _ = q.shape
+    rows = max(1, _BLOCK_ENTRIES // max(1, b * h * n))
+    return [(i, min(m, i + rows)) for i in range(0, m, rows)]
+
+
+def _torch_forward(s, q, k, v, qo, ko, far):
+    """(out [B, H, m, dv], lse [B, H, m]) of one chunk pair."""
+    outs, lses = [], []
+    for i0, i1 in _blocks(q, k.shape[2]):
+        scores, bucket = _pair_scores(s, q[:, :, i0:i1], k, qo + i0, ko, far)
+        lse = torch.logsumexp(scores, -1)
+        p = torch.exp(scores - _finite(lse).unsqueeze(-1))
+        out = p @ v
+        if s.scheme.av is not None:
+            nb = s.scheme.av.shape[-2]
+            out = out + _table_times(_scatter(p, bucket, nb), s.scheme.av)
+        outs.append(out)
+        lses.append(lse)
+    return torch.cat(outs, 2), torch.cat(lses, 2)
+
+
+def _torch_backward(s, q, k, v, qo, ko, far, out, lse, dout, acc):
+    """Adds one chunk pair's gradients (global out / lse) into acc."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    sch = s.scheme
+    for i0, i1 in _blocks(q, k.shape[2]):
+        qb, ob, gb = q[:, :, i0:i1], out[:, :, i0:i1], dout[:, :, i0:i1]
+        scores, bucket = _pair_scores(s, qb, k, qo + i0, ko, far)
+        p = torch.exp(scores - _finite(lse[:, :, i0:i1]).unsqueeze(-1))
+        dp = gb @ v.transpose(-1, -2)
+        if sch.av is not None:
+            u = _table_times(gb, sch.av.transpose(-1, -2))  # [B, H, m, nb]
+            dp = dp + _gather(u, bucket)
+        delta = (gb * ob).sum(-1, keepdim=True)
+        ds = p * (dp - delta)
+        acc["dq"][:, :, i0:i1] += (ds @ k) * scale
+        acc["dk"] += (ds.transpose(-1, -2) @ qb) * scale
+        acc["dv"] += p.transpose(-1, -2) @ gb
+        if sch.ak is not None:
+            e = _scatter(ds, bucket, sch.ak.shape[-2])
+            acc["dq"][:, :, i0:i1] += _table_times(e, sch.ak) * scale
+            acc["dak"] += _table_grad(e, qb, sch.ak) * scale
+        if sch.bias is not None:
+            e = _scatter(ds, bucket, sch.bias.shape[-1])
+            acc["dbias"] += e.sum((0, 2))
+        if sch.av is not None:
+            w = _scatter(p, bucket, sch.av.shape[-2])
+            acc["dav"] += _table_grad(w, gb, sch.av)
+
+
+# --- classification of a chunk pair ----------------------------------------
+
+
+def _pair_kind(s, qo, nq, ko, nk):
+    """("skip", None), ("near", None) or ("far", table row)."""
+    if nq == 0 or nk == 0:
+        return "skip", None
+    lengths = s.local_lengths(ko, nk)
+    if lengths is not None and max(lengths) == 0:
+        return "skip", None  # every key of the chunk is padding
+    r_min = ko - (qo + nq - 1)
+    r_max = ko + nk - 1 - qo
+    if s.causal and r_min > 0:
+        return "skip", None  # every key after every query
+    if s.causal and r_max > 0:
+        return "near", None  # the diagonal: needs the mask
+    if s.scheme.reach is not None:
+        lo, hi = s.scheme.reach
+        if r_min >= hi:
+            return "far", s.scheme.far_bucket(hi)
+        if r_max <= lo:
+            return "far", s.scheme.far_bucket(lo)
+    return "near", None
+
+
+def _np(t):
+    return None if t is None else t.detach().contiguous().numpy()
+
+
+def _relpos_kwargs(s, qo, ko, nk):
+    return dict(causal=s.causal, query_offset=qo - ko,
+                key_lengths=s.local_lengths(ko, nk), **s.scheme.kwargs)
+
+
+def _pair_forward(s, q, k, v, qo, ko):
+    kind, row = _pair_kind(s, qo, q.shape[2], ko, k.shape[2])
+    if kind == "skip":
+        return None
+    if kind == "far":
+        return _torch_forward(s, q, k, v, qo, ko, row)
+    sch = s.scheme
+    out, lse = _relpos.attention(
+        _np(q), _np(k), _np(v), _np(sch.ak), _np(sch.av),
+        bias=_np(sch.bias), return_lse=True,
+        **_relpos_kwargs(s, qo, ko, k.shape[2]))
+    return torch.from_numpy(out), torch.from_numpy(lse)
+
+
+def _pair_backward(s, q, k, v, qo, ko, out, lse, dout, acc):
+    kind, row = _pair_kind(s, qo, q.shape[2], ko, k.shape[2])
+    if kind == "skip":
+        return
+    sch = s.scheme
+    if kind == "near" and sch.relpos_backward_ok(q.dtype):
+        g = _relpos.attention_backward(
+            _np(dout), _np(q), _np(k), _np(v), _np(sch.ak), _np(sch.av),
+            out=_np(out), lse=_np(lse), bias=_np(sch.bias),
+            **_relpos_kwargs(s, qo, ko, k.shape[2]))
+        for name in ("dq", "dk", "dv", "dak", "dav", "dbias"):
+            x = getattr(g, name)
+            if x is not None:
+                acc[name] += torch.from_numpy(x)
+        return
+    _torch_backward(s, q, k, v, qo, ko, row, out, lse, dout, acc)
+
+
+# --- the ring ----------------------------------------------------------------
+
+
+class _Ring:
+    """Ranks, chunk lengths and offsets of the group, and the exchange."""
+
+    def __init__(self, group, n_local):
+        self.group = group
+        self.size = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        lengths = [torch.zeros(1, dtype=torch.int64)
+                   for _ in range(self.size)]
+        if self.size > 1:
+            dist.all_gather(lengths, torch.tensor([n_local]), group=group)
+        else:
+            lengths = [torch.tensor([n_local])]
+        self.lengths = [int(x) for x in lengths]
+        self.offsets = [sum(self.lengths[:i]) for i in range(self.size)]
+        self.next = self._global((self.rank + 1) % self.size)
+        self.prev = self._global((self.rank - 1) % self.size)
+
+    def _global(self, r):
+        if self.group is None or self.group is dist.group.WORLD:
+            return r
+        if hasattr(dist, "get_global_rank"):
+            return dist.get_global_rank(self.group, r)
+        return dist.distributed_c10d._get_global_rank(self.group, r)
+
+    def source(self, step):
+        """The group rank whose chunk this rank holds at ring step `step`."""
+        return (self.rank - step) % self.size
+
+    def exchange(self, send, recv):
+        """Starts sending `send` to the next rank and receiving `recv` from
+        the previous one; returns the requests to wait on."""
+        return [dist.isend(send, self.next, group=self.group),
+                dist.irecv(recv, self.prev, group=self.group)]
+
+
+class _Settings:
+    def __init__(self, scheme, causal, ring, key_lengths=None):
+        self.scheme, self.causal, self.ring = scheme, causal, ring
+        # None, or B global valid-key counts (padding at the sequence end).
+        self.key_lengths = key_lengths
+
+    def local_lengths(self, ko, nk):
+        """The valid keys of the chunk at ko (B counts in [0, nk]), or
+        None when nothing is padded."""
+        if self.key_lengths is None:
+            return None
+        return [min(max(n - ko, 0), nk) for n in self.key_lengths]
+
+
+def _split(buf, b, h, n, dims):
+    """A flat buffer -> tensors [B, H, n, d] for each d of dims."""
+    parts, at = [], 0
+    for d in dims:
+        size = b * h * n * d
+        parts.append(buf[at:at + size].view(b, h, n, d))
+        at += size
+    return parts
+
+
+def _ring_forward(s, q, k, v):
+    ring = s.ring
+    b, h, n, dv = v.shape
+    dk = k.shape[3]
+    out = q.new_zeros((b, h, q.shape[2], dv))
+    lse = q.new_full((b, h, q.shape[2]), -math.inf)
+    qo = ring.offsets[ring.rank]
+    held = torch.cat([k.reshape(-1), v.reshape(-1)])
+    for step in range(ring.size):
+        src = ring.source(step)
+        reqs = []
+        if step + 1 < ring.size:
+            nxt = ring.lengths[ring.source(step + 1)]
+            recv = q.new_empty(b * h * nxt * (dk + dv))
+            reqs = ring.exchange(held, recv)
+        kc, vc = _split(held, b, h, ring.lengths[src], (dk, dv))
+        part = _pair_forward(s, q, kc, vc, qo, ring.offsets[src])
+        if part is not None:
+            out, lse = _merge(out, lse, *part)
+        for r in reqs:
+            r.wait()
+        if reqs:
+            held = recv
+    return out, lse
+
+
+def _merge(out, lse, o, l):
+    """Combines two partial softmax results by their log-sum-exps."""
+    m = _finite(torch.maximum(lse, l))
+    a, c = torch.exp(lse - m), torch.exp(l - m)  # 0 for a -inf part
+    total = a + c
+    safe = torch.where(total > 0, total, torch.ones_like(total))
+    new_out = (out * a.unsqueeze(-1) + o * c.unsqueeze(-1)) / \
+        safe.unsqueeze(-1)
+    return new_out, m + torch.log(total)
+
+
+def _ring_backward(s, q, k, v, out, lse, dout):
+    ring, sch = s.ring, s.scheme
+    b, h, n, dv = v.shape
+    dk = k.shape[3]
+    qo = ring.offsets[ring.rank]
+    acc = {"dq": torch.zeros_like(q)}
+    for name, t in (("dak", sch.ak), ("dav", sch.av), ("dbias", sch.bias)):
+        if t is not None:
+            acc[name] = torch.zeros_like(t)
+    held = torch.cat([k.reshape(-1), v.reshape(-1)])
+    grads = q.new_zeros(b * h * n * (dk + dv))  # dK, dV of the held chunk
+    for step in range(ring.size):
+        src = ring.source(step)
+        nk = ring.lengths[src]
+        kv_reqs = []
+        if step + 1 < ring.size:
+            nxt = ring.lengths[ring.source(step + 1)]
+            kv_recv = q.new_empty(b * h * nxt * (dk + dv))
+            kv_reqs = ring.exchange(held, kv_recv)
+        kc, vc = _split(held, b, h, nk, (dk, dv))
+        acc["dk"], acc["dv"] = _split(grads, b, h, nk, (dk, dv))
+        _pair_backward(s, q, kc, vc, qo, ring.offsets[src], out, lse, dout,
+                       acc)
+        if ring.size > 1:
+            # The accumulator follows its chunk one hop; after the last step
+            # it arrives back at the chunk's owner.
+            back = ring.lengths[ring.source(step + 1)]
+            g_recv = q.new_empty(b * h * back * (dk + dv))
+            for r in ring.exchange(grads, g_recv):
+                r.wait()
+            grads = g_recv
+        for r in kv_reqs:
+            r.wait()
+        if kv_reqs:
+            held = kv_recv
+    dk_, dv_ = _split(grads, b, h, n, (dk, dv))
+    return (acc["dq"], dk_.clone(), dv_.clone(), acc.get("dak"),
+            acc.get("dav"), acc.get("dbias"))
+
+
+class _ContextParallelFunction(torch.autograd.Function):
+    """The ring forward / backward as one autograd node. Saves this rank's
+    q, k, v, tables, out and lse (global statistics); nothing of size
+    n x n. Not twice differentiable."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, ak, av, bias, settings):
+        q, k, v = (x.detach().contiguous() for x in (q, k, v))
+        out, lse = _ring_forward(settings, q, k, v)
+        ctx.settings = settings
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv, dak, dav, dbias = _ring_backward(
+            ctx.settings, q, k, v, out, lse, dout.contiguous())
+        need = ctx.needs_input_grad
+        grads = (dq, dk, dv, dak, dav, dbias)
+        return tuple(g if need[i] else None
+                     for i, g in enumerate(grads)) + (None,)
+
+
+def _global_lengths(key_lengths, batch, n):
+    if key_lengths is None:
+        return None
+    if isinstance(key_lengths, torch.Tensor):
+        if key_lengths.dtype.is_floating_point or key_lengths.dim() != 1:
+            raise TypeError(f"relpos.{_FN}: key_lengths must be a 1-D "
+                            f"integer tensor (got dtype {key_lengths.dtype}, "
+                            f"shape {tuple(key_lengths.shape)})")
+        key_lengths = key_lengths.tolist()
+    values = list(key_lengths)
+    if len(values) != batch:
+        raise ValueError(f"relpos.{_FN}: key_lengths must have one entry per "
+                         f"batch item ({batch}), got {len(values)}")
+    for i, x in enumerate(values):
+        try:
+            values[i] = None if isinstance(x, bool) else operator.index(x)
+        except TypeError:
+            values[i] = None
+        if values[i] is None or not 0 <= values[i] <= n:
+            raise ValueError(f"relpos.{_FN}: key_lengths[{i}] must be an "
+                             f"integer in [0, {n}] (the whole sequence; got "
+                             f"{x!r})")
+    return values
+
+
+def context_parallel_attention(q, k, v, ak=None, av=None, *,
+                               max_distance=None, causal=False, buckets=None,
+                               bias=None, alibi=None, key_lengths=None,
+                               group=None):
+    """Exact relative self-attention over a sequence split across ranks.
+
+    Call it on every rank of ``group`` (default: the whole world) with that
+    rank's chunk; rank r of the group holds the r-th contiguous chunk
+    (positions o_r .. o_r + n_r - 1, o_r = n_0 + ... + n_{r-1}).
+
+    Args:
+        q, k, v: [B, H, n_r, dk], [B, H, n_r, dk], [B, H, n_r, dv]: this
+            rank's queries, keys and values (self-attention: the same
+            positions), CPU float32 (relpos's fused kernel for the near
+            chunk pairs) or float64. B, H, dk, dv are equal on every rank.
+        ak, av, max_distance, buckets, bias, alibi, causal: as in
+            relpos.torch.attention (Shaw tables, ClipBuckets / T5Buckets,
+            T5's scalar bias, ALiBi), the same on every rank. The tables are
+            replicated (every rank holds all of them).
+        key_lengths: None, or B integers (a sequence or an integer tensor,
+            the same on every rank) in [0, n]: global keys at positions >=
+            key_lengths[b] are padding, invisible to every query (padding
+            at the end of the whole sequence); a row that sees no key is
+            zero.
+        group: a torch.distributed process group (gloo on CPUs).
+
+    Returns:
+        out [B, H, n_r, dv]: rows o_r .. of single-process attention over
+        the joined sequence. Gradients flow to q, k, v (this rank's chunk)
+        and to the tables (this rank's contribution: sum them over the
+        group, as DistributedDataParallel does).
+
+    Communication per call: forward P - 1 ring steps, each sending one K/V
+    chunk (B * H * n_r * (dk + dv) elements); backward P - 1 such steps plus
+    P steps sending a dK/dV chunk of the same size.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(_FN, name, t)
+        if t.dim() != 4:
+            raise ValueError(f"relpos.{_FN}: {name} must be [B, H, n, d] "
+                             f"(got shape {tuple(t.shape)})")
+    for name, t in (("ak", ak), ("av", av), ("bias", bias)):
+        if t is not None:
+            check_tensor(_FN, name, t)
+            if t.dtype != q.dtype:
+                raise TypeError(f"relpos.{_FN}: {name} has dtype {t.dtype} "
+                                f"but q has {q.dtype}")
+    if k.shape[:3] != q.shape[:3] or v.shape[:3] != q.shape[:3] or \
+            k.shape[3] != q.shape[3]:
+        raise ValueError(
+            f"relpos.{_FN}: q, k, v must be this rank's chunk of one "
+            f"sequence, [B, H, n, dk], [B, H, n, dk], [B, H, n, dv] (got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)})")
+    if not isinstance(causal, bool):
+        raise TypeError(f"relpos.{_FN}: causal must be a bool (got "
+                        f"{type(causal).__name__})")
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(f"relpos.{_FN}: torch.distributed is not "
+                           f"initialised (call init_process_group first)")
+    scheme = _Scheme(q.shape[1], ak, av, bias, max_distance, buckets, alibi)
+    if q.shape[2] > 0:
+        # relpos's own argument checks (table shapes against the scheme,
+        # dtypes, ...) on a one-row problem, on every rank before the ring
+        # starts, so that a bad argument raises everywhere alike.
+        _relpos.attention(_np(q[:, :, :1]), _np(k[:, :, :1]),
+                          _np(v[:, :, :1]), _np(ak), _np(av), bias=_np(bias),
+                          causal=causal, **scheme.kwargs)
+    ring = _Ring(group, q.shape[2])
+    lengths = _global_lengths(key_lengths, q.shape[0], sum(ring.lengths))
+    settings = _Settings(scheme, causal, ring, lengths)
+    # The tables enter through `settings` for the computation and as inputs
+    # for autograd (so their gradients are returned).
+    scheme.ak = None if ak is None else ak.detach().contiguous()
+    scheme.av = None if av is None else av.detach().contiguous()
+    scheme.bias = None if bias is None else bias.detach().contiguous()
+    return _ContextParallelFunction.apply(q, k, v, ak, av, bias, settings)
