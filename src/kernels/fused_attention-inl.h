@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -676,11 +677,40 @@ HWY_INLINE void ApplyCausalMask(const AttentionProblem& p,
 
 // ALiBi's score term (docs/math.md section 8): xt[jj][i] -= m |r| with
 // r = j0 + jj - (i0 + i + off). It has no table and no reach, so every tile
-// pair pays it: per vector of query columns one subtraction, one absolute
-// value and one fused multiply-add. The distance is formed in float, exact
-// while |r| < 2^24; rows further out (offsets beyond 2^24) take a scalar
-// loop that rounds |r| to float as the reference does.
+// pair pays it. The distance is formed in float, exact while |r| < 2^24.
+// A tile pair whose distances all are (AlibiInLoop) adds the term inside
+// the softmax loop that reads S anyway (AlibiCursor: per vector of query
+// columns one add, one absolute value and one fused multiply-add, and no
+// pass of its own over S^T); this function is the separate pass for the
+// rest: rows further out (offsets beyond 2^24) take a scalar loop that
+// rounds |r| to float as the reference does.
 // Only the tile's first `cols` query columns (Cols(t)) are computed.
+HWY_INLINE bool AlibiInLoop(const AttentionProblem& p,
+                            const fused::QueryTile& t, int64_t j0,
+                            int64_t kn) {
+  constexpr int64_t kExact = (int64_t{1} << 24) - kLd;
+  const int64_t rel0 = j0 - t.i0 - p.query_offset;
+  return rel0 > -kExact && rel0 + kn - 1 < kExact;
+}
+
+// The distances r = rel0 + jj - (c0 + lane) of one vector of query columns,
+// walked down the key rows jj = 0, 1, ... of an AlibiInLoop tile pair: Apply
+// returns x - m |r| and steps to the next key row. Exact integers in float,
+// so the result is bit for bit AddAlibi's.
+struct AlibiCursor {
+  VF r, m, one;
+  AlibiCursor(DF d, int64_t rel0, int64_t c0, float slope)
+      : r(hn::Sub(hn::Set(d, static_cast<float>(rel0)),
+                  hn::Iota(d, static_cast<float>(c0)))),
+        m(hn::Set(d, slope)),
+        one(hn::Set(d, 1.0f)) {}
+  HWY_INLINE VF Apply(VF x) {
+    const VF y = hn::NegMulAdd(m, hn::Abs(r), x);
+    r = hn::Add(r, one);
+    return y;
+  }
+};
+
 HWY_INLINE void AddAlibi(const AttentionProblem& p, const fused::QueryTile& t,
                          int64_t j0, int64_t kn, int64_t cols, float slope,
                          float* xt) {
@@ -1004,7 +1034,11 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
         AddBandDelta(p, t, j0, base, &term, 1, delta);
       }
     }
-    if (p.AlibiScore()) AddAlibi(p, t, j0, kn, cols, hd.alibi_slope, st);
+    // ALiBi: in the max loop below (masked scores stay -inf), or a pass.
+    const bool alibi_loop = p.AlibiScore() && AlibiInLoop(p, t, j0, kn);
+    if (p.AlibiScore() && !alibi_loop)
+      AddAlibi(p, t, j0, kn, cols, hd.alibi_slope, st);
+    const int64_t rel0 = j0 - t.i0 - p.query_offset;
     ScalarTile sbt;
     if (p.scalar_table) {
       sbt = ScalarBandBias(p, t, j0, kn, hd, sbias);
@@ -1020,8 +1054,18 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
       const VF g = hn::Add(
           g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d), v_const);
       VF tile_max = v_neg_inf;
-      for (int64_t jj = 0; jj < kn; ++jj) {
-        tile_max = hn::Max(tile_max, hn::LoadU(d, st + jj * kLd + c0));
+      if (alibi_loop) {  // s -= m |r|, stored for the exponent pass
+        AlibiCursor alibi(d, rel0, c0, hd.alibi_slope);
+        for (int64_t jj = 0; jj < kn; ++jj) {
+          float* s = st + jj * kLd + c0;
+          const VF x = alibi.Apply(hn::LoadU(d, s));
+          hn::StoreU(x, d, s);
+          tile_max = hn::Max(tile_max, x);
+        }
+      } else {
+        for (int64_t jj = 0; jj < kn; ++jj) {
+          tile_max = hn::Max(tile_max, hn::LoadU(d, st + jj * kLd + c0));
+        }
       }
       tile_max = hn::Add(tile_max, g);  // -inf stays -inf
       const VF m_old = hn::LoadU(d, m + c0);
@@ -1234,7 +1278,11 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       skewed = true;
       AddBandDelta(p, t, j0, base, terms, count, delta);
     }
-    if (p.AlibiScore()) AddAlibi(p, t, j0, kn, cols, hd.alibi_slope, st);
+    // ALiBi: inside the exponent loop below, or a pass of its own.
+    const bool alibi_loop = p.AlibiScore() && AlibiInLoop(p, t, j0, kn);
+    if (p.AlibiScore() && !alibi_loop)
+      AddAlibi(p, t, j0, kn, cols, hd.alibi_slope, st);
+    const int64_t rel0 = j0 - t.i0 - p.query_offset;
     ScalarTile sbt;
     if (p.scalar_table) {
       sbt = ScalarBandBias(p, t, j0, kn, hd, sbias);
@@ -1249,16 +1297,26 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       const VF shift = hn::Sub(hn::LoadU(d, lse_row + c0), g);
       const VF d_shift = hn::Sub(hn::LoadU(d, drow + c0), u);
       VF p_sum = hn::Zero(d), ds_sum = hn::Zero(d);
-      for (int64_t jj = 0; jj < kn; ++jj) {
-        float* s = st + jj * kLd + c0;
-        float* gp = dpt + jj * kLd + c0;
-        const VF pr =
-            hwy::HWY_NAMESPACE::Exp(d, hn::Sub(hn::LoadU(d, s), shift));
-        hn::StoreU(pr, d, s);
-        const VF ds = hn::Mul(pr, hn::Sub(hn::LoadU(d, gp), d_shift));
-        hn::StoreU(ds, d, gp);
-        p_sum = hn::Add(p_sum, pr);
-        ds_sum = hn::Add(ds_sum, ds);
+      // kAlibi (a std::bool_constant): s -= m |r| on the way in.
+      auto key_rows = [&](auto kAlibi) {
+        AlibiCursor alibi(d, rel0, c0, hd.alibi_slope);
+        for (int64_t jj = 0; jj < kn; ++jj) {
+          float* s = st + jj * kLd + c0;
+          float* gp = dpt + jj * kLd + c0;
+          VF x = hn::LoadU(d, s);
+          if constexpr (decltype(kAlibi)::value) x = alibi.Apply(x);
+          const VF pr = hwy::HWY_NAMESPACE::Exp(d, hn::Sub(x, shift));
+          hn::StoreU(pr, d, s);
+          const VF ds = hn::Mul(pr, hn::Sub(hn::LoadU(d, gp), d_shift));
+          hn::StoreU(ds, d, gp);
+          p_sum = hn::Add(p_sum, pr);
+          ds_sum = hn::Add(ds_sum, ds);
+        }
+      };
+      if (alibi_loop) {
+        key_rows(std::true_type());
+      } else {
+        key_rows(std::false_type());
       }
       hn::StoreU(p_sum, d, p_colsum + c0);
       hn::StoreU(ds_sum, d, ds_colsum + c0);

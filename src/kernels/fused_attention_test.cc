@@ -537,6 +537,15 @@ std::vector<AttentionCase> AlibiCases() {
   v.options.score_term = ScoreTerm::kAlibi;
   v.options.causal = true;
   cases.push_back(v);
+  // Distances around 2^24, where they stop being exact in float: tile pairs
+  // on both sides of the split between the term inside the softmax loop
+  // and its separate pass (small slopes keep the scores O(1)).
+  AttentionCase e = MakeCase("alibi_exactness_edge", 1, 2, 200, 300, 16, 16, 0);
+  e.options.score_term = ScoreTerm::kAlibi;
+  e.options.value_term = false;
+  e.options.alibi_slopes = {1e-6, -2e-6};
+  e.options.query_offset = -(int64_t{1} << 24) + 100;
+  cases.push_back(e);
   return cases;
 }
 
