@@ -706,6 +706,10 @@ std::vector<AttentionCase> ShawLogCases() {
        false, {}},
       {"far", 70, 70, 32, 128, true, false, true, true, false, 5000},
       {"far_neg", 70, 70, 32, 128, true, false, true, true, true, -5000},
+      // Reach 9 < nb = 32: 19 distance rows, whose buckets span all 32 rows
+      // (both halves); one query tile, few keys.
+      {"32_9_short_reach", 30, 20, 32, 9, true, false, true, true, false, {}},
+      {"32_9_short_reach_k1", 70, 1, 32, 9, true, false, true, true, true, {}},
   };
   for (const Log& l : specs) {
     AttentionCase c = MakeCase(std::string("log_") + l.name, 2, 2, l.nq, l.nk,

@@ -94,12 +94,13 @@ inline int64_t MaxTileBuckets(const AttentionProblem& p) {
   return std::min(Reach(p).top() + 1, p.k_len + kQueryTile - 1);
 }
 
-// Distance rows: the table rows (buckets) one query tile's distance rows
-// can reach, a compact slice of at most this many rows (never more than
-// the buckets, nor than the distance rows). 0 for the clips.
+// Distance rows: the most table rows (buckets) of one query tile's compact
+// slice [lo, hi] of the buckets its distance rows reach: nb, and no fewer
+// even for few distance rows, since a bidirectional map puts the two signs
+// in the two halves (distances -1, 0, 1 reach buckets 0 .. nb/2 + 1). 0 for
+// the clips.
 inline int64_t CompactRows(const AttentionProblem& p) {
-  if (!DistanceRows(p)) return 0;
-  return std::min(p.TableRows(), MaxTileBuckets(p));
+  return DistanceRows(p) ? p.TableRows() : 0;
 }
 
 // A bucketed accumulator (W or E) of one query tile: the skewed array of
