@@ -10,7 +10,8 @@
 //                                    docs/math.md section 8 (SchemeCaseWorkload
 //                                    below); NAME in vanilla, vanilla_causal,
 //                                    alibi, alibi_causal, t5, t5_causal,
-//                                    shaw16, shaw64, shaw_asym (64 / 8), xl
+//                                    shaw16, shaw64, shaw_asym (64 / 8),
+//                                    shaw_log (T5 buckets 32 / 128), xl
 //
 // B = 1, H = 8, d = 64, n in {256, ..., 8192}. Counter "FLOP" (a rate,
 // printed like "FLOP=14.9G/s", i.e. GFLOP/s) uses the
@@ -114,7 +115,8 @@ void BM_Sgemm(benchmark::State& state) {
 // ~ N(0, 0.25); alibi uses the paper's slopes; no value term for these.
 // shaw16 / shaw64 / shaw_asym: Shaw's shared vector tables on both sides
 // (N(0, 0.25)) under the symmetric clip 16, 64 or the asymmetric clip 64 / 8
-// (w2v-BERT 2.0's reaches). xl: Transformer-XL, the vector key term with k
+// (w2v-BERT 2.0's reaches); shaw_log: the same tables under T5's
+// bidirectional log buckets (32 buckets, max distance 128). xl: Transformer-XL, the vector key term with k
 // = 4096 (nothing clipped at these n) and pb ~ N(0, 0.25), no value term. Kept apart from AttentionWorkload (the Shaw variants of
 // `relpos bench`) so the timed calls are exactly the public API calls.
 struct SchemeSpec {
@@ -128,6 +130,8 @@ struct SchemeSpec {
   int64_t left = 0, right = 0;
   // xl: the vector key term only, with the position query bias.
   bool xl = false;
+  // shaw_log: the tables under T5 buckets (32, 128) instead of a clip.
+  bool log = false;
 };
 
 constexpr SchemeSpec kSchemes[] = {
@@ -140,6 +144,7 @@ constexpr SchemeSpec kSchemes[] = {
     {"shaw16", false, ScoreTerm::kVector, true, true, 16, 16},
     {"shaw64", false, ScoreTerm::kVector, true, true, 64, 64},
     {"shaw_asym", false, ScoreTerm::kVector, true, true, 64, 8},
+    {"shaw_log", false, ScoreTerm::kVector, true, true, 0, 0, false, true},
     {"xl", false, ScoreTerm::kVector, true, true, 4096, 4096, true},
 };
 
@@ -165,6 +170,11 @@ class SchemeCaseWorkload {
         o_.buckets.clip = {spec.left, spec.right};
       }
       rows_ = spec.left + spec.right + 1;
+      if (spec.log) {
+        o_.buckets.kind = BucketKind::kT5;
+        o_.buckets.t5 = {32, 128, true};
+        rows_ = 32;
+      }
     }
     std::mt19937_64 gen(1);
     std::normal_distribution<float> normal;

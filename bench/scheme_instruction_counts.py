@@ -14,7 +14,7 @@ valgrind does not emulate AVX-512, so Highway dispatches to AVX2 under it.
 
 Usage:
   bench/scheme_instruction_counts.py --bench build/release/bench/attention_bench \
-      [--schemes alibi,t5,shaw16,shaw64,shaw_asym] [--jobs 2] [--json out.json]
+      [--schemes alibi,t5,shaw16,shaw64,shaw_asym,shaw_log,xl] [--jobs 2] [--json out.json]
 """
 
 import argparse
@@ -69,7 +69,7 @@ def main():
     args = ap.parse_args()
     names = []
     for s in args.schemes.split(","):
-        # alibi and t5 come with a causal variant; shaw16 / shaw64 /
+        # alibi and t5 come with a causal variant; shaw16 / shaw64 / shaw_log /
         # shaw_asym / xl are bidirectional only.
         names += [s, s + "_causal"] if s in ("alibi", "t5") else [s]
     names += ["vanilla"]

@@ -25,19 +25,12 @@ bool UseFused(const AttentionProblem& p, AttentionPath path) {
     return false;
   } else {
     if (path == AttentionPath::kReference) return false;
-    if (path == AttentionPath::kFused && !p.FusedSupported()) {
-      const bool clip = p.buckets.kind != BucketKind::kT5;
-      RELPOS_CHECK_ARG(clip || !(p.value_term || p.VectorScore()),
-                       "path: the fused kernel supports the vector and value "
-                       "terms only under the symmetric or asymmetric clip "
-                       "bucket maps (got buckets.kind = "
-                           << BucketKindName(p.buckets.kind)
-                           << "); use kAuto or kReference");
-      RELPOS_THROW(InvalidArgument,
-                   "path: the fused kernel does not support score_term = "
-                       << ScoreTermName(p.score_term)
-                       << "; use kAuto or kReference");
-    }
+    RELPOS_CHECK_ARG(path != AttentionPath::kFused || p.FusedSupported(),
+                     "path: the fused kernel does not run buckets.kind = "
+                         << BucketKindName(p.buckets.kind)
+                         << " with score_term = "
+                         << ScoreTermName(p.score_term)
+                         << "; use kAuto or kReference");
     return p.FusedSupported();
   }
 }

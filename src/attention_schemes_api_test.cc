@@ -1,8 +1,8 @@
 // Validation and path choice of the scheme options of include/relpos/
 // attention.h (docs/math.md section 8): every bad bucket map, score term,
 // slope list, bias or position query bias is an InvalidArgument naming the
-// argument and its value; an explicit fused request for a scheme the fused
-// kernel lacks is refused; unused scheme inputs get zero gradients.
+// argument and its value; every scheme runs fused on an explicit float
+// request; unused scheme inputs get zero gradients.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -175,76 +175,37 @@ TEST(SchemeValidation, GradientShapes) {
       {"dpb given but pb is empty"});
 }
 
-TEST(SchemeDispatch, ExplicitFusedRefusesUnsupportedSchemes) {
-  struct Bad {
-    const char* needle;
-    const char* got;
-    AttentionCase c;
-  };
-  std::vector<Bad> bad;
-  {
-    AttentionCase c = Base();  // shaw-log: the vector terms under T5 buckets
-    c.options.buckets.kind = BucketKind::kT5;
-    c.options.buckets.t5 = {8, 10, true};
-    bad.push_back({"asymmetric clip", "kT5", c});
-  }
-  for (Bad& b : bad) {
-    SCOPED_TRACE(b.c.Describe());
+// Every scheme runs fused on an explicit kFused float call, shaw-log (the
+// vector terms under T5 buckets) included, and kAuto takes the same path:
+// bit-identical results. Double calls refuse kFused.
+TEST(SchemeDispatch, ExplicitFusedRunsEveryScheme) {
+  std::vector<AttentionCase> cases = SchemeCases();
+  AttentionCase log = Base();  // shaw-log at the API's shapes
+  log.options.buckets.kind = BucketKind::kT5;
+  log.options.buckets.t5 = {8, 10, true};
+  cases.push_back(log);
+  AttentionCase alibi_log = log;  // ALiBi with a value table under T5
+  alibi_log.options.score_term = ScoreTerm::kAlibi;
+  cases.push_back(alibi_log);
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE(c.Describe());
     const AttentionData<float> d =
-        CastData<float>(MakeRandomData<double>(b.c, 6));
-    AttentionOptions o = b.c.options;
-    o.path = AttentionPath::kFused;
-    ExpectInvalid([&] { Forward<float>(b.c, d, o); },
-                  {"fused kernel", b.needle, b.got, "kAuto or kReference"});
-    o.path = AttentionPath::kAuto;
-    EXPECT_NO_THROW(Forward<float>(b.c, d, o));
+        CastData<float>(MakeRandomData<double>(c, 6));
+    AttentionOptions fused = c.options;
+    fused.path = AttentionPath::kFused;
+    AttentionOutputBuffers<float> a = MakeOutputs<float>(c);
+    AttentionOutputBuffers<float> b = MakeOutputs<float>(c);
+    ASSERT_NO_THROW(AttentionForward<float>(d.Inputs(), a.Out(), a.Lse(), fused));
+    AttentionOptions automatic = c.options;
+    automatic.path = AttentionPath::kAuto;
+    AttentionForward<float>(d.Inputs(), b.Out(), b.Lse(), automatic);
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_EQ(a.lse, b.lse);
   }
-  // ALiBi with its term off, or T5 buckets with no term that uses them, is
-  // plain attention, which the kernel runs.
-  AttentionCase c = Base();
-  c.options.score_term = ScoreTerm::kAlibi;
-  c.options.key_term = c.options.value_term = false;
-  const AttentionData<float> d = CastData<float>(MakeRandomData<double>(c, 7));
-  AttentionOptions o = c.options;
+  const AttentionData<double> d = MakeRandomData<double>(log, 7);
+  AttentionOptions o = log.options;
   o.path = AttentionPath::kFused;
-  EXPECT_NO_THROW(Forward<float>(c, d, o));
-  o.buckets.kind = BucketKind::kT5;
-  o.buckets.t5 = {8, 10, true};
-  EXPECT_NO_THROW(Forward<float>(c, d, o));
-  // T5 (scalar table, log buckets) runs fused.
-  {
-    const AttentionCase t5 = T5Case();
-    const AttentionData<float> d5 =
-        CastData<float>(MakeRandomData<double>(t5, 10));
-    AttentionOptions o5 = t5.options;
-    o5.path = AttentionPath::kFused;
-    EXPECT_NO_THROW(Forward<float>(t5, d5, o5));
-  }
-  // ALiBi runs fused whatever the bucket map (its score uses none), but not
-  // with a value table under T5 buckets. The asymmetric clip (shaw-asym)
-  // runs fused.
-  o = c.options;
-  o.key_term = true;
-  o.buckets.kind = BucketKind::kT5;
-  o.buckets.t5 = {8, 10, true};
-  o.path = AttentionPath::kFused;
-  EXPECT_NO_THROW(Forward<float>(c, d, o));
-  {
-    AttentionCase asym = Base();
-    asym.options.buckets.kind = BucketKind::kClip;
-    asym.options.buckets.clip = {3, 1};
-    asym.options.path = AttentionPath::kFused;
-    const AttentionData<float> da =
-        CastData<float>(MakeRandomData<double>(asym, 11));
-    EXPECT_NO_THROW(Forward<float>(asym, da, asym.options));
-  }
-  AttentionCase cv = c;
-  cv.options = o;
-  cv.options.value_term = true;
-  const AttentionData<float> dv =
-      CastData<float>(MakeRandomData<double>(cv, 9));
-  ExpectInvalid([&] { Forward<float>(cv, dv, cv.options); },
-                {"asymmetric clip", "kT5"});
+  ExpectInvalid([&] { Forward(log, d, o); }, {"fused kernel", "float only"});
 }
 
 // A bias or pb passed to a call that does not use it gets a zero gradient on

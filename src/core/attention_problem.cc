@@ -84,6 +84,7 @@ void ResolveScheme(const AttentionOptions& options, AttentionProblem& p) {
     case BucketKind::kT5:
       ValidateT5Buckets(options.buckets.t5);
       p.table_rows = options.buckets.t5.num_buckets;
+      p.t5_reach = T5BucketReach(options.buckets.t5);
       break;
   }
 

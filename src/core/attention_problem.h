@@ -38,6 +38,9 @@ struct AttentionProblem {
   bool position_query_bias = false;  // implies key_term and kVector
   bool scalar_table = false;         // key_term with kScalarTable (bias used)
   int64_t table_rows = 0;            // nb of the bucket map
+  // kT5: T5BucketReach of the map (every |r| >= t5_reach is its side's last
+  // bucket), resolved once; 0 for the clips.
+  int64_t t5_reach = 0;
 
   int64_t TableRows() const {
     return buckets.kind == BucketKind::kSymmetricClip ? 2 * max_distance + 1
@@ -70,23 +73,14 @@ struct AttentionProblem {
     return value_term || (key_term && score_term != ScoreTerm::kAlibi);
   }
 
-  // What the fused kernel implements today: the vector score term and the
-  // value term under the symmetric or asymmetric clip (not T5 buckets);
-  // ALiBi and the scalar table (T5) under any bucket map; the position
-  // query bias (Transformer-XL) with the vector term.
-  bool FusedSupported() const {
-    const bool clip = buckets.kind != BucketKind::kT5;
-    if (value_term && !clip) return false;
-    if (!key_term) return true;
-    switch (score_term) {
-      case ScoreTerm::kVector:  // with or without position_query_bias
-        return clip;
-      case ScoreTerm::kAlibi:
-      case ScoreTerm::kScalarTable:
-        return true;
-    }
-    return false;
-  }
+  // Whether the fused kernel runs this problem. It implements every scheme
+  // of docs/math.md section 8: the vector score term and the value term
+  // under any bucket map (under T5 buckets through distance rows,
+  // docs/kernel.md), ALiBi, the scalar table and the position query bias.
+  // A scheme added to the options without a kernel path returns false
+  // here, and src/attention.cc then runs the reference (kAuto) or refuses
+  // (kFused).
+  bool FusedSupported() const { return true; }
 
   // Keys visible to row i of batch item b are exactly [0, KeyEnd(b, i)):
   // padding hides j >= key_lengths[b]; causality hides j > i + off.

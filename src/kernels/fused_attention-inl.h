@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -676,11 +677,40 @@ HWY_INLINE void ApplyCausalMask(const AttentionProblem& p,
 
 // ALiBi's score term (docs/math.md section 8): xt[jj][i] -= m |r| with
 // r = j0 + jj - (i0 + i + off). It has no table and no reach, so every tile
-// pair pays it: per vector of query columns one subtraction, one absolute
-// value and one fused multiply-add. The distance is formed in float, exact
-// while |r| < 2^24; rows further out (offsets beyond 2^24) take a scalar
-// loop that rounds |r| to float as the reference does.
+// pair pays it. The distance is formed in float, exact while |r| < 2^24.
+// A tile pair whose distances all are (AlibiInLoop) adds the term inside
+// the softmax loop that reads S anyway (AlibiCursor: per vector of query
+// columns one add, one absolute value and one fused multiply-add, and no
+// pass of its own over S^T); this function is the separate pass for the
+// rest: rows further out (offsets beyond 2^24) take a scalar loop that
+// rounds |r| to float as the reference does.
 // Only the tile's first `cols` query columns (Cols(t)) are computed.
+HWY_INLINE bool AlibiInLoop(const AttentionProblem& p,
+                            const fused::QueryTile& t, int64_t j0,
+                            int64_t kn) {
+  constexpr int64_t kExact = (int64_t{1} << 24) - kLd;
+  const int64_t rel0 = j0 - t.i0 - p.query_offset;
+  return rel0 > -kExact && rel0 + kn - 1 < kExact;
+}
+
+// The distances r = rel0 + jj - (c0 + lane) of one vector of query columns,
+// walked down the key rows jj = 0, 1, ... of an AlibiInLoop tile pair: Apply
+// returns x - m |r| and steps to the next key row. Exact integers in float,
+// so the result is bit for bit AddAlibi's.
+struct AlibiCursor {
+  VF r, m, one;
+  AlibiCursor(DF d, int64_t rel0, int64_t c0, float slope)
+      : r(hn::Sub(hn::Set(d, static_cast<float>(rel0)),
+                  hn::Iota(d, static_cast<float>(c0)))),
+        m(hn::Set(d, slope)),
+        one(hn::Set(d, 1.0f)) {}
+  HWY_INLINE VF Apply(VF x) {
+    const VF y = hn::NegMulAdd(m, hn::Abs(r), x);
+    r = hn::Add(r, one);
+    return y;
+  }
+};
+
 HWY_INLINE void AddAlibi(const AttentionProblem& p, const fused::QueryTile& t,
                          int64_t j0, int64_t kn, int64_t cols, float slope,
                          float* xt) {
@@ -783,15 +813,14 @@ HWY_INLINE void AccumulateScalarBias(const fused::HeadData& hd,
 // Transformer-XL's position query bias (docs/math.md section 8): the
 // position term uses q_i + pb, G = (Q + pb) AK^T / sqrt(dk). Its pb part
 // AK[b] . pb / sqrt(dk) is one number per bucket, the same for every query
-// row: added to row b of the G^T slice (buckets x dk multiply-adds per
-// query tile, nothing per pair).
-HWY_INLINE void AddPositionBias(const AttentionProblem& p,
-                                const fused::QueryTile& t,
-                                const fused::HeadData& hd, float scale,
-                                float* gt) {
+// row: added to row b of the G^T slice of table rows [lo, lo + count)
+// (count x dk multiply-adds per query tile, nothing per pair).
+HWY_INLINE void AddPositionBias(const AttentionProblem& p, int64_t lo,
+                                int64_t count, const fused::HeadData& hd,
+                                float scale, float* gt) {
   const DF d;
-  for (int64_t b = 0; b < t.buckets; ++b) {
-    const float* ak = hd.ak + (t.bucket_lo + b) * p.dk;
+  for (int64_t b = 0; b < count; ++b) {
+    const float* ak = hd.ak + (lo + b) * p.dk;
     float c = 0.0f;
     for (int64_t e = 0; e < p.dk; ++e) c += ak[e] * hd.pb[e];
     const VF vc = hn::Set(d, c * scale);
@@ -801,26 +830,114 @@ HWY_INLINE void AddPositionBias(const AttentionProblem& p,
   }
 }
 
-// The pb parts of the backward: with e_b = sum_i E[i, b] (E read from the
-// skewed accumulator, FoldEnds done), dAK[b] += e_b pb / sqrt(dk) (the rest,
-// E^T Q / sqrt(dk), is the caller's product) and dpb += sum_b e_b AK[b] /
-// sqrt(dk), buckets in order.
-HWY_INLINE void PositionBiasGrads(const AttentionProblem& p,
-                                  const fused::QueryTile& t,
+// The pb parts of the backward: with e_b = sum_i E[i, b] over the table
+// rows [lo, lo + count), E(i, b) = e[b * b_stride + i * i_stride] (the
+// skewed accumulator after FoldEnds, or a compact slice), dAK[b] += e_b pb
+// / sqrt(dk) (the rest, E^T Q / sqrt(dk), is the caller's product) and dpb
+// += sum_b e_b AK[b] / sqrt(dk), buckets in order.
+HWY_INLINE void PositionBiasGrads(const AttentionProblem& p, int64_t lo,
+                                  int64_t count, int64_t rows,
                                   const fused::HeadData& hd, float scale,
-                                  const float* skew) {
-  for (int64_t b = 0; b < t.buckets; ++b) {
+                                  const float* e, int64_t b_stride,
+                                  int64_t i_stride) {
+  for (int64_t b = 0; b < count; ++b) {
     float e_b = 0.0f;
-    for (int64_t i = 0; i < t.rows; ++i) e_b += skew[(b + i) * kLd + i];
+    for (int64_t i = 0; i < rows; ++i) e_b += e[b * b_stride + i * i_stride];
     e_b *= scale;
-    const float* ak = hd.ak + (t.bucket_lo + b) * p.dk;
+    const float* ak = hd.ak + (lo + b) * p.dk;
     if (hd.dak) {
-      float* dak = hd.dak + (t.bucket_lo + b - hd.bucket_base) * p.dk;
+      float* dak = hd.dak + (lo + b - hd.bucket_base) * p.dk;
       for (int64_t e = 0; e < p.dk; ++e) dak[e] += e_b * hd.pb[e];
     }
     if (hd.dpb) {
       for (int64_t e = 0; e < p.dk; ++e) hd.dpb[e] += e_b * ak[e];
     }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Distance rows: Shaw's vector / value tables under T5 buckets (shaw-log,
+// docs/kernel.md). The tile's kernel rows [bucket_lo, bucket_lo + buckets)
+// are distances r = row - R (fused::Reach), so far tiles, band tiles and
+// the skewed strips work exactly as for the clip. Only the products with
+// the tables differ: they run on the compact slice of table rows (buckets)
+// [lo, lo + count) those distances reach, at most nb rows (32 for T5's
+// usual setting) instead of up to 2R + 1. G^T and U^T are computed on the
+// slice and copied out to distance rows (one row copy each); the
+// distance-row accumulators W and E are summed into bucket rows before
+// their products. Both passes are O(buckets x kLd) per query tile.
+struct CompactSlice {
+  int64_t lo = 0, count = 0;
+};
+
+// Table row (bucket) of kernel row `row`.
+HWY_INLINE int64_t RowBucket(const AttentionProblem& p,
+                             const fused::HeadData& hd, int64_t row) {
+  return hd.dist_bucket[DistanceIndex(hd, row - p.t5_reach)];
+}
+
+HWY_INLINE CompactSlice MakeCompactSlice(const AttentionProblem& p,
+                                         const fused::QueryTile& t,
+                                         const fused::HeadData& hd) {
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = -1;
+  for (int64_t x = 0; x < t.buckets; ++x) {
+    const int64_t b = RowBucket(p, hd, t.bucket_lo + x);
+    lo = std::min(lo, b);
+    hi = std::max(hi, b);
+  }
+  if (hi < 0) return {};
+  return {lo, hi - lo + 1};
+}
+
+// table[x][0, cols) = compact[bucket of row bucket_lo + x - lo][0, cols).
+HWY_INLINE void ExpandRows(const AttentionProblem& p,
+                           const fused::QueryTile& t,
+                           const fused::HeadData& hd, const CompactSlice& s,
+                           const float* HWY_RESTRICT compact, int64_t cols,
+                           float* HWY_RESTRICT table) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t x = 0; x < t.buckets; ++x) {
+    const float* src =
+        compact + (RowBucket(p, hd, t.bucket_lo + x) - s.lo) * kLd;
+    float* dst = table + x * kLd;
+    for (int64_t c0 = 0; c0 < cols; c0 += lanes)
+      hn::StoreU(hn::LoadU(d, src + c0), d, dst + c0);
+  }
+}
+
+// The G^T slice of one query tile: AK[lo : lo + nb] (Q_I / sqrt(dk))^T
+// (docs/math.md section 2: G = Q AK^T / sqrt(dk); qt holds the scaled
+// Q_I^T), plus the position query bias. Distance rows (`slice` not null):
+// computed on the compact slice in `gc`, then copied out to `gt`.
+HWY_INLINE void KeyScoreSlice(const AttentionProblem& p,
+                              const fused::QueryTile& t,
+                              const fused::HeadData& hd,
+                              const CompactSlice* slice, const float* qt,
+                              float scale, float* gc, float* gt) {
+  const int64_t cols = Cols(t), dk = p.dk;
+  const int64_t lo = slice ? slice->lo : t.bucket_lo;
+  const int64_t count = slice ? slice->count : t.buckets;
+  float* g = slice ? gc : gt;
+  MatMul(count, cols, dk, hd.ak + lo * dk, dk, 1, qt, kLd, g, kLd, 1.0f,
+         false);
+  if (p.position_query_bias) AddPositionBias(p, lo, count, hd, scale, g);
+  if (slice) ExpandRows(p, t, hd, *slice, gc, cols, gt);
+}
+
+// compact[b - lo][i] = sum of A(i, x) over the distance rows x of bucket
+// b, for the tile's rows i, with A(i, x) = skew[(x + i) * kLd + i] a
+// skewed accumulator (FoldEnds done). Rows in order: deterministic.
+HWY_INLINE void CompactAcc(const AttentionProblem& p,
+                           const fused::QueryTile& t,
+                           const fused::HeadData& hd, const CompactSlice& s,
+                           const float* HWY_RESTRICT skew,
+                           float* HWY_RESTRICT compact) {
+  FillRange(compact, 0.0f, s.count * kLd);
+  for (int64_t x = 0; x < t.buckets; ++x) {
+    float* dst = compact + (RowBucket(p, hd, t.bucket_lo + x) - s.lo) * kLd;
+    const float* src = skew + x * kLd;
+    for (int64_t i = 0; i < t.rows; ++i) dst[i] += src[i * (kLd + 1)];
   }
 }
 
@@ -876,17 +993,17 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
   float* colsum = m_use + kLd;
   float* delta = colsum + kLd;  // two rows
   float* moved = delta + 2 * kLd;
+  float* gc = m + sz.stats;  // distance rows: compact G^T and W
+  float* wc = gc + sz.gc;
   float* sbias = scratch + (sz.Floats() - sz.sb);  // ScalarBandBias row
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
   PackTransposed(hd.q + t.i0 * dk, rows, dk, scale, qt);
-  if (p.VectorScore()) {
-    // G^T slice = AK[lo : lo+nb] (Q_I / sqrt(dk))^T   (docs/math.md section 2: G = Q AK^T /
-    // sqrt(dk))
-    MatMul(t.buckets, cols, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
-           kLd, 1.0f, false);
-    if (p.position_query_bias) AddPositionBias(p, t, hd, scale, gt);
-  }
+  const bool dist_rows = fused::DistanceRows(p);
+  const CompactSlice slice =
+      dist_rows ? MakeCompactSlice(p, t, hd) : CompactSlice{};
+  if (p.VectorScore())
+    KeyScoreSlice(p, t, hd, dist_rows ? &slice : nullptr, qt, scale, gc, gt);
   const BucketAcc w_acc = CarveBucketAcc(wt, t.buckets);
   if (p.value_term) ZeroBucketAcc(w_acc, t.buckets);
   FillRange(oacc, 0.0f, rows * dv);
@@ -917,7 +1034,11 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
         AddBandDelta(p, t, j0, base, &term, 1, delta);
       }
     }
-    if (p.AlibiScore()) AddAlibi(p, t, j0, kn, cols, hd.alibi_slope, st);
+    // ALiBi: in the max loop below (masked scores stay -inf), or a pass.
+    const bool alibi_loop = p.AlibiScore() && AlibiInLoop(p, t, j0, kn);
+    if (p.AlibiScore() && !alibi_loop)
+      AddAlibi(p, t, j0, kn, cols, hd.alibi_slope, st);
+    const int64_t rel0 = j0 - t.i0 - p.query_offset;
     ScalarTile sbt;
     if (p.scalar_table) {
       sbt = ScalarBandBias(p, t, j0, kn, hd, sbias);
@@ -933,8 +1054,18 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
       const VF g = hn::Add(
           g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d), v_const);
       VF tile_max = v_neg_inf;
-      for (int64_t jj = 0; jj < kn; ++jj) {
-        tile_max = hn::Max(tile_max, hn::LoadU(d, st + jj * kLd + c0));
+      if (alibi_loop) {  // s -= m |r|, stored for the exponent pass
+        AlibiCursor alibi(d, rel0, c0, hd.alibi_slope);
+        for (int64_t jj = 0; jj < kn; ++jj) {
+          float* s = st + jj * kLd + c0;
+          const VF x = alibi.Apply(hn::LoadU(d, s));
+          hn::StoreU(x, d, s);
+          tile_max = hn::Max(tile_max, x);
+        }
+      } else {
+        for (int64_t jj = 0; jj < kn; ++jj) {
+          tile_max = hn::Max(tile_max, hn::LoadU(d, st + jj * kLd + c0));
+        }
       }
       tile_max = hn::Add(tile_max, g);  // -inf stays -inf
       const VF m_old = hn::LoadU(d, m + c0);
@@ -981,10 +1112,17 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
     }
   }
   if (p.value_term) {
-    // O_I += W AV[lo : lo+nb]: A(i, b) = skew[(b + i) * kLd + i].
+    // O_I += W AV[lo : lo+nb]: A(i, b) = skew[(b + i) * kLd + i]; distance
+    // rows: W summed by bucket first, A(i, b) = wc[b * kLd + i].
     FoldEnds(p, t, w_acc);
-    MatMul(rows, dv, t.buckets, w_acc.skew, kLd + 1, kLd,
-           hd.av + t.bucket_lo * dv, dv, oacc, dv, 1.0f, true);
+    if (dist_rows) {
+      CompactAcc(p, t, hd, slice, w_acc.skew, wc);
+      MatMul(rows, dv, slice.count, wc, 1, kLd, hd.av + slice.lo * dv, dv,
+             oacc, dv, 1.0f, true);
+    } else {
+      MatMul(rows, dv, t.buckets, w_acc.skew, kLd + 1, kLd,
+             hd.av + t.bucket_lo * dv, dv, oacc, dv, 1.0f, true);
+    }
   }
   for (int64_t i = 0; i < rows; ++i) {
     float* o = out + i * dv;
@@ -1055,6 +1193,10 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   float* ds_colsum = p_colsum + kLd;
   float* delta = ds_colsum + kLd;  // four rows
   float* moved = delta + 4 * kLd;  // two rows
+  float* gc = drow + sz.stats;     // distance rows: compact G^T, U^T, E, W
+  float* uc = gc + sz.gc;
+  float* ec = uc + sz.uc;
+  float* wc = ec + sz.ec;
   float* sbias = scratch + (sz.Floats() - sz.sb);  // ScalarBandBias row
   float* sacc = sbias + kKeyTile + kLd;             // its dS sums
 
@@ -1081,18 +1223,24 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     }
   }
   const bool want_w = p.value_term && hd.dav != nullptr;
-  if (p.VectorScore()) {
-    MatMul(t.buckets, cols, dk, hd.ak + t.bucket_lo * dk, dk, 1, qt, kLd, gt,
-           kLd, 1.0f, false);
-    if (p.position_query_bias) AddPositionBias(p, t, hd, scale, gt);
-  }
+  const bool dist_rows = fused::DistanceRows(p);
+  const CompactSlice slice =
+      dist_rows ? MakeCompactSlice(p, t, hd) : CompactSlice{};
+  if (p.VectorScore())
+    KeyScoreSlice(p, t, hd, dist_rows ? &slice : nullptr, qt, scale, gc, gt);
   const BucketAcc e_acc = CarveBucketAcc(et, t.buckets);
   const BucketAcc w_acc = CarveBucketAcc(wt, t.buckets);
   if (p.VectorScore()) ZeroBucketAcc(e_acc, t.buckets);
   if (p.value_term) {
-    // U^T slice = AV[lo : lo+nb] dO_I^T.
-    MatMul(t.buckets, cols, dv, hd.av + t.bucket_lo * dv, dv, 1, dot, kLd, ut,
-           kLd, 1.0f, false);
+    // U^T slice = AV[lo : lo+nb] dO_I^T (distance rows: compact, copied out).
+    if (dist_rows) {
+      MatMul(slice.count, cols, dv, hd.av + slice.lo * dv, dv, 1, dot, kLd,
+             uc, kLd, 1.0f, false);
+      ExpandRows(p, t, hd, slice, uc, cols, ut);
+    } else {
+      MatMul(t.buckets, cols, dv, hd.av + t.bucket_lo * dv, dv, 1, dot, kLd,
+             ut, kLd, 1.0f, false);
+    }
   }
   if (want_w) ZeroBucketAcc(w_acc, t.buckets);
   if (hd.dq) FillRange(dqacc, 0.0f, rows * dk);
@@ -1130,7 +1278,11 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       skewed = true;
       AddBandDelta(p, t, j0, base, terms, count, delta);
     }
-    if (p.AlibiScore()) AddAlibi(p, t, j0, kn, cols, hd.alibi_slope, st);
+    // ALiBi: inside the exponent loop below, or a pass of its own.
+    const bool alibi_loop = p.AlibiScore() && AlibiInLoop(p, t, j0, kn);
+    if (p.AlibiScore() && !alibi_loop)
+      AddAlibi(p, t, j0, kn, cols, hd.alibi_slope, st);
+    const int64_t rel0 = j0 - t.i0 - p.query_offset;
     ScalarTile sbt;
     if (p.scalar_table) {
       sbt = ScalarBandBias(p, t, j0, kn, hd, sbias);
@@ -1145,16 +1297,26 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       const VF shift = hn::Sub(hn::LoadU(d, lse_row + c0), g);
       const VF d_shift = hn::Sub(hn::LoadU(d, drow + c0), u);
       VF p_sum = hn::Zero(d), ds_sum = hn::Zero(d);
-      for (int64_t jj = 0; jj < kn; ++jj) {
-        float* s = st + jj * kLd + c0;
-        float* gp = dpt + jj * kLd + c0;
-        const VF pr =
-            hwy::HWY_NAMESPACE::Exp(d, hn::Sub(hn::LoadU(d, s), shift));
-        hn::StoreU(pr, d, s);
-        const VF ds = hn::Mul(pr, hn::Sub(hn::LoadU(d, gp), d_shift));
-        hn::StoreU(ds, d, gp);
-        p_sum = hn::Add(p_sum, pr);
-        ds_sum = hn::Add(ds_sum, ds);
+      // kAlibi (a std::bool_constant): s -= m |r| on the way in.
+      auto key_rows = [&](auto kAlibi) {
+        AlibiCursor alibi(d, rel0, c0, hd.alibi_slope);
+        for (int64_t jj = 0; jj < kn; ++jj) {
+          float* s = st + jj * kLd + c0;
+          float* gp = dpt + jj * kLd + c0;
+          VF x = hn::LoadU(d, s);
+          if constexpr (decltype(kAlibi)::value) x = alibi.Apply(x);
+          const VF pr = hwy::HWY_NAMESPACE::Exp(d, hn::Sub(x, shift));
+          hn::StoreU(pr, d, s);
+          const VF ds = hn::Mul(pr, hn::Sub(hn::LoadU(d, gp), d_shift));
+          hn::StoreU(ds, d, gp);
+          p_sum = hn::Add(p_sum, pr);
+          ds_sum = hn::Add(ds_sum, ds);
+        }
+      };
+      if (alibi_loop) {
+        key_rows(std::true_type());
+      } else {
+        key_rows(std::false_type());
       }
       hn::StoreU(p_sum, d, p_colsum + c0);
       hn::StoreU(ds_sum, d, ds_colsum + c0);
@@ -1181,8 +1343,23 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
     }
   }
   // Skewed accumulators: E(i, b) = skew[(b + i) * kLd + i], so E is read
-  // with A strides (kLd + 1, kLd) and E^T with (kLd, kLd + 1).
-  if (p.VectorScore()) {
+  // with A strides (kLd + 1, kLd) and E^T with (kLd, kLd + 1). Distance
+  // rows: E and W summed by bucket first, E(i, b) = ec[b * kLd + i].
+  if (p.VectorScore() && dist_rows) {
+    FoldEnds(p, t, e_acc);
+    CompactAcc(p, t, hd, slice, e_acc.skew, ec);
+    if (hd.dq) {
+      MatMul(rows, dk, slice.count, ec, 1, kLd, hd.ak + slice.lo * dk, dk,
+             dqacc, dk, 1.0f, true);
+    }
+    if (hd.dak) {
+      MatMul(slice.count, dk, rows, ec, kLd, 1, q, dk,
+             hd.dak + (slice.lo - hd.bucket_base) * dk, dk, scale, true);
+    }
+    if (p.position_query_bias) {
+      PositionBiasGrads(p, slice.lo, slice.count, rows, hd, scale, ec, kLd, 1);
+    }
+  } else if (p.VectorScore()) {
     FoldEnds(p, t, e_acc);
     if (hd.dq) {
       MatMul(rows, dk, t.buckets, e_acc.skew, kLd + 1, kLd,
@@ -1192,12 +1369,21 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       MatMul(t.buckets, dk, rows, e_acc.skew, kLd, kLd + 1, q, dk,
              hd.dak + (t.bucket_lo - hd.bucket_base) * dk, dk, scale, true);
     }
-    if (p.position_query_bias) PositionBiasGrads(p, t, hd, scale, e_acc.skew);
+    if (p.position_query_bias) {
+      PositionBiasGrads(p, t.bucket_lo, t.buckets, rows, hd, scale,
+                        e_acc.skew, kLd, kLd + 1);
+    }
   }
   if (want_w) {
     FoldEnds(p, t, w_acc);
-    MatMul(t.buckets, dv, rows, w_acc.skew, kLd, kLd + 1, dout, dv,
-           hd.dav + (t.bucket_lo - hd.bucket_base) * dv, dv, 1.0f, true);
+    if (dist_rows) {
+      CompactAcc(p, t, hd, slice, w_acc.skew, wc);
+      MatMul(slice.count, dv, rows, wc, kLd, 1, dout, dv,
+             hd.dav + (slice.lo - hd.bucket_base) * dv, dv, 1.0f, true);
+    } else {
+      MatMul(t.buckets, dv, rows, w_acc.skew, kLd, kLd + 1, dout, dv,
+             hd.dav + (t.bucket_lo - hd.bucket_base) * dv, dv, 1.0f, true);
+    }
   }
   if (hd.dq) {
     float* dq = hd.dq + t.i0 * dk;

@@ -127,11 +127,17 @@ BackwardLayout MakeBackwardLayout(const AttentionProblem& p, int threads,
   return l;
 }
 
-// The scalar score table of head h (bias row, distance -> bucket map).
-void SetScalarTable(const AttentionProblem& p, const AttentionInputs<float>& in,
-                    const fused::DistanceBuckets& dist, int64_t h,
-                    HeadData* hd) {
-  hd->bias = in.bias.data() + h * p.TableRows();
+// Whether the call needs the distance -> bucket map (DistanceBuckets).
+bool NeedsDistanceBuckets(const AttentionProblem& p) {
+  return p.scalar_table || fused::DistanceRows(p);
+}
+
+// The distance -> bucket map, and the scalar score table of head h.
+void SetDistanceBuckets(const AttentionProblem& p,
+                        const AttentionInputs<float>& in,
+                        const fused::DistanceBuckets& dist, int64_t h,
+                        HeadData* hd) {
+  if (p.scalar_table) hd->bias = in.bias.data() + h * p.TableRows();
   hd->dist_bucket = dist.bucket.data();
   hd->r_lo = dist.r_lo;
   hd->r_hi = dist.r_hi;
@@ -150,8 +156,9 @@ void FusedForward(const AttentionProblem& p, const AttentionInputs<float>& in,
   const int64_t per_thread = PaddedFloats(fused::ForwardScratch(p).Floats());
   auto scratch = AllocateFloats(per_thread * threads, "forward scratch");
   // No zero fill: every tile body writes its scratch before reading it.
-  const fused::DistanceBuckets dist =
-      p.scalar_table ? fused::MakeDistanceBuckets(p) : fused::DistanceBuckets();
+  const fused::DistanceBuckets dist = NeedsDistanceBuckets(p)
+                                         ? fused::MakeDistanceBuckets(p)
+                                         : fused::DistanceBuckets();
   // Resolve the dispatch target once, outside the parallel region.
   (void)HWY_DYNAMIC_DISPATCH(TargetName)();
 
@@ -172,7 +179,7 @@ void FusedForward(const AttentionProblem& p, const AttentionInputs<float>& in,
       if (p.VectorScore()) hd.ak = in.ak.data() + p.TableOffset(h, p.dk);
       if (p.value_term) hd.av = in.av.data() + p.TableOffset(h, p.dv);
       if (p.AlibiScore()) hd.alibi_slope = static_cast<float>(p.alibi_slopes[h]);
-      if (p.scalar_table) SetScalarTable(p, in, dist, h, &hd);
+      if (NeedsDistanceBuckets(p)) SetDistanceBuckets(p, in, dist, h, &hd);
       if (p.position_query_bias) hd.pb = in.pb.data() + h * p.dk;
       hd.out = out + bh * p.q_len * p.dv;
       hd.lse = lse ? lse + bh * p.q_len : nullptr;
@@ -185,7 +192,7 @@ void FusedForward(const AttentionProblem& p, const AttentionInputs<float>& in,
 // per-thread buffers it carves and their reduction in a fixed thread order
 // are read together to check that results do not depend on scheduling
 // (docs/kernel.md, determinism); the layout and table set-up are already
-// MakeBackwardLayout and SetScalarTable.
+// MakeBackwardLayout and SetDistanceBuckets.
 void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
                    const float* out, const float* lse, const float* dout,
                    const AttentionGrads<float>& grads, int num_threads) {
@@ -232,8 +239,9 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
     std::fill(grads.dk.data(), grads.dk.data() + grads.dk.numel(), 0.0f);
   if (lay.want_dv)
     std::fill(grads.dv.data(), grads.dv.data() + grads.dv.numel(), 0.0f);
-  const fused::DistanceBuckets dist =
-      p.scalar_table ? fused::MakeDistanceBuckets(p) : fused::DistanceBuckets();
+  const fused::DistanceBuckets dist = NeedsDistanceBuckets(p)
+                                         ? fused::MakeDistanceBuckets(p)
+                                         : fused::DistanceBuckets();
   (void)HWY_DYNAMIC_DISPATCH(TargetName)();
 
 #pragma omp parallel num_threads(threads)
@@ -256,7 +264,7 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
       if (p.VectorScore()) hd.ak = in.ak.data() + p.TableOffset(h, p.dk);
       if (p.value_term) hd.av = in.av.data() + p.TableOffset(h, p.dv);
       if (p.AlibiScore()) hd.alibi_slope = static_cast<float>(p.alibi_slopes[h]);
-      if (p.scalar_table) SetScalarTable(p, in, dist, h, &hd);
+      if (NeedsDistanceBuckets(p)) SetDistanceBuckets(p, in, dist, h, &hd);
       if (lay.want_dbias) hd.dbias = my_dbias + h * p.TableRows();
       if (p.position_query_bias) hd.pb = in.pb.data() + h * p.dk;
       if (lay.want_dpb) hd.dpb = my_dpb + h * p.dk;

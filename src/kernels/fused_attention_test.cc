@@ -537,6 +537,15 @@ std::vector<AttentionCase> AlibiCases() {
   v.options.score_term = ScoreTerm::kAlibi;
   v.options.causal = true;
   cases.push_back(v);
+  // Distances around 2^24, where they stop being exact in float: tile pairs
+  // on both sides of the split between the term inside the softmax loop
+  // and its separate pass (small slopes keep the scores O(1)).
+  AttentionCase e = MakeCase("alibi_exactness_edge", 1, 2, 200, 300, 16, 16, 0);
+  e.options.score_term = ScoreTerm::kAlibi;
+  e.options.value_term = false;
+  e.options.alibi_slopes = {1e-6, -2e-6};
+  e.options.query_offset = -(int64_t{1} << 24) + 100;
+  cases.push_back(e);
   return cases;
 }
 
@@ -664,6 +673,145 @@ TEST(FusedSchemeDeterminism, T5) {
 TEST(FusedSchemeMasks, T5) {
   CheckSchemeMaskedRows(SchemeStressCase("t5"));
   CheckSchemeMaskedRows(SchemeStressCase("t5causal"));
+}
+
+// Shaw's vector tables under T5 buckets (shaw-log, the kernel's distance
+// rows): the awkward-size matrix, T5's usual 32 / 128 on several key tiles
+// with masks, offsets and far tiles on both sides, one term or both,
+// causal buckets with and without the mask, a reach beyond n, the position
+// query bias, and a scalar table plus value table under the same map.
+std::vector<AttentionCase> ShawLogCases() {
+  std::vector<AttentionCase> cases = FusedSchemeCases({"log", "shawlog32_128"});
+  struct Log {
+    const char* name;
+    int64_t nq, nk, buckets, max_distance;
+    bool bidirectional, causal, key, value, per_head;
+    std::optional<int64_t> offset;
+  };
+  const Log specs[] = {
+      {"32_128", 300, 300, 32, 128, true, false, true, true, false, {}},
+      {"32_128_causal_perhead", 300, 300, 32, 128, true, true, true, true, true,
+       {}},
+      {"32_128_off40", 200, 330, 32, 128, true, false, true, true, false, 40},
+      {"32_128_key_only", 260, 200, 32, 128, true, false, true, false, true,
+       -30},
+      {"32_128_value_only_causal", 200, 260, 32, 128, true, true, false, true,
+       false, {}},
+      {"causal_buckets_masked", 250, 250, 32, 128, false, true, true, true,
+       false, {}},
+      {"causal_buckets_unmasked", 150, 170, 16, 40, false, false, true, true,
+       true, {}},
+      {"8_20", 200, 230, 8, 20, true, false, true, true, false, 7},
+      {"64_1000_reach_beyond_n", 130, 150, 64, 1000, true, false, true, true,
+       false, {}},
+      {"far", 70, 70, 32, 128, true, false, true, true, false, 5000},
+      {"far_neg", 70, 70, 32, 128, true, false, true, true, true, -5000},
+      // Reach 9 < nb = 32: 19 distance rows, whose buckets span all 32 rows
+      // (both halves); one query tile, few keys.
+      {"32_9_short_reach", 30, 20, 32, 9, true, false, true, true, false, {}},
+      {"32_9_short_reach_k1", 70, 1, 32, 9, true, false, true, true, true, {}},
+  };
+  for (const Log& l : specs) {
+    AttentionCase c = MakeCase(std::string("log_") + l.name, 2, 2, l.nq, l.nk,
+                               17, 9, 0);
+    c.options.buckets.kind = BucketKind::kT5;
+    c.options.buckets.t5 = {l.buckets, l.max_distance, l.bidirectional};
+    c.options.causal = l.causal;
+    c.options.key_term = l.key;
+    c.options.value_term = l.value;
+    c.options.per_head_tables = l.per_head;
+    c.options.query_offset = l.offset;
+    c.options.key_lengths = {l.nk, l.nk / 2 + 1};
+    cases.push_back(std::move(c));
+  }
+  AttentionCase x = MakeCase("log_xl_pb", 1, 2, 130, 150, 16, 16, 0);
+  x.options.buckets.kind = BucketKind::kT5;
+  x.options.buckets.t5 = {32, 128, true};
+  x.options.position_query_bias = true;
+  x.options.query_offset = 9;
+  cases.push_back(x);
+  AttentionCase t = MakeCase("log_scalar_value", 1, 2, 200, 200, 16, 16, 0);
+  t.options.buckets.kind = BucketKind::kT5;
+  t.options.buckets.t5 = {32, 128, true};
+  t.options.score_term = ScoreTerm::kScalarTable;
+  t.options.causal = true;
+  cases.push_back(t);
+  AttentionCase a = MakeCase("log_alibi_value", 1, 2, 200, 200, 16, 16, 0);
+  a.options.buckets.kind = BucketKind::kT5;
+  a.options.buckets.t5 = {16, 64, true};
+  a.options.score_term = ScoreTerm::kAlibi;
+  cases.push_back(a);
+  return cases;
+}
+
+class FusedShawLog : public testing::TestWithParam<AttentionCase> {};
+TEST_P(FusedShawLog, MatchesDoubleReference) {
+  CompareToReference(GetParam(), 2);
+}
+INSTANTIATE_TEST_SUITE_P(Schemes, FusedShawLog,
+                         testing::ValuesIn(ShawLogCases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(FusedSchemeTargets, ShawLog) { EveryTarget(ShawLogCases()); }
+
+TEST(FusedSchemeDeterminism, ShawLog) {
+  AttentionCase c = SchemeStressCase("alibi");
+  c.options.score_term = ScoreTerm::kVector;
+  c.options.value_term = true;
+  c.options.buckets.kind = BucketKind::kT5;
+  c.options.buckets.t5 = {32, 128, true};
+  CheckSchemeDeterminism(c);
+  CheckSchemeMaskedRows(c);
+}
+
+// Under T5 buckets every distance beyond the reach is its side's last
+// bucket, so Shaw's symmetric clip at k = reach with the tables expanded to
+// one row per distance (row r + k holds the table row of bucket(r)) is the
+// same attention: the distance rows against the clip path, within rounding
+// (the two sum W and E in different orders).
+TEST(FusedSchemeProperties, ShawLogIsClipOverExpandedTables) {
+  AttentionCase log = MakeCase("log", 2, 2, 230, 210, 16, 16, 0);
+  log.options.buckets.kind = BucketKind::kT5;
+  log.options.buckets.t5 = {16, 40, true};
+  log.options.causal = true;
+  log.options.key_lengths = {210, 100};
+  const int64_t reach = T5BucketReach(log.options.buckets.t5);
+  AttentionCase clip = log;
+  clip.options.buckets.kind = BucketKind::kSymmetricClip;
+  clip.options.max_distance = reach;
+  SCOPED_TRACE(log.Describe());
+  const AttentionData<float> data = MakeRandomData<float>(log, 31);
+  AttentionData<float> wide = MakeRandomData<float>(clip, 31);
+  wide.q = data.q;
+  wide.k = data.k;
+  wide.v = data.v;
+  const int64_t rows = 2 * reach + 1;
+  for (int64_t e = 0; e < rows; ++e) {
+    const int64_t b = T5Bucket(e - reach, log.options.buckets.t5);
+    for (int64_t c = 0; c < log.dk; ++c)
+      wide.ak[e * log.dk + c] = data.ak[b * log.dk + c];
+    for (int64_t c = 0; c < log.dv; ++c)
+      wide.av[e * log.dv + c] = data.av[b * log.dv + c];
+  }
+  const std::vector<float> dout = RandomVector<float>(log.OutNumel(), 32);
+  const Results a = RunFused(log, data, dout, 2);
+  const Results b = RunFused(clip, wide, dout, 2);
+  const double tol = 8 * kUnitRoundoff * std::sqrt(ChainLength(clip));
+  EXPECT_LE(RelFrobeniusError(a.out, b.out), tol);
+  EXPECT_LE(RelFrobeniusError(a.dq, b.dq), tol);
+  EXPECT_LE(RelFrobeniusError(a.dk, b.dk), tol);
+  EXPECT_LE(RelFrobeniusError(a.dv, b.dv), tol);
+  // dAK / dAV: the clip's per-distance rows summed by bucket.
+  std::vector<float> dak(a.dak.size(), 0.0f), dav(a.dav.size(), 0.0f);
+  for (int64_t e = 0; e < rows; ++e) {
+    const int64_t bk = T5Bucket(e - reach, log.options.buckets.t5);
+    for (int64_t c = 0; c < log.dk; ++c)
+      dak[bk * log.dk + c] += b.dak[e * log.dk + c];
+    for (int64_t c = 0; c < log.dv; ++c)
+      dav[bk * log.dv + c] += b.dav[e * log.dv + c];
+  }
+  EXPECT_LE(RelFrobeniusError(a.dak, dak), tol);
+  EXPECT_LE(RelFrobeniusError(a.dav, dav), tol);
 }
 
 // Shaw's tables under the asymmetric clip (shaw-asym): both terms, one of

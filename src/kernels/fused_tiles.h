@@ -38,6 +38,11 @@ struct QueryTile {
 // right) + left, left + right + 1 rows (docs/math.md section 8). Shaw's
 // symmetric clip is left = right = k; BucketKind::kClip gives its own
 // reaches. Row 0 collects every r <= -left, row top() every r >= right.
+// T5's log buckets (shaw-log) are constant beyond their reach R too, so the
+// kernel runs them as the clip left = right = R over DISTANCE rows: kernel
+// row e stands for r = e - R, and its table row is the bucket of that
+// distance (DistanceRows below). The tile machinery (far tiles, folded and
+// direct band tiles, skewed strips) is then the clip's, unchanged.
 struct ClipReach {
   int64_t left = 0, right = 0;
   int64_t top() const { return left + right; }
@@ -46,7 +51,16 @@ struct ClipReach {
 inline ClipReach Reach(const AttentionProblem& p) {
   if (p.buckets.kind == BucketKind::kClip)
     return {p.buckets.clip.left, p.buckets.clip.right};
+  if (p.buckets.kind == BucketKind::kT5) return {p.t5_reach, p.t5_reach};
   return {p.max_distance, p.max_distance};
+}
+
+// Whether the vector / value terms run over distance rows (T5 buckets): the
+// kernel's rows are then distances, and the products with AK / AV go
+// through a compact slice of bucket rows (docs/kernel.md, shaw-log).
+inline bool DistanceRows(const AttentionProblem& p) {
+  return p.buckets.kind == BucketKind::kT5 &&
+         (p.VectorScore() || p.value_term);
 }
 
 inline QueryTile MakeQueryTile(const AttentionProblem& p, int64_t b, int64_t h,
@@ -73,10 +87,20 @@ inline int64_t NumQueryTiles(const AttentionProblem& p) {
   return (p.q_len + kQueryTile - 1) / kQueryTile;
 }
 
-// Upper bound of QueryTile::buckets over all tiles: 2k+1, and never more than
-// the distances a tile can see (Nk + kQueryTile - 1).
+// Upper bound of QueryTile::buckets over all tiles: 2k+1 (the clip's rows,
+// or the 2R+1 distance rows of T5 buckets), and never more than the
+// distances a tile can see (Nk + kQueryTile - 1).
 inline int64_t MaxTileBuckets(const AttentionProblem& p) {
-  return std::min(p.TableRows(), p.k_len + kQueryTile - 1);
+  return std::min(Reach(p).top() + 1, p.k_len + kQueryTile - 1);
+}
+
+// Distance rows: the most table rows (buckets) of one query tile's compact
+// slice [lo, hi] of the buckets its distance rows reach: nb, and no fewer
+// even for few distance rows, since a bidirectional map puts the two signs
+// in the two halves (distances -1, 0, 1 reach buckets 0 .. nb/2 + 1). 0 for
+// the clips.
+inline int64_t CompactRows(const AttentionProblem& p) {
+  return DistanceRows(p) ? p.TableRows() : 0;
 }
 
 // A bucketed accumulator (W or E) of one query tile: the skewed array of
@@ -102,6 +126,8 @@ struct BucketRange {
 inline BucketRange ReachableBuckets(const AttentionProblem& p) {
   const ClipReach cr = Reach(p);
   if (p.q_len == 0 || p.k_len == 0) return {};
+  // Distance rows accumulate dAK / dAV by bucket: all nb table rows.
+  if (DistanceRows(p)) return {0, p.TableRows()};
   const int64_t d_min = -(p.q_len - 1) - p.query_offset;
   const int64_t d_max = (p.k_len - 1) - p.query_offset;
   const int64_t lo = std::clamp(d_min, -cr.left, cr.right) + cr.left;
@@ -122,10 +148,17 @@ struct ForwardScratch {
     oacc = kQueryTile * p.dv;                    // unnormalised output
     // m, l, alpha, m_use, column sum, two delta rows, moved sums
     stats = 8 * kQueryTile;
+    // Distance rows: the compact G^T slice and W by bucket.
+    const int64_t nc = CompactRows(p);
+    gc = p.VectorScore() ? nc * kQueryTile : 0;
+    wc = p.value_term ? nc * kQueryTile : 0;
     sb = p.scalar_table ? kKeyTile + kQueryTile : 0;  // band bias by distance
   }
+  int64_t gc, wc;
   int64_t sb;  // last: the scalar table's band row (ScalarBandBias)
-  int64_t Floats() const { return qt + st + gt + gsk + wt + oacc + stats + sb; }
+  int64_t Floats() const {
+    return qt + st + gt + gsk + wt + oacc + stats + gc + wc + sb;
+  }
 };
 
 // Per-thread scratch of the backward pass, in floats.
@@ -146,13 +179,20 @@ struct BackwardScratch {
     dqacc = kQueryTile * p.dk;                   // dQ_I before the 1/sqrt(dk)
     // D, lse (finite), P and dS column sums, four delta rows, two moved sums
     stats = 10 * kQueryTile;
+    // Distance rows: compact G^T, U^T, E and W slices by bucket.
+    const int64_t nc = CompactRows(p);
+    gc = p.VectorScore() ? nc * kQueryTile : 0;
+    uc = p.value_term ? nc * kQueryTile : 0;
+    ec = gc;
+    wc = uc;
     // The scalar table's band row and its per-distance dS sums.
     sb = p.scalar_table ? 2 * (kKeyTile + kQueryTile) : 0;
   }
+  int64_t gc, uc, ec, wc;
   int64_t sb;  // last
   int64_t Floats() const {
     return qt + dot + st + dpt + gt + ut + gsk + usk + et + wt + dqacc + stats +
-           sb;
+           gc + uc + ec + wc + sb;
   }
 };
 
@@ -173,6 +213,8 @@ struct HeadData {
   // backward, may be null) this thread's dbias accumulator for head h.
   const float* bias = nullptr;
   float* dbias = nullptr;
+  // The scalar table and distance rows (T5 buckets) read the bucket of a
+  // distance here (DistanceBuckets).
   const int64_t* dist_bucket = nullptr;  // DistanceBuckets::bucket
   int64_t r_lo = 0, r_hi = 0;            // DistanceBuckets::r_lo / r_hi
   // Position query bias (p.position_query_bias): row h of pb [H, dk], and
@@ -181,11 +223,12 @@ struct HeadData {
   float* dpb = nullptr;
 };
 
-// The bucket of every distance a scalar-table problem needs: the problem's
-// distances [-(Nq - 1) - off, Nk - 1 - off] clamped to the bucket map's
-// reach (beyond it a side's bucket is constant), so distance r uses
-// bucket[clamp(r, r_lo, r_hi) - r_lo]. At most min(nb, Nq + Nk - 1)
-// entries, computed once per call (T5's map takes a logarithm).
+// The bucket of every distance a scalar-table or distance-row problem
+// needs: the problem's distances [-(Nq - 1) - off, Nk - 1 - off] clamped to
+// the bucket map's reach (beyond it a side's bucket is constant), so
+// distance r uses bucket[clamp(r, r_lo, r_hi) - r_lo]. At most
+// min(left + right + 1, Nq + Nk - 1) entries, computed once per call (T5's
+// map takes a logarithm).
 struct DistanceBuckets {
   int64_t r_lo = 0, r_hi = 0;
   std::vector<int64_t> bucket;
@@ -197,7 +240,7 @@ inline DistanceBuckets MakeDistanceBuckets(const AttentionProblem& p) {
     left = p.buckets.clip.left;
     right = p.buckets.clip.right;
   } else if (p.buckets.kind == BucketKind::kT5) {
-    left = right = T5BucketReach(p.buckets.t5);
+    left = right = p.t5_reach;
   }
   DistanceBuckets db;
   const int64_t d_min = -(std::max<int64_t>(p.q_len, 1) - 1) - p.query_offset;
