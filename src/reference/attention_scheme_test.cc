@@ -471,24 +471,5 @@ INSTANTIATE_TEST_SUITE_P(Sweep, SchemeFloatTest,
                          testing::ValuesIn(SchemeSweepCases()),
                          [](const auto& info) { return info.param.name; });
 
-// Float calls of schemes the fused kernel lacks run the reference under
-// kAuto: identical to an explicit kReference call.
-TEST(SchemeDispatch, AutoRunsTheReferenceForUnsupportedSchemes) {
-  for (const AttentionCase& c : SchemeCases()) {
-    SCOPED_TRACE(c.Describe());
-    const AttentionData<float> d =
-        CastData<float>(MakeRandomData<double>(c, 14));
-    // Schemes the kernel runs (ALiBi, ...) are compared with the reference
-    // in src/kernels/fused_attention_test.cc.
-    if (MakeAttentionProblem<float>(d.Inputs(), {}, {}, c.options)
-            .FusedSupported())
-      continue;
-    AttentionOptions ref = c.options;
-    ref.path = AttentionPath::kReference;
-    ExpectEqualRuns(ForwardBackward<float>(d, c.options),
-                    ForwardBackward<float>(d, ref), true);
-  }
-}
-
 }  // namespace
 }  // namespace relpos
