@@ -183,9 +183,11 @@ void AppendFilePrefix(const std::string& path, int64_t budget, std::string& out,
   out.resize(start + std::min<size_t>(done, static_cast<size_t>(budget)));
 }
 
+// "4500 bytes", "10.71 MiB".
 std::string MiB(int64_t bytes) {
+  if (bytes < (int64_t{1} << 20)) return std::to_string(bytes) + " bytes";
   std::ostringstream os;
-  os.precision(bytes < (int64_t{10} << 20) ? 2 : 1);
+  os.precision(2);
   os << std::fixed << static_cast<double>(bytes) / (1 << 20) << " MiB";
   return os.str();
 }
@@ -318,35 +320,39 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
     if (n_held == 0) held.front() = true;
     if (n_held == files.size()) held.back() = false;
   }
+  if (files.size() == 1) held.front() = false;  // split by position below
 
+  // The cap is shared 90 / 10 by the splits, so that a capped corpus keeps
+  // a held-out split of its usual share. Each split takes files in hash
+  // order until its share is full (its last file may be cut short).
   CorpusStats stats;
   stats.files_matched = static_cast<int64_t>(files.size());
   std::string train, held_out;
-  int64_t kept = 0;
+  int64_t budget[2] = {options.max_bytes - options.max_bytes / 10,
+                       options.max_bytes / 10};  // train, held-out
+  if (files.size() == 1) budget[0] = options.max_bytes;
   for (size_t i = 0; i < files.size(); ++i) {
-    if (kept >= options.max_bytes) {
-      stats.files_not_read = static_cast<int64_t>(files.size() - i);
-      break;
+    const int split = held[i] ? 1 : 0;
+    if (budget[split] == 0) {
+      ++stats.files_not_read;
+      continue;
     }
-    std::string& dest = held[i] ? held_out : train;
+    std::string& dest = split ? held_out : train;
     const size_t start = dest.size();
     bool whole = false;
     AppendFilePrefix((fs::path(path) / files[i].relative).string(),
-                     options.max_bytes - kept, dest, &whole);
+                     budget[split], dest, &whole);
     if (std::memchr(dest.data() + start, '\0', dest.size() - start)) {
       dest.resize(start);
       ++stats.skipped_binary;
       continue;
     }
-    kept += static_cast<int64_t>(dest.size() - start);
+    budget[split] -= static_cast<int64_t>(dest.size() - start);
     ++stats.files_read;
-    ++(held[i] ? stats.held_out_files : stats.train_files);
-    if (!whole) {
-      stats.truncated = true;
-      stats.files_not_read = static_cast<int64_t>(files.size() - i - 1);
-      break;
-    }
+    ++(split ? stats.held_out_files : stats.train_files);
+    if (!whole) stats.truncated = true;
   }
+  const int64_t kept = static_cast<int64_t>(train.size() + held_out.size());
   std::ostringstream source;
   source << path << " (" << options.pattern << "): " << stats.files_read
          << " of " << stats.files_matched << " matching files, "

@@ -54,9 +54,12 @@ class TextCorpus {
 
   // A file or a directory (walked recursively; symbolic links to files are
   // read, links to directories are not followed, so link loops cannot
-  // recur). Files are read in the order of their path hash until
-  // options.max_bytes bytes are kept, so a capped corpus is a spread sample
-  // of the tree, the same on every machine. Files holding a NUL byte are
+  // recur). Files are read in the order of their path hash; the cap
+  // options.max_bytes is shared 90 / 10 by the training and held-out splits,
+  // and each split stops taking files once its share is full (its last file
+  // cut short), so a capped corpus is a spread sample of the tree, the same
+  // on every machine. Memory: the kept bytes, about twice while the splits
+  // are joined, plus the list of file names. Files holding a NUL byte are
   // binary: skipped in a directory (and counted in stats()), refused as a
   // single file. Errors: IoError for a missing path or an unreadable file or
   // directory (naming it); FormatError for a directory with no file, no file
