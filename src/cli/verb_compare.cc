@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 
 // The default grid (docs/results.md has its timing): sized so that it ends
 // within 15 minutes on 2 cores with every scheme; --quick within 3.
-constexpr const char* kDefaultTasks = "local_difference,cycle_navigation";
+constexpr const char* kDefaultTasks = "local_difference,bucket_sort";
 constexpr const char* kDefaultSteps = "1000";
 constexpr const char* kDefaultSeeds = "3";
 constexpr const char* kQuickTasks = "local_difference";
@@ -129,8 +129,25 @@ void PrintTable(const CompareResult& r, std::ostream& out) {
           << "\n";
     }
   }
+  // Every evaluated length (the plot's points), means over seeds.
+  for (const CompareTask& t : r.tasks) {
+    out << "\n" << t.task << ", " << t.metric << " by length (mean over seeds):\n"
+        << Pad("position", 12, true);
+    for (int64_t n : t.lengths) out << Pad(std::to_string(n), 8);
+    out << "\n";
+    for (const CompareRow& row : r.rows) {
+      if (row.task != t.task) continue;
+      out << Pad(row.position, 12, true);
+      for (const SeedStats& s : row.by_length) out << Pad(Fixed(s.mean, 3), 8);
+      out << "\n";
+    }
+  }
+  int64_t reused = 0;
+  for (const CompareCell& c : r.cells) reused += c.reused;
   out << "\nmean over seeds [min,max]; " << r.cells.size() << " of "
-      << r.cells_planned << " cells"
+      << r.cells_planned << " cells";
+  if (reused > 0) out << " (" << reused << " reused from compare.json)";
+  out
       << (r.interrupted ? " (interrupted)" : "") << ", "
       << FormatDuration(r.seconds) << "\n";
 }
@@ -219,10 +236,17 @@ void RunCompareVerb(CompareFlags& f, std::ostream& out) {
   defaults.SetDefault("train", "lr", "2e-3");
   defaults.SetDefault("train", "checkpoint_every", "0");
   CompareSpec spec;
-  spec.base = f.exp.Build(defaults);
   spec.tasks = SplitList(f.tasks.empty() ? (f.quick ? kQuickTasks
                                                     : kDefaultTasks)
                                          : f.tasks);
+  // The base config is resolved as one of the grid's tasks: lm if listed
+  // (so that the corpus flags are accepted), else the first.
+  const bool has_lm =
+      std::find(spec.tasks.begin(), spec.tasks.end(), "lm") != spec.tasks.end();
+  RELPOS_CLI_CHECK(!spec.tasks.empty() && !spec.tasks.front().empty(),
+                   "--tasks must name at least one task");
+  defaults.SetDefault("train", "task", has_lm ? "lm" : spec.tasks.front());
+  spec.base = RunWithFlagNames([&] { return f.exp.Build(defaults); });
   spec.positions = f.positions.empty() ? PositionSchemeNames()
                                        : SplitList(f.positions);
   spec.seeds = ParseSeeds(f.seeds.empty()
