@@ -428,7 +428,7 @@ CompareResult RunCompare(const CompareSpec& spec,
                           p.position + " seed " + std::to_string(p.seed);
       to.stop_flag = options.stop_flag;
       const TrainSummary summary = training.Run(to);
-      if (summary.interrupted || stopped()) {
+      if (!summary.completed) {  // stopped mid-training: drop the cell
         result.interrupted = true;
         break;
       }
