@@ -13,6 +13,7 @@
 // Link relpos::api for these (include/relpos/ is one API; the attention op
 // alone needs only relpos::relpos).
 #include "relpos/bench.h"
+#include "relpos/compare.h"
 #include "relpos/config.h"
 #include "relpos/files.h"
 #include "relpos/generate.h"

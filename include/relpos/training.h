@@ -101,6 +101,9 @@ struct LengthMetrics {
   double token_accuracy = 0;     // correct / scored positions
   double sequence_accuracy = 0;  // sequences with every scored position right
   double loss = 0;               // mean cross-entropy (nats) per scored token
+  // loss / ln 2: mean bits per scored token; for lm (one token per byte)
+  // the held-out bits per byte.
+  double bits_per_token = 0;
   int64_t tokens = 0, sequences = 0;
 };
 
@@ -118,6 +121,9 @@ void CheckEvalLengths(const ExperimentConfig& config,
 struct DataInfo {
   std::string name;    // the task, or "lm"
   std::string metric;  // what the accuracy counts
+  // The task's name, or for lm the corpus: its path and what was read
+  // (files, bytes, split sizes, skipped binary files, the cap).
+  std::string source;
   int64_t vocab_size = 0, min_length = 0, max_length = 0;
 };
 DataInfo DescribeData(const ExperimentConfig& config);

@@ -127,6 +127,7 @@ DataInfo DescribeData(const ExperimentConfig& config) {
   const std::unique_ptr<train::DataSource> data = DataOf(config);
   return {.name = data->name(),
           .metric = data->metric_description(),
+          .source = data->source_description(),
           .vocab_size = data->vocab_size(),
           .min_length = data->min_length(),
           .max_length = data->max_length()};

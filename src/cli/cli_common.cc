@@ -46,6 +46,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
   AddEvalVerb(app, out);
   AddDemoVerb(app, out);
   AddSweepVerb(app, out);
+  AddCompareVerb(app, out);
   AddSettingsVerb(app, out);
   AddGenerateVerb(app, out);
   AddInspectVerb(app, out);

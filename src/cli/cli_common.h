@@ -41,6 +41,7 @@ void AddTrainVerb(CLI::App& app, std::ostream& out);
 void AddEvalVerb(CLI::App& app, std::ostream& out);
 void AddDemoVerb(CLI::App& app, std::ostream& out);
 void AddSweepVerb(CLI::App& app, std::ostream& out);
+void AddCompareVerb(CLI::App& app, std::ostream& out);
 void AddSettingsVerb(CLI::App& app, std::ostream& out);
 void AddGenerateVerb(CLI::App& app, std::ostream& out);
 void AddInspectVerb(CLI::App& app, std::ostream& out);

@@ -40,17 +40,20 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
                                              .mode = f.progress,
                                              .label = "eval"}});
       });
-  const std::string metric = DescribeData(c).metric;
+  const DataInfo data = DescribeData(c);
+  const std::string& metric = data.metric;
   const int64_t train_max = std::stoll(c.Get("train", "train_max_length"));
   if (f.json) {
     nlohmann::ordered_json acc = nlohmann::ordered_json::object(),
                            seq = nlohmann::ordered_json::object(),
-                           loss = nlohmann::ordered_json::object();
+                           loss = nlohmann::ordered_json::object(),
+                           bits = nlohmann::ordered_json::object();
     for (const auto& r : results) {
       const std::string key = std::to_string(r.length);
       acc[key] = r.token_accuracy;
       seq[key] = r.sequence_accuracy;
       loss[key] = r.loss;
+      bits[key] = r.bits_per_token;
     }
     nlohmann::ordered_json j = {
         {"checkpoint", f.dir},
@@ -66,6 +69,8 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
         {"accuracy_by_length", acc},
         {"sequence_accuracy_by_length", seq},
         {"loss_by_length", loss},
+        // Bits per token; for lm, bits per byte of held-out text.
+        {"bits_by_length", bits},
     };
     out << j.dump() << "\n";
     return;
@@ -73,16 +78,20 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
   out << "checkpoint " << f.dir << ": task " << c.Get("train", "task")
       << ", position " << PositionLabel(c) << ", step " << model.step()
       << ", trained on lengths " << c.Get("train", "--train-lengths") << "\n"
+      << "data: " << data.source << "\n"
       << "metric: " << metric << ", " << f.sequences
       << " sequences per length\n";
-  out << "length  tokens  accuracy  seq_accuracy    loss\n";
+  // Bits per token: for lm (a token is a byte) the held-out bits per byte.
+  const bool lm = c.Get("train", "task") == "lm";
+  out << "length  tokens  accuracy  seq_accuracy    loss  "
+      << (lm ? "bits/byte" : "bits/token") << "\n";
   for (const auto& r : results) {
-    char line[128];
+    char line[160];
     std::snprintf(
-        line, sizeof line, "%6lld  %6lld  %8.4f  %12.4f  %6.4f%s\n",
+        line, sizeof line, "%6lld  %6lld  %8.4f  %12.4f  %6.4f  %9.4f%s\n",
         static_cast<long long>(r.length),
         static_cast<long long>(r.sequence_length), r.token_accuracy,
-        r.sequence_accuracy, r.loss,
+        r.sequence_accuracy, r.loss, r.bits_per_token,
         r.length > train_max ? "  (longer than trained)" : "");
     out << line;
   }

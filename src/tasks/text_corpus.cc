@@ -1,9 +1,20 @@
 // Byte-level LM data and relpos's own synthetic text.
 #include "tasks/text_corpus.h"
 
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <string_view>
+#include <system_error>
+#include <vector>
 
 #include "core/check.h"
 #include "io/file_io.h"
@@ -118,10 +129,277 @@ class TextGenerator {
   std::string_view favourite_;
 };
 
+// Closes a file descriptor on scope exit.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Appends at most `budget` bytes of the regular file at `path` to `out`;
+// sets *whole to whether the file ended within the budget. IoError naming
+// the path if it cannot be opened or read or is not a regular file.
+void AppendFilePrefix(const std::string& path, int64_t budget, std::string& out,
+                      bool* whole) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    RELPOS_THROW(IoError, "text corpus: cannot open '"
+                              << path << "': " << std::strerror(err));
+  }
+  ScopedFd file(fd);
+  struct stat st {};
+  if (::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    RELPOS_THROW(IoError,
+                 "text corpus: '" << path << "' is not a readable regular file");
+  }
+  const size_t start = out.size();
+  // Reads one byte past the budget, to know whether the file ends there.
+  const int64_t want = std::min<int64_t>(st.st_size, budget) + 1;
+  out.resize(start + static_cast<size_t>(want));
+  size_t done = 0;
+  while (done < static_cast<size_t>(want)) {
+    const ssize_t n =
+        ::read(file.get(), out.data() + start + done, want - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      out.resize(start);
+      RELPOS_THROW(IoError, "text corpus: cannot read '"
+                                << path << "': " << std::strerror(err));
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  *whole = static_cast<int64_t>(done) <= budget;
+  out.resize(start + std::min<size_t>(done, static_cast<size_t>(budget)));
+}
+
+// "4500 bytes", "10.71 MiB".
+std::string MiB(int64_t bytes) {
+  if (bytes < (int64_t{1} << 20)) return std::to_string(bytes) + " bytes";
+  std::ostringstream os;
+  os.precision(2);
+  os << std::fixed << static_cast<double>(bytes) / (1 << 20) << " MiB";
+  return os.str();
+}
+
+void CheckOptions(const CorpusOptions& options) {
+  RELPOS_CHECK_ARG(options.max_bytes >= TextCorpus::kMinBytes &&
+                       options.max_bytes <= TextCorpus::kMaxFileBytes,
+                   "corpus_max_bytes must be in [" << TextCorpus::kMinBytes
+                                                   << ", 2^30] (got "
+                                                   << options.max_bytes << ")");
+  RELPOS_CHECK_ARG(!options.pattern.empty() &&
+                       options.pattern.find('/') == std::string::npos,
+                   "corpus_pattern must be a non-empty file-name glob without "
+                   "'/' (got '"
+                       << options.pattern << "')");
+}
+
 }  // namespace
+
+uint64_t TextCorpus::PathHash(std::string_view relative_path) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64 offset basis
+  for (const char c : relative_path) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ULL;  // FNV-1a 64 prime
+  }
+  return h;
+}
 
 TextCorpus TextCorpus::FromFile(const std::string& path) {
   return FromBytes(io::ReadFileBounded(path, kMaxFileBytes), path);
+}
+
+TextCorpus TextCorpus::FromPath(const std::string& path,
+                                const CorpusOptions& options) {
+  CheckOptions(options);
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) {
+    RELPOS_THROW(IoError, "text corpus: cannot open '"
+                              << path << "': "
+                              << (ec ? ec.message() : "no such file"));
+  }
+  if (std::filesystem::is_directory(st)) return FromDirectory(path, options);
+  std::string bytes;
+  bool whole = false;
+  AppendFilePrefix(path, options.max_bytes, bytes, &whole);
+  if (bytes.find('\0') != std::string::npos) {
+    RELPOS_THROW(FormatError,
+                 "text corpus: '" << path
+                                  << "' holds NUL bytes: a binary file, not "
+                                     "text (directories skip such files)");
+  }
+  std::string source = path;
+  if (!whole) {
+    source += " (first " + std::to_string(bytes.size()) +
+              " bytes: corpus_max_bytes reached)";
+  }
+  TextCorpus corpus = FromBytes(std::move(bytes), source);
+  corpus.stats_.files_matched = corpus.stats_.files_read = 1;
+  corpus.stats_.truncated = !whole;
+  return corpus;
+}
+
+TextCorpus TextCorpus::FromDirectory(const std::string& path,
+                                     const CorpusOptions& options) {
+  namespace fs = std::filesystem;
+  struct Entry {
+    uint64_t hash;
+    std::string relative;  // '/'-separated
+  };
+  std::vector<Entry> files;
+  int64_t seen = 0;
+  std::error_code ec;
+  // Not following directory links: a link loop cannot recur. An unreadable
+  // directory is an error (skip_permission_denied is not set).
+  fs::recursive_directory_iterator it(path, fs::directory_options::none, ec);
+  if (ec) {
+    RELPOS_THROW(IoError, "text corpus: cannot list directory '"
+                              << path << "': " << ec.message());
+  }
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    const fs::directory_entry& e = *it;
+    std::error_code type_ec;
+    // Directories are walked by the iterator; links to them are skipped.
+    if (e.is_directory(type_ec)) continue;
+    // Regular files and links to them; a broken link counts as a file
+    // (reading it then names it). Devices, sockets, FIFOs are not text.
+    const bool dangling = e.is_symlink(type_ec) && !fs::exists(e.path(), type_ec);
+    if (!dangling && !e.is_regular_file(type_ec)) continue;
+    ++seen;
+    RELPOS_CHECK_ARG(seen <= kMaxFiles,
+                     "text corpus: directory '" << path << "' holds more than "
+                                                << kMaxFiles
+                                                << " files; point --corpus at "
+                                                   "a smaller tree");
+    const std::string name = e.path().filename().string();
+    if (::fnmatch(options.pattern.c_str(), name.c_str(), 0) != 0) continue;
+    std::string rel = e.path().lexically_relative(path).generic_string();
+    files.push_back({PathHash(rel), std::move(rel)});
+  }
+  if (ec) {
+    RELPOS_THROW(IoError, "text corpus: cannot walk directory '"
+                              << path << "': " << ec.message());
+  }
+  if (seen == 0) {
+    RELPOS_THROW(FormatError,
+                 "text corpus: directory '" << path << "' holds no files");
+  }
+  if (files.empty()) {
+    RELPOS_THROW(FormatError, "text corpus: no file under '"
+                                  << path << "' matches corpus_pattern '"
+                                  << options.pattern << "' (" << seen
+                                  << " files seen)");
+  }
+  // Read in hash order (a spread sample when capped); ties by path.
+  std::sort(files.begin(), files.end(), [](const Entry& a, const Entry& b) {
+    return a.hash != b.hash ? a.hash < b.hash : a.relative < b.relative;
+  });
+  // The split: hash % 10 == 0 is held out. If no file is, the one with the
+  // smallest hash (read first) is; if every file is, the one with the
+  // largest hash trains.
+  std::vector<bool> held(files.size());
+  size_t n_held = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    held[i] = HeldOutByHash(files[i].hash);
+    n_held += held[i];
+  }
+  if (files.size() >= 2) {
+    if (n_held == 0) held.front() = true;
+    if (n_held == files.size()) held.back() = false;
+  }
+  if (files.size() == 1) held.front() = false;  // split by position below
+
+  // The cap is shared 90 / 10 by the splits, so that a capped corpus keeps
+  // a held-out split of its usual share. Each split takes files in hash
+  // order until its share is full (its last file may be cut short).
+  CorpusStats stats;
+  stats.files_matched = static_cast<int64_t>(files.size());
+  std::string train, held_out;
+  int64_t budget[2] = {options.max_bytes - options.max_bytes / 10,
+                       options.max_bytes / 10};  // train, held-out
+  if (files.size() == 1) budget[0] = options.max_bytes;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const int split = held[i] ? 1 : 0;
+    if (budget[split] == 0) {
+      ++stats.files_not_read;
+      continue;
+    }
+    std::string& dest = split ? held_out : train;
+    const size_t start = dest.size();
+    bool whole = false;
+    AppendFilePrefix((fs::path(path) / files[i].relative).string(),
+                     budget[split], dest, &whole);
+    if (std::memchr(dest.data() + start, '\0', dest.size() - start)) {
+      dest.resize(start);
+      ++stats.skipped_binary;
+      continue;
+    }
+    budget[split] -= static_cast<int64_t>(dest.size() - start);
+    ++stats.files_read;
+    ++(split ? stats.held_out_files : stats.train_files);
+    if (!whole) stats.truncated = true;
+  }
+  const int64_t kept = static_cast<int64_t>(train.size() + held_out.size());
+  std::ostringstream source;
+  source << path << " (" << options.pattern << "): " << stats.files_read
+         << " of " << stats.files_matched << " matching files, "
+         << MiB(kept) << "; train " << stats.train_files << " files "
+         << MiB(static_cast<int64_t>(train.size())) << ", held-out "
+         << stats.held_out_files << " files "
+         << MiB(static_cast<int64_t>(held_out.size()));
+  if (stats.skipped_binary > 0) {
+    source << "; skipped " << stats.skipped_binary << " binary";
+  }
+  if (stats.truncated || stats.files_not_read > 0) {
+    source << "; capped at corpus_max_bytes " << options.max_bytes << " ("
+           << stats.files_not_read << " files not read)";
+  }
+  if (stats.files_read == 0) {
+    RELPOS_THROW(FormatError, "text corpus: every one of the "
+                                  << stats.files_matched
+                                  << " files matching '" << options.pattern
+                                  << "' under '" << path
+                                  << "' holds NUL bytes (binary); none is text");
+  }
+  if (files.size() == 1 || stats.files_read == 1) {
+    // One text file: split it by position like a single file.
+    std::string bytes = train.empty() ? std::move(held_out) : std::move(train);
+    TextCorpus corpus = FromBytes(std::move(bytes), source.str());
+    corpus.stats_ = stats;
+    return corpus;
+  }
+  for (const auto& [split, size] :
+       {std::pair<const char*, size_t>{"training", train.size()},
+        std::pair<const char*, size_t>{"held-out", held_out.size()}}) {
+    if (static_cast<int64_t>(size) < kMinSplitBytes) {
+      RELPOS_THROW(FormatError,
+                   "text corpus: the " << split << " split of " << source.str()
+                                       << " holds " << size
+                                       << " bytes; it needs at least "
+                                       << kMinSplitBytes
+                                       << " (add files or raise "
+                                          "corpus_max_bytes)");
+    }
+  }
+  const int64_t train_size = static_cast<int64_t>(train.size());
+  train += held_out;
+  held_out = std::string();
+  TextCorpus corpus(std::move(train), source.str(), train_size);
+  corpus.stats_ = stats;
+  return corpus;
 }
 
 TextCorpus TextCorpus::FromBytes(std::string bytes, const std::string& source) {
@@ -131,7 +409,8 @@ TextCorpus TextCorpus::FromBytes(std::string bytes, const std::string& source) {
                         << " bytes (got " << bytes.size()
                         << "), so that the held-out split (last 10%) is usable");
   }
-  return TextCorpus(std::move(bytes), source);
+  const int64_t size = static_cast<int64_t>(bytes.size());
+  return TextCorpus(std::move(bytes), source, size - size / 10);
 }
 
 TextCorpus TextCorpus::Generated(uint64_t seed, int64_t bytes) {
@@ -147,10 +426,8 @@ TextCorpus TextCorpus::Generated(uint64_t seed, int64_t bytes) {
   text.resize(static_cast<size_t>(bytes));
   std::ostringstream source;
   source << "generated text (seed " << seed << ", " << bytes << " bytes)";
-  return TextCorpus(std::move(text), source.str());
+  return FromBytes(std::move(text), source.str());
 }
-
-int64_t TextCorpus::train_size() const { return size() - size() / 10; }
 
 int64_t TextCorpus::MaxSampleLength(bool held_out) const {
   return (held_out ? held_out_size() : train_size()) - 1;

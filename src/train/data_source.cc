@@ -52,6 +52,7 @@ class LmData final : public DataSource {
   std::string metric_description() const override {
     return "next-byte accuracy on held-out text";
   }
+  std::string source_description() const override { return corpus_.source(); }
 
  private:
   tasks::TextCorpus corpus_;
@@ -74,8 +75,9 @@ std::unique_ptr<DataSource> MakeDataSource(const DataConfig& config) {
                                                  << ", 2^30] (got "
                                                  << config.corpus_bytes << ")");
     if (!config.corpus_path.empty()) {
-      return std::make_unique<LmData>(
-          tasks::TextCorpus::FromFile(config.corpus_path));
+      return std::make_unique<LmData>(tasks::TextCorpus::FromPath(
+          config.corpus_path, {.pattern = config.corpus_pattern,
+                               .max_bytes = config.corpus_max_bytes}));
     }
     return std::make_unique<LmData>(
         tasks::TextCorpus::Generated(config.corpus_seed, config.corpus_bytes));

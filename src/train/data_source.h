@@ -24,9 +24,13 @@ inline constexpr const char* kLanguageModelTask = "lm";
 
 struct DataConfig {
   std::string task = "local_difference";  // a tasks::TaskNames() name or "lm"
-  // Task "lm" only: a text file; empty = relpos's generated text with
+  // Task "lm" only: a text file or a directory (walked recursively for files
+  // matching `corpus_pattern`, at most `corpus_max_bytes` read; see
+  // tasks::TextCorpus::FromPath); empty = relpos's generated text with
   // `corpus_seed` and `corpus_bytes`.
   std::string corpus_path;
+  std::string corpus_pattern = "*";
+  int64_t corpus_max_bytes = int64_t{64} << 20;
   uint64_t corpus_seed = 0;
   int64_t corpus_bytes = int64_t{1} << 20;
 };
@@ -56,6 +60,9 @@ class DataSource {
                                 Rng& rng) const = 0;
   // "per-token accuracy over output positions" or "next-byte accuracy".
   virtual std::string metric_description() const = 0;
+  // Where the examples come from: the task's name, or the corpus's summary
+  // (path, files read, split sizes).
+  virtual std::string source_description() const { return name(); }
 };
 
 // InvalidArgument for an unknown task; IoError/FormatError for a bad corpus.

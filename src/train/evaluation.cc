@@ -1,6 +1,7 @@
 #include "train/evaluation.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 #include "train/batching.h"
@@ -65,6 +66,7 @@ std::vector<LengthResult> EvaluateByLength(model::Transformer& model,
         static_cast<double>(metrics.correct_sequences) /
         static_cast<double>(std::max<int64_t>(metrics.sequences, 1));
     r.loss = metrics.loss_sum / tok;
+    r.bits_per_token = r.loss / std::log(2.0);
     results.push_back(r);
   }
   return results;

@@ -27,9 +27,20 @@ std::vector<Setting<TrainConfig>> MakeTrainSettings() {
                [](C& c) -> auto& { return c.data.task; }),
       io::WithDefaultNote(
           Field<C>("corpus_path", "--corpus",
-                   "Task lm: a text file (default: generated text)",
+                   "Task lm: a text file, or a directory walked recursively "
+                   "(held-out split by file; docs/tasks.md) (default: "
+                   "generated text)",
                    [](C& c) -> auto& { return c.data.corpus_path; }),
           "generated text"),
+      Field<C>("corpus_pattern", "--corpus-pattern",
+               "Task lm, directory corpus: glob on file names, e.g. '*.py'",
+               [](C& c) -> auto& { return c.data.corpus_pattern; }),
+      Field<C>("corpus_max_bytes", "--corpus-max-bytes",
+               "Task lm: most bytes read from --corpus (a larger file is "
+               "truncated; a directory stops reading files)",
+               [](C& c) -> auto& { return c.data.corpus_max_bytes; },
+               Range{static_cast<double>(tasks::TextCorpus::kMinBytes),
+                     double(int64_t{1} << 30)}),
       Field<C>("corpus_seed", "--corpus-seed",
                "Task lm: seed of the generated text",
                [](C& c) -> auto& { return c.data.corpus_seed; }),
