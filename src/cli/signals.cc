@@ -2,6 +2,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace relpos::cli {
 namespace {
 
@@ -16,12 +19,28 @@ extern "C" void OnStopSignal(int sig) {
 
 }  // namespace
 
+// The handler runs on its own stack: the signal frame must not be pushed
+// onto the interrupted code's stack, where JIT-compiled kernels (oneDNN's
+// sgemm) may keep data below the stack pointer.
+void UseAlternateSignalStack() {
+  static thread_local std::vector<char> stack;
+  if (!stack.empty()) return;
+  stack.resize(std::max<size_t>(SIGSTKSZ, 64 * 1024));
+  stack_t ss {};
+  ss.ss_sp = stack.data();
+  ss.ss_size = stack.size();
+  ss.ss_flags = 0;
+  sigaltstack(&ss, nullptr);
+}
+
 ScopedStopSignals::ScopedStopSignals() {
   g_stop_signal = 0;
+  UseAlternateSignalStack();
   struct sigaction sa {};
   sa.sa_handler = OnStopSignal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;  // one-shot: a second Ctrl-C kills at once
+  // One-shot: a second Ctrl-C kills at once.
+  sa.sa_flags = SA_RESETHAND | SA_ONSTACK;
   sigaction(SIGINT, &sa, &old_int_);
   sigaction(SIGTERM, &sa, &old_term_);
 }
