@@ -17,11 +17,12 @@ extern "C" void OnStopSignal(int sig) {
   std::signal(sig == SIGINT ? SIGTERM : SIGINT, SIG_DFL);
 }
 
-}  // namespace
-
-// The handler runs on its own stack: the signal frame must not be pushed
-// onto the interrupted code's stack, where JIT-compiled kernels (oneDNN's
-// sgemm) may keep data below the stack pointer.
+// The handler runs on its own stack (per thread: the one that installs the
+// handlers, which is the one that trains when threads = 1), so the signal
+// frame is not pushed onto the interrupted code's stack. Without it, SIGTERM
+// during oneDNN's JIT sgemm sometimes corrupted the heap (glibc: "corrupted
+// size vs. prev_size"); presumably the JIT code keeps data below its stack
+// pointer, where the operating system would otherwise write the frame.
 void UseAlternateSignalStack() {
   static thread_local std::vector<char> stack;
   if (!stack.empty()) return;
@@ -32,6 +33,8 @@ void UseAlternateSignalStack() {
   ss.ss_flags = 0;
   sigaltstack(&ss, nullptr);
 }
+
+}  // namespace
 
 ScopedStopSignals::ScopedStopSignals() {
   g_stop_signal = 0;
