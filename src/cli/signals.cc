@@ -2,6 +2,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace relpos::cli {
 namespace {
 
@@ -14,14 +17,33 @@ extern "C" void OnStopSignal(int sig) {
   std::signal(sig == SIGINT ? SIGTERM : SIGINT, SIG_DFL);
 }
 
+// The handler runs on its own stack (per thread: the one that installs the
+// handlers, which is the one that trains when threads = 1), so the signal
+// frame is not pushed onto the interrupted code's stack. Without it, SIGTERM
+// during oneDNN's JIT sgemm sometimes corrupted the heap (glibc: "corrupted
+// size vs. prev_size"); presumably the JIT code keeps data below its stack
+// pointer, where the operating system would otherwise write the frame.
+void UseAlternateSignalStack() {
+  static thread_local std::vector<char> stack;
+  if (!stack.empty()) return;
+  stack.resize(std::max<size_t>(SIGSTKSZ, 64 * 1024));
+  stack_t ss {};
+  ss.ss_sp = stack.data();
+  ss.ss_size = stack.size();
+  ss.ss_flags = 0;
+  sigaltstack(&ss, nullptr);
+}
+
 }  // namespace
 
 ScopedStopSignals::ScopedStopSignals() {
   g_stop_signal = 0;
+  UseAlternateSignalStack();
   struct sigaction sa {};
   sa.sa_handler = OnStopSignal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;  // one-shot: a second Ctrl-C kills at once
+  // One-shot: a second Ctrl-C kills at once.
+  sa.sa_flags = SA_RESETHAND | SA_ONSTACK;
   sigaction(SIGINT, &sa, &old_int_);
   sigaction(SIGTERM, &sa, &old_term_);
 }

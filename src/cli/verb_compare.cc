@@ -5,6 +5,7 @@
 // compare.json and compare.svg (one panel per task) into --out
 // (docs/results.md).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -273,12 +274,32 @@ void RunCompareVerb(CompareFlags& f, std::ostream& out) {
   options.out_dir = f.out;
   options.progress = {.out = &std::cerr, .mode = f.exp.progress()};
   options.stop_flag = signals.flag();
-  options.on_cell = [](const CompareCell& c, int64_t done, int64_t total) {
+  // One line per finished cell, with the grid's time so far and a rough
+  // estimate of what is left (the mean time of the cells trained so far).
+  const auto start = std::chrono::steady_clock::now();
+  auto trained = std::make_shared<int64_t>(0);
+  auto trained_seconds = std::make_shared<double>(0);
+  options.on_cell = [start, trained, trained_seconds](
+                        const CompareCell& c, int64_t done, int64_t total) {
+    const double elapsed = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+    if (!c.reused) {
+      ++*trained;
+      *trained_seconds += c.train_seconds + c.eval_seconds;
+    }
     std::cerr << "compare: [" << done << "/" << total << "] " << c.task << " "
               << c.position << " seed " << c.seed
               << (c.reused ? ": reused from compare.json"
                            : ": trained in " + FormatDuration(c.train_seconds))
-              << "\n";
+              << " (elapsed " << FormatDuration(elapsed);
+    if (*trained > 0 && done < total) {
+      std::cerr << ", about "
+                << FormatDuration(*trained_seconds / *trained *
+                                  static_cast<double>(total - done))
+                << " left";
+    }
+    std::cerr << ")\n";
   };
   const CompareResult r = RunWithFlagNames([&] {
     return RunCompare(spec, options);
