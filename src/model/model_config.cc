@@ -257,6 +257,23 @@ void Validate(const ModelConfig& c) {
   const double d = static_cast<double>(c.d_model);
   const double dh = d / static_cast<double>(c.heads);
   const int64_t dh_int = c.d_model / c.heads;
+  // Shaw's switches mean nothing to the other schemes: refuse them there
+  // rather than ignore them silently.
+  if (!HasShawTables(c.position)) {
+    RELPOS_CHECK_ARG(!c.per_head_tables,
+                     "model config field 'per_head_tables' applies to Shaw's "
+                     "tables (shaw, shaw-asym, shaw-log); position '"
+                         << ToString(c.position) << "' has none (got true)");
+    RELPOS_CHECK_ARG(c.key_term && c.value_term,
+                     "model config fields 'key_term' / 'value_term' (terms) "
+                     "apply to Shaw's tables (shaw, shaw-asym, shaw-log); "
+                     "position '"
+                         << ToString(c.position)
+                         << "' has none (got key_term = "
+                         << (c.key_term ? "true" : "false")
+                         << ", value_term = "
+                         << (c.value_term ? "true" : "false") << ")");
+  }
   if (c.position == PositionScheme::kRope) {
     RELPOS_CHECK_ARG(dh_int % 2 == 0,
                      "model config position 'rope' needs an even head width "

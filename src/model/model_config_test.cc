@@ -20,7 +20,7 @@ ModelConfig NonDefault() {
   c.layers = 5;
   c.d_ff = 333;
   c.max_len = 777;
-  c.position = PositionScheme::kLearned;
+  c.position = PositionScheme::kShawAsym;  // Shaw's switches apply to it
   c.max_distance = 7;
   c.key_term = false;
   c.value_term = true;
@@ -65,7 +65,7 @@ TEST(ModelConfigTest, JsonRoundTripThroughText) {
   const ModelConfig c = NonDefault();
   const std::string text = ToJson(c).dump();
   ExpectEqual(ModelConfigFromJson(nlohmann::json::parse(text)), c);
-  EXPECT_EQ(ToJson(c)["position"], "learned");
+  EXPECT_EQ(ToJson(c)["position"], "shaw-asym");
   EXPECT_EQ(ToJson(c)["arch"], "decoder");
   EXPECT_EQ(ToJson(c)["rope_layout"], "interleaved");
 }
@@ -176,8 +176,20 @@ TEST(ModelConfigTest, BadValuesNameTheField) {
     nlohmann::json j = base;
     j["position"] = position;
     j["arch"] = arch;
+    j["key_term"] = j["value_term"] = true;  // Shaw's switches at defaults
+    j["per_head_tables"] = false;
     return j;
   };
+  // Shaw's switches are refused, not ignored, by the other schemes.
+  for (const char* p : {"none", "sinusoidal", "learned", "t5", "alibi",
+                        "rope", "xl"}) {
+    nlohmann::json j = scheme(p, "decoder");
+    j["per_head_tables"] = true;
+    ExpectRejected<InvalidArgument>(j, {"per_head_tables", p});
+    j = scheme(p, "decoder");
+    j["value_term"] = false;
+    ExpectRejected<InvalidArgument>(j, {"value_term", p});
+  }
   nlohmann::json t5 = scheme("t5", "encoder");
   t5["num_buckets"] = 3;  // bidirectional needs 4
   ExpectRejected<InvalidArgument>(t5, {"num_buckets", "3", "4"});

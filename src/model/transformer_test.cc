@@ -401,7 +401,8 @@ TEST(TransformerTest, DecayIsDeclaredPerParameter) {
   };
   for (const SchemeCase& sc : SchemeCases()) {
     ModelConfig c = ConfigFor(sc);
-    c.per_head_tables = !c.per_head_tables;  // both table layouts overall
+    // Both table layouts overall, where the scheme has Shaw's tables.
+    if (HasShawTables(c.position)) c.per_head_tables = !c.per_head_tables;
     Transformer m(c);
     for (const Parameter& p : m.parameters()) {
       EXPECT_EQ(p.decay, name_rule(p)) << sc.name << " " << p.name;
