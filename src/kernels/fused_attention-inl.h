@@ -697,16 +697,18 @@ HWY_INLINE bool AlibiInLoop(const AttentionProblem& p,
 // walked down the key rows jj = 0, 1, ... of an AlibiInLoop tile pair: Apply
 // returns x - m |r| and steps to the next key row. Exact integers in float,
 // so the result is bit for bit AddAlibi's.
+// `step` > 1 walks every step-th row (several cursors side by side, so that
+// no row waits on the previous row's add).
 struct AlibiCursor {
-  VF r, m, one;
-  AlibiCursor(DF d, int64_t rel0, int64_t c0, float slope)
+  VF r, m, step;
+  AlibiCursor(DF d, int64_t rel0, int64_t c0, float slope, float row_step = 1)
       : r(hn::Sub(hn::Set(d, static_cast<float>(rel0)),
                   hn::Iota(d, static_cast<float>(c0)))),
         m(hn::Set(d, slope)),
-        one(hn::Set(d, 1.0f)) {}
+        step(hn::Set(d, row_step)) {}
   HWY_INLINE VF Apply(VF x) {
     const VF y = hn::NegMulAdd(m, hn::Abs(r), x);
-    r = hn::Add(r, one);
+    r = hn::Add(r, step);
     return y;
   }
 };
@@ -1055,13 +1057,30 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
           g_base ? hn::LoadU(d, g_base + c0) : hn::Zero(d), v_const);
       VF tile_max = v_neg_inf;
       if (alibi_loop) {  // s -= m |r|, stored for the exponent pass
-        AlibiCursor alibi(d, rel0, c0, hd.alibi_slope);
-        for (int64_t jj = 0; jj < kn; ++jj) {
-          float* s = st + jj * kLd + c0;
-          const VF x = alibi.Apply(hn::LoadU(d, s));
-          hn::StoreU(x, d, s);
-          tile_max = hn::Max(tile_max, x);
+        // Even and odd key rows on their own cursor and running maximum, so
+        // neither the distance's add nor the maximum waits on the previous
+        // row (the maximum is exact, so the order does not matter).
+        AlibiCursor even(d, rel0, c0, hd.alibi_slope, 2.0f);
+        AlibiCursor odd(d, rel0 + 1, c0, hd.alibi_slope, 2.0f);
+        VF odd_max = v_neg_inf;
+        int64_t jj = 0;
+        for (; jj + 1 < kn; jj += 2) {
+          float* s0 = st + jj * kLd + c0;
+          float* s1 = s0 + kLd;
+          const VF x0 = even.Apply(hn::LoadU(d, s0));
+          const VF x1 = odd.Apply(hn::LoadU(d, s1));
+          hn::StoreU(x0, d, s0);
+          hn::StoreU(x1, d, s1);
+          tile_max = hn::Max(tile_max, x0);
+          odd_max = hn::Max(odd_max, x1);
         }
+        if (jj < kn) {
+          float* s0 = st + jj * kLd + c0;
+          const VF x0 = even.Apply(hn::LoadU(d, s0));
+          hn::StoreU(x0, d, s0);
+          tile_max = hn::Max(tile_max, x0);
+        }
+        tile_max = hn::Max(tile_max, odd_max);
       } else {
         for (int64_t jj = 0; jj < kn; ++jj) {
           tile_max = hn::Max(tile_max, hn::LoadU(d, st + jj * kLd + c0));
