@@ -31,6 +31,18 @@ struct MhaCase {
 
 void PrintTo(const MhaCase& c, std::ostream* os) { *os << c.name; }
 
+// The attention options a case describes.
+AttentionOptions OptionsFor(const MhaCase& tc) {
+  AttentionOptions o;
+  o.max_distance = tc.max_distance;
+  o.key_term = tc.key_term;
+  o.value_term = tc.value_term;
+  o.per_head_tables = tc.per_head;
+  o.causal = tc.causal;
+  o.key_lengths = tc.lengths;
+  return o;
+}
+
 // Awkward sizes: N = 5 (odd), k = 2 < N so both far buckets are used, one
 // fully padded sequence (length 0: rows see no key and must output zeros).
 std::vector<MhaCase> Cases() {
@@ -53,13 +65,7 @@ TEST_P(MhaGradTest, GradientsMatchFiniteDifferences) {
   const int64_t d = s.d_model, dh = s.head_dim();
   const int64_t table =
       (tc.per_head ? s.heads : 1) * (2 * tc.max_distance + 1) * dh;
-  AttentionOptions o;
-  o.max_distance = tc.max_distance;
-  o.key_term = tc.key_term;
-  o.value_term = tc.value_term;
-  o.per_head_tables = tc.per_head;
-  o.causal = tc.causal;
-  o.key_lengths = tc.lengths;
+  const AttentionOptions o = OptionsFor(tc);
 
   Rng rng(42);
   std::vector<double> x = RandomVector(s.rows() * d, rng);
@@ -150,13 +156,7 @@ size_t CheckPackedMatchesPadded(const MhaCase& tc, int64_t N) {
   const int64_t dh = padded.head_dim();
   const int64_t table =
       (tc.per_head ? padded.heads : 1) * (2 * tc.max_distance + 1) * dh;
-  AttentionOptions o;
-  o.max_distance = tc.max_distance;
-  o.key_term = tc.key_term;
-  o.value_term = tc.value_term;
-  o.per_head_tables = tc.per_head;
-  o.causal = tc.causal;
-  o.key_lengths = tc.lengths;
+  const AttentionOptions o = OptionsFor(tc);
   Rng rng(7);
   std::vector<std::vector<double>> w;
   for (int i = 0; i < 4; ++i) {

@@ -57,7 +57,9 @@ BucketMap T5BucketMap(const T5Buckets& buckets) {
 std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
   std::vector<RelativeTable> tables;
   const AttentionOptions o = model::AttentionOptionsFor(c, 1);
-  auto attention_map = [&] {
+  // The bucket map of the model's attention (built once: every table of a
+  // model shares it).
+  const BucketMap map = [&] {
     switch (o.buckets.kind) {
       case BucketKind::kSymmetricClip:
         return ClipBucketMap(o.max_distance, o.max_distance);
@@ -67,7 +69,7 @@ std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
         return T5BucketMap(o.buckets.t5);
     }
     return ClipBucketMap(o.max_distance, o.max_distance);
-  };
+  }();
   // Layer l's table `name` ([heads, rows, width], shared: heads = 1).
   auto add = [&](int64_t l, const char* name, const char* role,
                  int64_t heads, int64_t width) {
@@ -77,7 +79,7 @@ std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
         .role = role,
         .heads = heads,
         .width = width,
-        .map = attention_map()});
+        .map = map});
   };
   switch (c.position) {
     case model::PositionScheme::kNone:
