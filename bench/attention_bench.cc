@@ -4,7 +4,7 @@
 //   fwd|bwd / vanilla   / n:N        fused path, both relative terms off
 //   fwd|bwd / relative  / n:N / k:K  fused path, k in {16, 64}
 //   fwd|bwd / reference / n:N / k:K  reference path, n <= 2048 (it is slow)
-//   sgemm / size:S                   Sgemm (src/core/gemm.h), the same-run
+//   sgemm / size:S                   Sgemm (src/op/core/gemm.h), the same-run
 //                                    yardstick for the machine's peak
 //   fwd|bwd / scheme:NAME / h:H / n:N  fused path, one relative scheme of
 //                                    docs/math.md section 8 (SchemeCaseWorkload
@@ -30,7 +30,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "bench/attention_workload.h"
+#include "workloads/attention_workload.h"
 #include "core/gemm.h"
 #include "relpos/attention.h"
 #include "relpos/error.h"

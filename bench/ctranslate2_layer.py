@@ -12,7 +12,7 @@ and value tables shared by the heads ("shaw"), at n = 512 .. 4096.
   adds an embedding lookup and the final LayerNorm to the layer: O(n d),
   negligible next to the layer.
 - relpos: `relpos bench --layer --n N --positions P --k 16 --threads T
-  --json` (the model's block, src/bench/layer_workload.cc).
+  --json` (the model's block, src/lab/workloads/layer_workload.cc).
 
 Every (engine, variant, n) runs in its own child process under GNU time
 (/usr/bin/time -f %M), so the peak resident set is that measurement's own; each child times --repeats forward calls after one warm-up and

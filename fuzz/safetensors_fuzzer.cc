@@ -1,4 +1,4 @@
-// libFuzzer target for the safetensors parser (src/io/safetensors.h), which
+// libFuzzer target for the safetensors parser (src/lab/io/safetensors.h), which
 // reads untrusted files. Contract checked here:
 //   - ParseSafetensors either returns or throws relpos::Error (FormatError);
 //     any other exception, crash or sanitizer report is a bug;

@@ -12,14 +12,14 @@
 
 // Link relpos::api for these (include/relpos/ is one API; the attention op
 // alone needs only relpos::relpos).
-#include "relpos/bench.h"
-#include "relpos/compare.h"
-#include "relpos/config.h"
-#include "relpos/files.h"
-#include "relpos/generate.h"
-#include "relpos/inspect.h"
-#include "relpos/layer.h"
-#include "relpos/model.h"
-#include "relpos/training.h"
+#include "relpos/lab/bench.h"
+#include "relpos/lab/compare.h"
+#include "relpos/lab/config.h"
+#include "relpos/lab/files.h"
+#include "relpos/lab/generate.h"
+#include "relpos/lab/inspect.h"
+#include "relpos/lab/layer.h"
+#include "relpos/lab/model.h"
+#include "relpos/lab/training.h"
 
 #endif  // RELPOS_RELPOS_H_

@@ -11,8 +11,8 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
-#include "relpos/config.h"
-#include "relpos/inspect.h"
+#include "relpos/lab/config.h"
+#include "relpos/lab/inspect.h"
 
 namespace nb = nanobind;
 

@@ -1,4 +1,4 @@
-// Binding of relpos::Inspect (include/relpos/inspect.h) into
+// Binding of relpos::Inspect (include/relpos/lab/inspect.h) into
 // relpos._relpos_ext: the per-row statistics of a checkpoint's relative
 // tables as numpy arrays. relpos_ext.cc's module body calls BindInspect(m)
 // once, after registering relpos's exception translator.

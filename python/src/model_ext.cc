@@ -1,4 +1,4 @@
-// Bindings of relpos::Model and relpos::Training (include/relpos/model.h,
+// Bindings of relpos::Model and relpos::Training (include/relpos/lab/model.h,
 // training.h) into relpos._relpos_ext, for relpos.ctranslate2 (export) and
 // its tests: load or build a model, read its parameters by name, run the
 // inference forward for hidden states and logits, train a few steps. Only
@@ -18,10 +18,10 @@
 #include <nanobind/stl/vector.h>
 
 #include "array_view.h"
-#include "relpos/config.h"
+#include "relpos/lab/config.h"
 #include "relpos/error.h"
-#include "relpos/model.h"
-#include "relpos/training.h"
+#include "relpos/lab/model.h"
+#include "relpos/lab/training.h"
 
 namespace nb = nanobind;
 

@@ -7,7 +7,7 @@
 
 #include "cli/cli_common.h"
 #include "relpos/error.h"
-#include "relpos/model.h"
+#include "relpos/lab/model.h"
 
 namespace relpos::cli {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "relpos/config.h"
+#include "relpos/lab/config.h"
 
 namespace relpos::cli {
 

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "relpos/bench.h"
+#include "relpos/lab/bench.h"
 #include "cli/cli_common.h"
 #include "relpos/error.h"
 
@@ -35,7 +35,7 @@ struct BenchFlags {
   std::vector<int64_t> n = {256, 512, 1024, 2048, 4096, 8192};
   std::vector<int64_t> k = {16, 64};
   std::vector<std::string> variants = {"vanilla", "relative", "reference"};
-  // Non-empty: one row per relative scheme (relpos/bench.h, bench::Scheme)
+  // Non-empty: one row per relative scheme (relpos/lab/bench.h, bench::Scheme)
   // instead of the variants above.
   std::vector<std::string> positions;
   int64_t batch = 1;

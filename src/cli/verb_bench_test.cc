@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "relpos/bench.h"
+#include "relpos/lab/bench.h"
 #include "cli/cli_test_util.h"
 #include "relpos/error.h"
 

@@ -1,5 +1,5 @@
 // `relpos compare`: a grid of tasks x position schemes x seeds on equal
-// terms (relpos/compare.h does the work). Prints a table of the score inside
+// terms (relpos/lab/compare.h does the work). Prints a table of the score inside
 // the training lengths, at 2x and at 4x the longest one (mean and min..max
 // over seeds), the parameter count and the training time; writes
 // compare.json and compare.svg (one panel per task) into --out
@@ -20,11 +20,11 @@
 #include "cli/experiment_flags.h"
 #include "cli/signals.h"
 #include "cli/svg_plot.h"
-#include "relpos/compare.h"
-#include "relpos/config.h"
+#include "relpos/lab/compare.h"
+#include "relpos/lab/config.h"
 #include "relpos/error.h"
-#include "relpos/files.h"
-#include "relpos/training.h"
+#include "relpos/lab/files.h"
+#include "relpos/lab/training.h"
 
 namespace relpos::cli {
 namespace {

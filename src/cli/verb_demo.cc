@@ -22,10 +22,10 @@
 #include "cli/experiment_flags.h"
 #include "cli/signals.h"
 #include "cli/svg_plot.h"
-#include "relpos/config.h"
-#include "relpos/files.h"
-#include "relpos/model.h"
-#include "relpos/training.h"
+#include "relpos/lab/config.h"
+#include "relpos/lab/files.h"
+#include "relpos/lab/model.h"
+#include "relpos/lab/training.h"
 
 namespace relpos::cli {
 namespace {

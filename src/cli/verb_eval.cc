@@ -8,9 +8,9 @@
 
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
-#include "relpos/config.h"
-#include "relpos/model.h"
-#include "relpos/training.h"
+#include "relpos/lab/config.h"
+#include "relpos/lab/model.h"
+#include "relpos/lab/training.h"
 
 namespace relpos::cli {
 namespace {

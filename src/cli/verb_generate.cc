@@ -10,8 +10,8 @@
 
 #include "cli/cli_common.h"
 #include "relpos/error.h"
-#include "relpos/generate.h"
-#include "relpos/model.h"
+#include "relpos/lab/generate.h"
+#include "relpos/lab/model.h"
 
 namespace relpos::cli {
 namespace {

@@ -16,8 +16,8 @@
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
 #include "cli/svg_plot.h"
-#include "relpos/files.h"
-#include "relpos/inspect.h"
+#include "relpos/lab/files.h"
+#include "relpos/lab/inspect.h"
 
 namespace relpos::cli {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cli/cli_test_util.h"
-#include "relpos/config.h"
+#include "relpos/lab/config.h"
 
 namespace relpos::cli {
 namespace {

@@ -21,12 +21,12 @@
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
 #include "cli/signals.h"
-#include "relpos/config.h"
+#include "relpos/lab/config.h"
 #include "relpos/error.h"
-#include "relpos/files.h"
-#include "relpos/inspect.h"
-#include "relpos/model.h"
-#include "relpos/training.h"
+#include "relpos/lab/files.h"
+#include "relpos/lab/inspect.h"
+#include "relpos/lab/model.h"
+#include "relpos/lab/training.h"
 
 namespace relpos::cli {
 namespace {

@@ -12,10 +12,10 @@
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
 #include "cli/signals.h"
-#include "relpos/config.h"
+#include "relpos/lab/config.h"
 #include "relpos/error.h"
-#include "relpos/model.h"
-#include "relpos/training.h"
+#include "relpos/lab/model.h"
+#include "relpos/lab/training.h"
 
 namespace relpos::cli {
 namespace {

@@ -1,0 +1,140 @@
+// A grid of tasks x position schemes x seeds, trained and evaluated on equal
+// terms (the engine of `relpos compare`, docs/results.md). Every cell trains
+// one model of the base configuration with its task, scheme and seed, then
+// evaluates it inside the training lengths, at 2x and at 4x the longest
+// training length (and at any extra lengths); the cells of a (task, scheme)
+// pair are then aggregated over the seeds.
+//
+//   relpos::CompareSpec spec;
+//   spec.tasks = {"local_difference"};
+//   spec.positions = {"sinusoidal", "relative"};
+//   spec.seeds = {0, 1};
+//   relpos::CompareResult r = relpos::RunCompare(spec, {.out_dir = "cmp"});
+//
+// The score of a length is the per-token accuracy for the synthetic tasks
+// and the held-out bits per byte for `lm` (lower is better).
+#ifndef RELPOS_LAB_COMPARE_H_
+#define RELPOS_LAB_COMPARE_H_
+
+#include <csignal>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "relpos/lab/config.h"
+#include "relpos/lab/training.h"
+
+namespace relpos {
+
+struct CompareSpec {
+  // Shared settings (model size, steps, train lengths, corpus, ...). The
+  // task, position scheme and seed of each cell replace its values; the
+  // corpus settings reach only the `lm` cells.
+  ExperimentConfig base;
+  std::vector<std::string> tasks;      // TaskNames(), "lm" included
+  std::vector<std::string> positions;  // values of the model's `position`
+  std::vector<uint64_t> seeds;
+  // Evaluated besides the defaults (up to 3 lengths spread over the training
+  // range, 2x and 4x the longest training length).
+  std::vector<int64_t> extra_lengths;
+  int64_t sequences_per_length = 128;
+};
+
+// One trained model.
+struct CompareCell {
+  std::string task, position;  // position as the config spells it
+  uint64_t seed = 0;
+  int64_t parameters = 0;
+  double train_seconds = 0, eval_seconds = 0;
+  double final_loss = 0;
+  std::vector<LengthMetrics> by_length;
+  bool reused = false;  // taken from a previous run's compare.json
+  // What a rerun compares to reuse the cell: the resolved configuration
+  // (ExperimentConfig::ToJson) and the evaluation sequence count.
+  std::string config_json;
+  int64_t sequences_per_length = 0;
+};
+
+// One (task, scheme) pair over its seeds: the mean and the min / max of the
+// score (accuracy, or bits per byte for lm).
+struct SeedStats {
+  double mean = 0, min = 0, max = 0;
+  int64_t n = 0;
+};
+struct CompareRow {
+  std::string task, position;
+  int64_t parameters = 0;
+  double train_seconds = 0;  // mean over seeds
+  SeedStats inside;          // mean score over the lengths <= longest trained
+  SeedStats at_2x, at_4x;    // score at 2x and 4x the longest trained
+  // Per evaluated length, over seeds (the plot's lines).
+  std::vector<int64_t> lengths;
+  std::vector<SeedStats> by_length;
+};
+
+struct CompareTask {
+  std::string task;
+  std::string metric;  // "per-token accuracy" or "bits per byte"
+  bool lower_is_better = false;
+  std::string data;    // DataInfo::source (the corpus summary for lm)
+  int64_t train_min_length = 0, train_max_length = 0;
+  std::vector<int64_t> lengths;  // every evaluated length, sorted
+};
+
+struct CompareResult {
+  std::vector<CompareTask> tasks;
+  std::vector<CompareCell> cells;  // finished cells, in grid order
+  std::vector<CompareRow> rows;    // aggregated, in grid order
+  int64_t cells_planned = 0;
+  bool interrupted = false;
+  double seconds = 0;  // wall time of this call
+  // {"tasks": [...], "rows": [...], "cells": [...], ...}: compare.json.
+  std::string ToJson() const;
+};
+
+struct CompareOptions {
+  // compare.json is rewritten here (atomically) after every finished cell;
+  // empty: nowhere. A previous compare.json in the folder is read first and
+  // its cells whose configuration, lengths and sequence count match are
+  // reused instead of trained again.
+  std::string out_dir;
+  // Progress of each cell's training (its label is set per cell).
+  ProgressOptions progress;
+  // Polled during training and between cells: nonzero stops the grid; the
+  // cell being trained is dropped, the finished ones are kept.
+  const volatile std::sig_atomic_t* stop_flag = nullptr;
+  // Called after every finished (or reused) cell with its index in the grid.
+  std::function<void(const CompareCell&, int64_t done, int64_t total)>
+      on_cell;
+};
+
+// The configuration of one cell (resolved): `spec.base` with the task,
+// position and seed. InvalidArgument naming the setting for a bad value.
+ExperimentConfig CompareCellConfig(const CompareSpec& spec,
+                                   const std::string& task,
+                                   const std::string& position, uint64_t seed);
+
+// The lengths a task's cells are evaluated at: up to 3 in
+// [train_min, train_max] (both ends included), 2x and 4x train_max, and the
+// extra lengths; sorted, unique.
+std::vector<int64_t> CompareLengths(int64_t train_min, int64_t train_max,
+                                    const std::vector<int64_t>& extra);
+
+// Checks the whole grid first (every cell's config, every length; nothing
+// is trained before the grid is known to be valid), then trains and
+// evaluates cell after cell. InvalidArgument for an empty or repeated list.
+CompareResult RunCompare(const CompareSpec& spec,
+                         const CompareOptions& options = {});
+
+// Aggregates cells into rows (exposed for tests and for reports).
+std::vector<CompareRow> AggregateCells(const std::vector<CompareTask>& tasks,
+                                       const std::vector<CompareCell>& cells);
+
+// Every value of the model's `position` setting, aliases dropped (a name
+// whose canonical spelling is another listed name), in declaration order.
+std::vector<std::string> PositionSchemeNames();
+
+}  // namespace relpos
+
+#endif  // RELPOS_LAB_COMPARE_H_

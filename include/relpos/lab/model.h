@@ -1,0 +1,99 @@
+// relpos's small transformer (docs/model.md): token embedding, pre-LayerNorm
+// blocks of multi-head attention (with the configured position scheme) and a
+// GELU feed-forward, a final LayerNorm and an output head. Built from an
+// ExperimentConfig or loaded from a checkpoint folder (docs/training.md).
+#ifndef RELPOS_LAB_MODEL_H_
+#define RELPOS_LAB_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "relpos/lab/config.h"
+#include "relpos/tensor_view.h"
+
+namespace relpos {
+
+// Token sequences, padded to `length`.
+struct TokenBatch {
+  int64_t batch = 0, length = 0;
+  std::vector<int32_t> tokens;   // [batch, length], ids < vocab_size
+  std::vector<int32_t> targets;  // [batch, length], -1 = no loss there
+  // Valid length of each sequence (positions beyond are padding, their
+  // targets must be -1); empty = every sequence is `length` long.
+  std::vector<int64_t> lengths;
+};
+
+// Sums over the batch (the loss is the mean over scored tokens).
+struct ForwardResult {
+  double loss = 0;  // mean cross-entropy (nats) over targets != -1
+  int64_t tokens = 0, correct_tokens = 0;
+  // A sequence with a target counts; it is correct when all its are.
+  int64_t sequences = 0, correct_sequences = 0;
+  std::vector<int32_t> predictions;  // [batch, length] argmax, -1 at padding
+};
+
+// Inference outputs of a batch, in the batch's padded layout (zeros at
+// padded positions).
+struct ModelOutputs {
+  int64_t batch = 0, length = 0, d_model = 0, vocab_size = 0;
+  // Final hidden states LayerNormF(x_L): what an encoder hands on.
+  std::vector<float> hidden;  // [batch, length, d_model]
+  // Output head on them: a decoder's next-token logits.
+  std::vector<float> logits;  // [batch, length, vocab_size]
+};
+
+class Model {
+ public:
+  // A freshly initialised model; `config` is resolved first (the vocabulary
+  // comes from its data) and its model.seed initialises every parameter.
+  explicit Model(const ExperimentConfig& config);
+  // The model of a checkpoint folder (written by Training or Save); IoError /
+  // FormatError for a missing or damaged one.
+  static Model Load(const std::string& checkpoint_dir);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+
+  // Writes a checkpoint folder (parameters, the config, the step, fresh
+  // optimiser moments) that Load, Training::Resume and `relpos eval` read.
+  void Save(const std::string& dir) const;
+
+  const ExperimentConfig& config() const;
+  int64_t step() const;  // updates it was trained for (0 if fresh)
+  int64_t NumParameters() const;
+  // Tensor names in the model's order (docs/model.md), and their values.
+  std::vector<std::string> ParameterNames() const;
+  ConstView<float> Parameter(const std::string& name) const;
+  // Gradient of the last ForwardBackward, same shape as Parameter(name).
+  ConstView<float> Gradient(const std::string& name) const;
+
+  // Evaluation: no dropout, no gradients. InvalidArgument for an
+  // inconsistent batch (sizes, ids out of range, targets at padding).
+  ForwardResult Forward(const TokenBatch& batch);
+  // The inference forward (no dropout) of `batch`, returning its hidden
+  // states and logits; targets are ignored (may be empty). InvalidArgument
+  // for an inconsistent batch.
+  ModelOutputs Outputs(const TokenBatch& batch);
+  // Forward, mean loss, backward: every gradient is overwritten. Dropout (if
+  // configured) draws from `dropout_seed`. Returns the mean loss.
+  double ForwardBackward(const TokenBatch& batch, uint64_t dropout_seed = 0);
+
+  struct Impl;  // defined in src/lab/api/
+  Impl& impl() { return *impl_; }
+  const Impl& impl() const { return *impl_; }
+  explicit Model(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// True if `dir` holds a checkpoint (valid or not): its config.json exists.
+bool HasCheckpoint(const std::string& dir);
+
+}  // namespace relpos
+
+#endif  // RELPOS_LAB_MODEL_H_

@@ -1,0 +1,245 @@
+// The public API of include/relpos/: configs by name, training, checkpoints,
+// evaluation, and the attention layer's gradients.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "relpos/lab/config.h"
+#include "relpos/error.h"
+#include "relpos/lab/layer.h"
+#include "relpos/lab/model.h"
+#include "relpos/lab/training.h"
+
+namespace relpos {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempDir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() /
+                     ("relpos_api_test_" + std::to_string(::getpid())) / name;
+  fs::remove_all(p);
+  fs::create_directories(p.parent_path());
+  return p.string();
+}
+
+ExperimentConfig Tiny() {
+  ExperimentConfig c;
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"task", "reverse"}, {"--train-lengths", "1-4"}, {"steps", "6"},
+           {"batch_size", "4"}, {"checkpoint_every", "0"}}) {
+    c.Set("train", key, value);
+  }
+  c.Set("model", "d_model", "16");
+  c.Set("model", "heads", "2");
+  c.Set("model", "layers", "1");
+  c.Set("model", "d_ff", "32");
+  c.Set("model", "max_distance", "3");
+  return c;
+}
+
+TEST(ExperimentConfig, SetGetByNameWithDeclaredLimits) {
+  ExperimentConfig c;
+  EXPECT_EQ(c.Get("model", "position"), "shaw");
+  c.Set("model", "position", "relative");  // the old name of shaw
+  EXPECT_EQ(c.Get("model", "position"), "shaw");
+  c.Set("model", "--terms", "key");
+  EXPECT_EQ(c.Get("model", "key_term"), "true");
+  EXPECT_EQ(c.Get("model", "value_term"), "false");
+  EXPECT_TRUE(c.Given("model", "--terms"));
+  EXPECT_FALSE(c.Given("model", "d_model"));
+  c.SetDefault("train", "steps", "50");
+  EXPECT_FALSE(c.Given("train", "steps"));
+  EXPECT_THROW(c.Set("model", "layers", "2000"), InvalidArgument);
+  EXPECT_THROW(c.Set("model", "layers", "x"), InvalidArgument);
+  EXPECT_THROW(c.Set("model", "nosuch", "1"), InvalidArgument);
+  EXPECT_THROW(c.Set("train", "lr", "0"), InvalidArgument);
+  try {
+    c.Set("model", "dropout", "1", "--dropout");
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--dropout"), std::string::npos);
+  }
+}
+
+TEST(ExperimentConfig, JsonMergeAndResolve) {
+  ExperimentConfig c;
+  c.MergeJson(R"({"model": {"d_model": 32}, "train": {"task": "lm",
+                  "steps": 50, "corpus_bytes": 4096}})",
+              "test");
+  EXPECT_EQ(c.Get("model", "d_model"), "32");
+  EXPECT_THROW(c.MergeJson(R"({"optimizer": {}})", "t"), FormatError);
+  EXPECT_THROW(c.MergeJson(R"({"model": {"d_model": "32"}})", "t"),
+               FormatError);
+  EXPECT_THROW(c.MergeJson("{", "t"), FormatError);
+  c.Resolve();
+  // lm: bytes and a causal decoder; the warm-up follows the short run.
+  EXPECT_EQ(c.Get("model", "vocab_size"), "256");
+  EXPECT_EQ(c.Get("model", "arch"), "decoder");
+  EXPECT_EQ(c.Get("train", "warmup_steps"), "5");
+  ExperimentConfig back;
+  back.MergeJson(c.ToJson(), "round trip");
+  EXPECT_EQ(back.ToJson(), c.ToJson());
+}
+
+TEST(Training, TrainSaveLoadEvaluate) {
+  const std::string dir = TempDir("run");
+  Training run(Tiny());
+  const TrainSummary s = run.Run({.checkpoint_dir = dir});
+  EXPECT_TRUE(s.completed);
+  EXPECT_EQ(s.steps_run, 6);
+  EXPECT_EQ(run.step(), 6);
+  EXPECT_TRUE(std::isfinite(s.final_loss));
+  EXPECT_TRUE(HasCheckpoint(dir));
+
+  const EvalOptions eo{.lengths = {2, 4, 6}, .sequences_per_length = 8};
+  const std::vector<LengthMetrics> a = Evaluate(run.model(), eo);
+  Model loaded = Model::Load(dir);
+  EXPECT_EQ(loaded.step(), 6);
+  EXPECT_EQ(loaded.NumParameters(), run.model().NumParameters());
+  const std::vector<LengthMetrics> b = Evaluate(loaded, eo);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].length, b[i].length);
+    EXPECT_EQ(a[i].sequence_length, 2 * a[i].length);  // reverse: 2 per symbol
+    EXPECT_EQ(a[i].token_accuracy, b[i].token_accuracy);
+    EXPECT_EQ(a[i].loss, b[i].loss);
+    EXPECT_GE(a[i].token_accuracy, 0.0);
+    EXPECT_LE(a[i].token_accuracy, 1.0);
+  }
+  EXPECT_THROW(Evaluate(loaded, {.lengths = {0}}), InvalidArgument);
+
+  // Resume to a longer run continues from step 6.
+  Training more = Training::Resume(dir);
+  more.SetTotalSteps(8);
+  EXPECT_EQ(more.Run({.checkpoint_dir = dir}).steps_run, 2);
+  EXPECT_EQ(Model::Load(dir).step(), 8);
+}
+
+TEST(Model, ForwardBackwardAndSaveRoundTrip) {
+  Model m(Tiny());
+  TokenBatch b{.batch = 2, .length = 4, .tokens = {1, 2, 0, 0, 2, 2, 1, 1},
+               .targets = {-1, 2, -1, -1, 1, -1, 2, -1},
+               .lengths = {3, 4}};
+  const ForwardResult f = m.Forward(b);
+  EXPECT_EQ(f.tokens, 3);
+  EXPECT_EQ(f.predictions.size(), 8u);
+  EXPECT_EQ(f.predictions[3], -1);  // padding
+  const double loss = m.ForwardBackward(b);
+  EXPECT_NEAR(loss, f.loss, 1e-5 * std::fabs(f.loss));
+  double norm = 0;
+  for (const std::string& name : m.ParameterNames()) {
+    const ConstView<float> g = m.Gradient(name);
+    for (int64_t i = 0; i < g.numel(); ++i) norm += g.data()[i] * g.data()[i];
+  }
+  EXPECT_GT(norm, 0);
+  const std::string dir = TempDir("saved");
+  m.Save(dir);
+  Model back = Model::Load(dir);
+  EXPECT_EQ(back.Forward(b).loss, f.loss);
+  EXPECT_THROW(m.Parameter("nosuch"), InvalidArgument);
+}
+
+// Outputs: logits are the head applied to the hidden states, their argmax is
+// Forward's prediction, padding is zero, and a padded sequence gives what it
+// gives alone.
+TEST(Model, OutputsAreHiddenStatesAndLogits) {
+  Model m(Tiny());
+  TokenBatch b{.batch = 2, .length = 4, .tokens = {1, 2, 0, 0, 2, 2, 1, 1},
+               .targets = {}, .lengths = {3, 4}};
+  const ModelOutputs o = m.Outputs(b);
+  const int64_t d = o.d_model, V = o.vocab_size;
+  ASSERT_EQ(o.hidden.size(), static_cast<size_t>(8 * d));
+  ASSERT_EQ(o.logits.size(), static_cast<size_t>(8 * V));
+  const ForwardResult f = m.Forward(b);
+  const ConstView<float> w = m.Parameter("head.weight");  // [V, d]
+  const ConstView<float> bias = m.Parameter("head.bias");
+  for (int64_t r = 0; r < 8; ++r) {
+    const float* h = o.hidden.data() + r * d;
+    const float* z = o.logits.data() + r * V;
+    if (r == 3) {  // padding
+      for (int64_t j = 0; j < d; ++j) EXPECT_EQ(h[j], 0.f);
+      for (int64_t v = 0; v < V; ++v) EXPECT_EQ(z[v], 0.f);
+      continue;
+    }
+    int64_t best = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      double dot = bias.data()[v];
+      for (int64_t j = 0; j < d; ++j) dot += double(h[j]) * w.data()[v * d + j];
+      // A d-term float dot product: a few d * eps_float of its size.
+      EXPECT_NEAR(z[v], dot, 1e-5 * (1 + std::fabs(dot)));
+      if (z[v] > z[best]) best = v;
+    }
+    EXPECT_EQ(best, f.predictions[r]);
+  }
+  TokenBatch alone{.batch = 1, .length = 3, .tokens = {1, 2, 0}};
+  const ModelOutputs a = m.Outputs(alone);
+  for (int64_t j = 0; j < 3 * d; ++j) {
+    EXPECT_NEAR(a.hidden[j], o.hidden[j], 1e-5);
+  }
+  TokenBatch bad{.batch = 1, .length = 2, .tokens = {1, 99}};
+  EXPECT_THROW(m.Outputs(bad), InvalidArgument);
+}
+
+// Directional finite differences of the layer's loss L = sum(y * w) against
+// Backward. In float with step h the central difference has truncation error
+// O(h^2 |L'''|) and rounding error O(eps |L| / h); with h = 1e-2, |L| ~ 10
+// and eps = 6e-8 both are ~1e-4 of a derivative ~1, so 1e-2 relative (normwise
+// over all directions tried) leaves a wide margin yet catches any wrong term.
+TEST(RelativeAttentionLayer, BackwardMatchesFiniteDifferences) {
+  for (const bool per_head : {false, true}) {
+    RelativeAttentionLayer layer({.d_model = 8, .heads = 2, .max_distance = 2,
+                                  .per_head_tables = per_head, .causal = true,
+                                  .seed = 5});
+    const int64_t B = 2, N = 5, d = 8;
+    std::vector<float> x(B * N * d), y(x.size()), w(x.size()), dx(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = std::sin(0.7f * i);
+      w[i] = std::cos(0.3f * i);
+    }
+    const std::vector<int64_t> lengths = {5, 3};
+    auto loss = [&]() {
+      layer.Forward({x.data(), {B, N, d}}, {y.data(), {B, N, d}}, lengths);
+      double l = 0;
+      for (size_t i = 0; i < y.size(); ++i) l += double(y[i]) * w[i];
+      return l;
+    };
+    loss();
+    layer.Backward({w.data(), {B, N, d}}, {dx.data(), {B, N, d}});
+    double err = 0, ref = 0;
+    for (const std::string& name : layer.ParameterNames()) {
+      const ConstView<float> g = layer.Gradient(name);
+      const std::vector<float> grad(g.data(), g.data() + g.numel());
+      TensorView<float> p = layer.Parameter(name);
+      // One direction per tensor: the sign pattern of a fixed hash.
+      std::vector<float> dir(grad.size());
+      double analytic = 0;
+      for (size_t i = 0; i < dir.size(); ++i) {
+        dir[i] = ((i * 2654435761u) >> 7) % 2 ? 1.0f : -1.0f;
+        analytic += double(grad[i]) * dir[i];
+      }
+      const float h = 1e-2f;
+      for (size_t i = 0; i < dir.size(); ++i) p.data()[i] += h * dir[i];
+      const double plus = loss();
+      for (size_t i = 0; i < dir.size(); ++i) p.data()[i] -= 2 * h * dir[i];
+      const double minus = loss();
+      for (size_t i = 0; i < dir.size(); ++i) p.data()[i] += h * dir[i];
+      const double numeric = (plus - minus) / (2 * h);
+      err += (numeric - analytic) * (numeric - analytic);
+      ref += analytic * analytic;
+    }
+    EXPECT_LT(std::sqrt(err), 1e-2 * std::sqrt(ref)) << "per_head " << per_head;
+    EXPECT_EQ(layer.ParameterNames().size(), 10u);
+  }
+  EXPECT_THROW(RelativeAttentionLayer({.d_model = 10, .heads = 3}),
+               InvalidArgument);
+}
+
+}  // namespace
+}  // namespace relpos

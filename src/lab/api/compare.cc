@@ -1,0 +1,463 @@
+// relpos::RunCompare: the grid of tasks x schemes x seeds behind
+// `relpos compare` (include/relpos/lab/compare.h).
+#include "relpos/lab/compare.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "core/check.h"
+#include "io/file_io.h"
+#include "relpos/lab/model.h"
+
+namespace relpos {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kFileName = "compare.json";
+// compare.json's layout; a file of another version is not reused.
+constexpr int kFormatVersion = 1;
+
+bool IsLm(const std::string& task) { return task == "lm"; }
+
+// The score of one length: bits per byte for lm, else accuracy.
+double Score(const std::string& task, const LengthMetrics& m) {
+  return IsLm(task) ? m.bits_per_token : m.token_accuracy;
+}
+
+SeedStats Stats(const std::vector<double>& xs) {
+  SeedStats s;
+  if (xs.empty()) {
+    s.mean = s.min = s.max = std::numeric_limits<double>::quiet_NaN();
+    return s;
+  }
+  s.n = static_cast<int64_t>(xs.size());
+  s.min = *std::min_element(xs.begin(), xs.end());
+  s.max = *std::max_element(xs.begin(), xs.end());
+  double sum = 0;
+  for (double x : xs) sum += x;
+  s.mean = sum / static_cast<double>(xs.size());
+  return s;
+}
+
+// NaN (no seed finished) is written as null.
+Json Number(double x) { return std::isfinite(x) ? Json(x) : Json(nullptr); }
+
+Json StatsJson(const SeedStats& s) {
+  return {{"mean", Number(s.mean)},
+          {"min", Number(s.min)},
+          {"max", Number(s.max)},
+          {"seeds", s.n}};
+}
+
+Json MetricsJson(const LengthMetrics& m) {
+  return {{"length", m.length},
+          {"sequence_length", m.sequence_length},
+          {"token_accuracy", m.token_accuracy},
+          {"sequence_accuracy", m.sequence_accuracy},
+          {"loss", m.loss},
+          {"bits_per_token", m.bits_per_token},
+          {"tokens", m.tokens},
+          {"sequences", m.sequences}};
+}
+
+LengthMetrics MetricsFromJson(const Json& j) {
+  LengthMetrics m;
+  m.length = j.at("length").get<int64_t>();
+  m.sequence_length = j.at("sequence_length").get<int64_t>();
+  m.token_accuracy = j.at("token_accuracy").get<double>();
+  m.sequence_accuracy = j.at("sequence_accuracy").get<double>();
+  m.loss = j.at("loss").get<double>();
+  m.bits_per_token = j.at("bits_per_token").get<double>();
+  m.tokens = j.at("tokens").get<int64_t>();
+  m.sequences = j.at("sequences").get<int64_t>();
+  return m;
+}
+
+// What makes a finished cell reusable: its resolved configuration, the
+// lengths and the number of evaluation sequences.
+struct CellKey {
+  Json config;
+  std::vector<int64_t> lengths;
+  int64_t sequences = 0;
+  bool operator==(const CellKey& o) const {
+    return config == o.config && lengths == o.lengths &&
+           sequences == o.sequences;
+  }
+};
+
+CellKey KeyOf(const CompareCell& c) {
+  CellKey k;
+  k.config = c.config_json.empty() ? Json() : Json::parse(c.config_json);
+  for (const LengthMetrics& m : c.by_length) k.lengths.push_back(m.length);
+  k.sequences = c.sequences_per_length;
+  return k;
+}
+
+Json CellJson(const CompareCell& c) {
+  Json by_length = Json::array();
+  for (const LengthMetrics& m : c.by_length) by_length.push_back(MetricsJson(m));
+  return {{"task", c.task},
+          {"position", c.position},
+          {"seed", c.seed},
+          {"parameters", c.parameters},
+          {"train_seconds", c.train_seconds},
+          {"eval_seconds", c.eval_seconds},
+          {"final_train_loss", c.final_loss},
+          {"by_length", by_length},
+          {"sequences_per_length", c.sequences_per_length},
+          {"config", c.config_json.empty() ? Json()
+                                           : Json::parse(c.config_json)}};
+}
+
+// The cells of a previous compare.json in `dir`, if there is a readable one
+// of this format; a missing or unreadable file means nothing to reuse.
+std::vector<CompareCell> ReadPrevious(const std::string& dir) {
+  std::vector<CompareCell> out;
+  if (dir.empty()) return out;
+  const std::string path = (std::filesystem::path(dir) / kFileName).string();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return out;
+  try {
+    const Json j = Json::parse(io::ReadFileBounded(path, int64_t{256} << 20));
+    if (j.value("format_version", 0) != kFormatVersion) return out;
+    for (const Json& c : j.at("cells")) {
+      CompareCell cell;
+      cell.config_json = c.at("config").dump();
+      cell.sequences_per_length = c.at("sequences_per_length").get<int64_t>();
+      cell.task = c.at("task").get<std::string>();
+      cell.position = c.at("position").get<std::string>();
+      cell.seed = c.at("seed").get<uint64_t>();
+      cell.parameters = c.at("parameters").get<int64_t>();
+      cell.train_seconds = c.at("train_seconds").get<double>();
+      cell.eval_seconds = c.at("eval_seconds").get<double>();
+      cell.final_loss = c.at("final_train_loss").get<double>();
+      for (const Json& m : c.at("by_length")) {
+        cell.by_length.push_back(MetricsFromJson(m));
+      }
+      cell.reused = true;
+      out.push_back(std::move(cell));
+    }
+  } catch (const nlohmann::json::exception&) {
+    return {};  // not a compare.json this version wrote: train again
+  } catch (const IoError&) {
+    return {};
+  }
+  return out;
+}
+
+template <typename T>
+void CheckList(const std::vector<T>& list, const char* name) {
+  RELPOS_CHECK_ARG(!list.empty(), name << " must name at least one value");
+  std::set<T> seen;
+  for (const T& x : list) {
+    RELPOS_CHECK_ARG(seen.insert(x).second,
+                     name << " names " << x << " twice");
+  }
+}
+
+// One planned cell.
+struct Planned {
+  size_t task;  // index into CompareResult::tasks
+  std::string position;
+  uint64_t seed;
+  ExperimentConfig config;
+  CellKey key;
+};
+
+struct Grid {
+  std::vector<CompareTask> tasks;
+  std::vector<Planned> cells;
+};
+
+Grid PlanGrid(const CompareSpec& spec) {
+  CheckList(spec.tasks, "tasks");
+  CheckList(spec.positions, "positions");
+  CheckList(spec.seeds, "seeds");
+  RELPOS_CHECK_ARG(spec.sequences_per_length >= 1,
+                   "sequences per length must be >= 1 (got "
+                       << spec.sequences_per_length << ")");
+  Grid g;
+  for (const std::string& task : spec.tasks) {
+    // The task's lengths come from its first cell's resolved config.
+    const ExperimentConfig first =
+        CompareCellConfig(spec, task, spec.positions.front(),
+                          spec.seeds.front());
+    CompareTask t;
+    t.task = task;
+    t.lower_is_better = IsLm(task);
+    t.metric = IsLm(task) ? "bits per byte (held-out)"
+                          : "per-token accuracy on the output positions";
+    t.data = DescribeData(first).source;
+    t.train_min_length = std::stoll(first.Get("train", "train_min_length"));
+    t.train_max_length = std::stoll(first.Get("train", "train_max_length"));
+    t.lengths = CompareLengths(t.train_min_length, t.train_max_length,
+                               spec.extra_lengths);
+    g.tasks.push_back(t);
+    for (const std::string& position : spec.positions) {
+      for (uint64_t seed : spec.seeds) {
+        Planned p{.task = g.tasks.size() - 1,
+                  .position = position,
+                  .seed = seed,
+                  .config = CompareCellConfig(spec, task, position, seed),
+                  .key = {}};
+        CheckEvalLengths(p.config, t.lengths);
+        p.key.config = Json::parse(p.config.ToJson());
+        p.key.lengths = t.lengths;
+        p.key.sequences = spec.sequences_per_length;
+        g.cells.push_back(std::move(p));
+      }
+    }
+  }
+  return g;
+}
+
+}  // namespace
+
+std::vector<int64_t> CompareLengths(int64_t train_min, int64_t train_max,
+                                    const std::vector<int64_t>& extra) {
+  RELPOS_CHECK_ARG(train_min >= 1 && train_min <= train_max,
+                   "train lengths " << train_min << "-" << train_max
+                                    << " must satisfy 1 <= min <= max");
+  std::vector<int64_t> lengths = {train_min, train_max,
+                                  train_min + (train_max - train_min) / 2,
+                                  2 * train_max, 4 * train_max};
+  lengths.insert(lengths.end(), extra.begin(), extra.end());
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  return lengths;
+}
+
+ExperimentConfig CompareCellConfig(const CompareSpec& spec,
+                                   const std::string& task,
+                                   const std::string& position,
+                                   uint64_t seed) {
+  ExperimentConfig c = spec.base;
+  c.Set("train", "task", task, "tasks");
+  c.Set("model", "position", position, "positions");
+  c.Set("train", "seed", std::to_string(seed), "seeds");
+  // The corpus belongs to lm; the other tasks refuse one.
+  if (!IsLm(task)) c.Set("train", "corpus_path", "");
+  c.Resolve();
+  // A learned table long enough for the longest evaluation (its rows past
+  // the training lengths stay untrained: that is what is measured).
+  if (!c.Given("model", "max_len")) {
+    const std::vector<int64_t> lengths = CompareLengths(
+        std::stoll(c.Get("train", "train_min_length")),
+        std::stoll(c.Get("train", "train_max_length")), spec.extra_lengths);
+    const int64_t longest = SequenceLength(c, lengths.back());
+    if (longest > std::stoll(c.Get("model", "max_len"))) {
+      c.SetDefault("model", "max_len", std::to_string(longest));
+      c.Resolve();
+    }
+  }
+  return c;
+}
+
+std::vector<CompareRow> AggregateCells(const std::vector<CompareTask>& tasks,
+                                       const std::vector<CompareCell>& cells) {
+  std::vector<CompareRow> rows;
+  for (const CompareTask& t : tasks) {
+    // Schemes in the order their first cell appears.
+    std::vector<std::string> positions;
+    for (const CompareCell& c : cells) {
+      if (c.task == t.task &&
+          std::find(positions.begin(), positions.end(), c.position) ==
+              positions.end()) {
+        positions.push_back(c.position);
+      }
+    }
+    for (const std::string& position : positions) {
+      CompareRow row;
+      row.task = t.task;
+      row.position = position;
+      row.lengths = t.lengths;
+      std::vector<double> inside, at_2x, at_4x, seconds;
+      std::vector<std::vector<double>> per_length(t.lengths.size());
+      for (const CompareCell& c : cells) {
+        if (c.task != t.task || c.position != position) continue;
+        row.parameters = c.parameters;
+        seconds.push_back(c.train_seconds);
+        double in_sum = 0;
+        int in_n = 0;
+        for (const LengthMetrics& m : c.by_length) {
+          const double s = Score(t.task, m);
+          if (m.length >= t.train_min_length && m.length <= t.train_max_length) {
+            in_sum += s;
+            ++in_n;
+          }
+          if (m.length == 2 * t.train_max_length) at_2x.push_back(s);
+          if (m.length == 4 * t.train_max_length) at_4x.push_back(s);
+          const auto at =
+              std::find(t.lengths.begin(), t.lengths.end(), m.length);
+          if (at != t.lengths.end()) {
+            per_length[static_cast<size_t>(at - t.lengths.begin())].push_back(
+                s);
+          }
+        }
+        if (in_n > 0) inside.push_back(in_sum / in_n);
+      }
+      row.inside = Stats(inside);
+      row.at_2x = Stats(at_2x);
+      row.at_4x = Stats(at_4x);
+      row.train_seconds = Stats(seconds).mean;
+      for (const auto& xs : per_length) row.by_length.push_back(Stats(xs));
+      rows.push_back(std::move(row));
+    }
+  }
+  return rows;
+}
+
+std::string CompareResult::ToJson() const {
+  Json j;
+  j["format_version"] = kFormatVersion;
+  j["spread"] = "min and max over seeds";
+  j["cells_planned"] = cells_planned;
+  j["cells_finished"] = static_cast<int64_t>(cells.size());
+  j["interrupted"] = interrupted;
+  j["seconds"] = seconds;
+  Json ts = Json::array();
+  for (const CompareTask& t : tasks) {
+    ts.push_back({{"task", t.task},
+                  {"metric", t.metric},
+                  {"lower_is_better", t.lower_is_better},
+                  {"data", t.data},
+                  {"train_lengths", {t.train_min_length, t.train_max_length}},
+                  {"eval_lengths", t.lengths}});
+  }
+  j["tasks"] = ts;
+  Json rs = Json::array();
+  for (const CompareRow& r : rows) {
+    Json by_length = Json::object();
+    for (size_t i = 0; i < r.lengths.size(); ++i) {
+      by_length[std::to_string(r.lengths[i])] = StatsJson(r.by_length[i]);
+    }
+    rs.push_back({{"task", r.task},
+                  {"position", r.position},
+                  {"parameters", r.parameters},
+                  {"train_seconds_mean", r.train_seconds},
+                  {"inside", StatsJson(r.inside)},
+                  {"at_2x", StatsJson(r.at_2x)},
+                  {"at_4x", StatsJson(r.at_4x)},
+                  {"by_length", by_length}});
+  }
+  j["rows"] = rs;
+  // Cells carry their configuration (what a rerun compares to reuse them).
+  Json cs = Json::array();
+  for (const CompareCell& c : cells) cs.push_back(CellJson(c));
+  j["cells"] = cs;
+  return j.dump(2) + "\n";
+}
+
+std::vector<std::string> PositionSchemeNames() {
+  std::vector<std::string> names;
+  for (const SettingInfo& s : ExperimentConfig::Settings()) {
+    if (s.section != "model" || s.key != "position") continue;
+    for (std::string name : SplitList(s.valid)) {
+      while (!name.empty() && name.front() == ' ') name.erase(0, 1);
+      if (name.empty()) continue;
+      // An alias reads back as its canonical name.
+      ExperimentConfig probe;
+      probe.Set("model", "position", name);
+      const std::string canonical = probe.Get("model", "position");
+      if (std::find(names.begin(), names.end(), canonical) == names.end()) {
+        names.push_back(canonical);
+      }
+    }
+  }
+  return names;
+}
+
+CompareResult RunCompare(const CompareSpec& spec,
+                         const CompareOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const Grid grid = PlanGrid(spec);
+  const std::vector<CompareCell> previous = ReadPrevious(options.out_dir);
+
+  CompareResult result;
+  result.tasks = grid.tasks;
+  result.cells_planned = static_cast<int64_t>(grid.cells.size());
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         start)
+        .count();
+  };
+  auto save = [&] {
+    result.rows = AggregateCells(result.tasks, result.cells);
+    result.seconds = elapsed();
+    if (options.out_dir.empty()) return;
+    io::AtomicWriteFile(
+        (std::filesystem::path(options.out_dir) / kFileName).string(),
+        result.ToJson());
+  };
+  auto stopped = [&] {
+    return options.stop_flag != nullptr && *options.stop_flag != 0;
+  };
+
+  const int64_t total = result.cells_planned;
+  for (size_t i = 0; i < grid.cells.size(); ++i) {
+    if (stopped()) {
+      result.interrupted = true;
+      break;
+    }
+    const Planned& p = grid.cells[i];
+    const CompareTask& t = result.tasks[p.task];
+    CompareCell cell;
+    bool reused = false;
+    for (const CompareCell& s : previous) {
+      if (KeyOf(s) == p.key) {
+        cell = s;
+        reused = true;
+        break;
+      }
+    }
+    if (!reused) {
+      Training training(p.config);
+      TrainOptions to;
+      to.progress = options.progress;
+      to.progress.label = "[" + std::to_string(i + 1) + "/" +
+                          std::to_string(total) + "] " + t.task + " " +
+                          p.position + " seed " + std::to_string(p.seed);
+      to.stop_flag = options.stop_flag;
+      const TrainSummary summary = training.Run(to);
+      if (!summary.completed) {  // stopped mid-training: drop the cell
+        result.interrupted = true;
+        break;
+      }
+      const auto eval_start = std::chrono::steady_clock::now();
+      cell.by_length = Evaluate(
+          training.model(),
+          {.lengths = t.lengths,
+           .sequences_per_length = spec.sequences_per_length,
+           .progress = {.out = nullptr}});
+      cell.eval_seconds = std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - eval_start)
+                              .count();
+      cell.task = t.task;
+      cell.position = p.config.Get("model", "position");
+      cell.seed = p.seed;
+      cell.parameters = training.model().NumParameters();
+      cell.train_seconds = summary.seconds;
+      cell.final_loss = summary.final_loss;
+      cell.config_json = p.key.config.dump();
+      cell.sequences_per_length = spec.sequences_per_length;
+    }
+    result.cells.push_back(std::move(cell));
+    save();
+    if (options.on_cell) {
+      options.on_cell(result.cells.back(), static_cast<int64_t>(i + 1), total);
+    }
+  }
+  save();
+  return result;
+}
+
+}  // namespace relpos

@@ -1,0 +1,293 @@
+// The compare grid's bookkeeping (relpos/lab/compare.h) on tiny runs: lengths,
+// seeds, aggregation over seeds, compare.json, reuse on a rerun and
+// interruption.
+#include "relpos/lab/compare.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "relpos/error.h"
+
+namespace relpos {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string TempDir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() /
+                     ("relpos_compare_test_" + std::to_string(::getpid())) /
+                     name;
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+// Two schemes x two seeds of a tiny model, a few steps each.
+CompareSpec TinySpec() {
+  CompareSpec spec;
+  ExperimentConfig& c = spec.base;
+  c.Set("train", "--train-lengths", "2-4");
+  c.Set("train", "steps", "5");
+  c.Set("train", "batch_size", "4");
+  c.Set("train", "checkpoint_every", "0");
+  c.Set("model", "d_model", "16");
+  c.Set("model", "heads", "2");
+  c.Set("model", "layers", "1");
+  c.Set("model", "d_ff", "32");
+  c.Set("model", "max_distance", "3");
+  spec.tasks = {"reverse"};
+  spec.positions = {"none", "relative"};
+  spec.seeds = {0, 1};
+  spec.sequences_per_length = 4;
+  return spec;
+}
+
+TEST(CompareLengths, InsideTheTrainingRangeThenTwiceAndFourTimes) {
+  EXPECT_THAT(CompareLengths(8, 16, {}), ElementsAre(8, 12, 16, 32, 64));
+  EXPECT_THAT(CompareLengths(128, 128, {1024, 256}),
+              ElementsAre(128, 256, 512, 1024));
+  EXPECT_THAT(CompareLengths(1, 2, {3}), ElementsAre(1, 2, 3, 4, 8));
+  EXPECT_THROW(CompareLengths(5, 4, {}), InvalidArgument);
+}
+
+LengthMetrics At(int64_t length, double accuracy, double bits) {
+  LengthMetrics m;
+  m.length = length;
+  m.token_accuracy = accuracy;
+  m.bits_per_token = bits;
+  return m;
+}
+
+TEST(AggregateCells, MeanMinMaxOverSeedsInsideAndBeyond) {
+  CompareTask t;
+  t.task = "reverse";
+  t.train_min_length = 2;
+  t.train_max_length = 4;
+  t.lengths = {2, 3, 4, 8, 16};
+  CompareCell a{.task = "reverse", .position = "none", .seed = 0,
+                .parameters = 7};
+  a.by_length = {At(2, 1.0, 0), At(3, 0.8, 0), At(4, 0.6, 0), At(8, 0.5, 0),
+                 At(16, 0.2, 0)};
+  CompareCell b = a;
+  b.seed = 1;
+  b.by_length = {At(2, 0.4, 0), At(3, 0.4, 0), At(4, 0.4, 0), At(8, 0.3, 0),
+                 At(16, 0.4, 0)};
+  a.train_seconds = 1;
+  b.train_seconds = 3;
+  const std::vector<CompareRow> rows = AggregateCells({t}, {a, b});
+  ASSERT_EQ(rows.size(), 1u);
+  const CompareRow& r = rows[0];
+  EXPECT_EQ(r.parameters, 7);
+  EXPECT_DOUBLE_EQ(r.train_seconds, 2);
+  // Inside = the mean over lengths 2..4 per seed: 0.8 and 0.4.
+  EXPECT_EQ(r.inside.n, 2);
+  EXPECT_DOUBLE_EQ(r.inside.mean, 0.6);
+  EXPECT_DOUBLE_EQ(r.inside.min, 0.4);
+  EXPECT_DOUBLE_EQ(r.inside.max, 0.8);
+  EXPECT_DOUBLE_EQ(r.at_2x.mean, 0.4);
+  EXPECT_DOUBLE_EQ(r.at_2x.min, 0.3);
+  EXPECT_DOUBLE_EQ(r.at_4x.max, 0.4);
+  ASSERT_EQ(r.by_length.size(), 5u);
+  EXPECT_DOUBLE_EQ(r.by_length[0].mean, 0.7);
+
+  // lm scores bits per byte, not accuracy.
+  t.task = "lm";
+  for (CompareCell* c : {&a, &b}) {
+    c->task = "lm";
+    for (LengthMetrics& m : c->by_length) m.bits_per_token = 2.0 + c->seed;
+  }
+  const std::vector<CompareRow> lm = AggregateCells({t}, {a, b});
+  ASSERT_EQ(lm.size(), 1u);
+  EXPECT_DOUBLE_EQ(lm[0].at_4x.mean, 2.5);
+  EXPECT_DOUBLE_EQ(lm[0].at_4x.min, 2.0);
+  EXPECT_DOUBLE_EQ(lm[0].at_4x.max, 3.0);
+}
+
+TEST(RunCompare, TrainsEveryCellWritesJsonAndReusesFinishedCells) {
+  const std::string out = TempDir("grid");
+  const CompareSpec spec = TinySpec();
+  std::vector<int64_t> seen;
+  CompareOptions options{.out_dir = out};
+  options.on_cell = [&](const CompareCell&, int64_t done, int64_t total) {
+    EXPECT_EQ(total, 4);
+    seen.push_back(done);
+  };
+  const CompareResult r = RunCompare(spec, options);
+  EXPECT_THAT(seen, ElementsAre(1, 2, 3, 4));
+  EXPECT_FALSE(r.interrupted);
+  ASSERT_EQ(r.cells.size(), 4u);
+  ASSERT_EQ(r.tasks.size(), 1u);
+  EXPECT_THAT(r.tasks[0].lengths, ElementsAre(2, 3, 4, 8, 16));
+  // Grid order: scheme-major, then seed; seeds give different models.
+  EXPECT_EQ(r.cells[0].position, "none");
+  EXPECT_EQ(r.cells[1].seed, 1u);
+  EXPECT_EQ(r.cells[2].position, "shaw");
+  EXPECT_NE(r.cells[0].final_loss, r.cells[1].final_loss);
+  EXPECT_GT(r.cells[2].parameters, r.cells[0].parameters);  // the tables
+  for (const CompareCell& c : r.cells) {
+    EXPECT_FALSE(c.reused);
+    ASSERT_EQ(c.by_length.size(), 5u);
+    EXPECT_EQ(c.by_length[4].sequences, 4);
+  }
+  ASSERT_EQ(r.rows.size(), 2u);
+  EXPECT_EQ(r.rows[1].inside.n, 2);
+
+  const nlohmann::json j = ReadJson(out + "/compare.json");
+  EXPECT_EQ(j["cells"].size(), 4u);
+  EXPECT_EQ(j["cells_planned"], 4);
+  EXPECT_EQ(j["rows"][0]["position"], "none");
+  EXPECT_EQ(j["spread"], "min and max over seeds");
+  EXPECT_EQ(j["cells"][3]["config"]["train"]["seed"], 1);
+
+  // A rerun into the same folder reuses every cell, identically.
+  const CompareResult again = RunCompare(spec, {.out_dir = out});
+  ASSERT_EQ(again.cells.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(again.cells[i].reused);
+    EXPECT_EQ(again.cells[i].final_loss, r.cells[i].final_loss);
+    EXPECT_EQ(again.cells[i].by_length[3].token_accuracy,
+              r.cells[i].by_length[3].token_accuracy);
+  }
+  // A changed setting is a different experiment: nothing is reused.
+  CompareSpec longer = spec;
+  longer.base.Set("train", "steps", "6");
+  longer.seeds = {1};
+  const CompareResult changed = RunCompare(longer, {.out_dir = out});
+  ASSERT_EQ(changed.cells.size(), 2u);
+  EXPECT_FALSE(changed.cells[0].reused);
+  fs::remove_all(out);
+}
+
+TEST(RunCompare, AStopKeepsTheFinishedCellsAndARerunContinues) {
+  const std::string out = TempDir("stop");
+  const CompareSpec spec = TinySpec();
+  volatile std::sig_atomic_t stop = 0;
+  CompareOptions options{.out_dir = out, .stop_flag = &stop};
+  options.on_cell = [&](const CompareCell&, int64_t done, int64_t) {
+    if (done == 1) stop = SIGINT;  // as the signal handler would
+  };
+  const CompareResult r = RunCompare(spec, options);
+  EXPECT_TRUE(r.interrupted);
+  ASSERT_EQ(r.cells.size(), 1u);
+  EXPECT_EQ(r.cells_planned, 4);
+  const nlohmann::json j = ReadJson(out + "/compare.json");
+  EXPECT_EQ(j["cells"].size(), 1u);
+  EXPECT_TRUE(j["interrupted"].get<bool>());
+  // The rerun reuses the finished cell and trains the other three.
+  const CompareResult rest = RunCompare(spec, {.out_dir = out});
+  ASSERT_EQ(rest.cells.size(), 4u);
+  EXPECT_TRUE(rest.cells[0].reused);
+  EXPECT_EQ(rest.cells[0].final_loss, r.cells[0].final_loss);
+  EXPECT_FALSE(rest.cells[1].reused);
+  EXPECT_FALSE(rest.interrupted);
+  fs::remove_all(out);
+}
+
+TEST(RunCompare, LmCellsScoreBitsPerByteAndTheCorpusStaysWithLm) {
+  CompareSpec spec = TinySpec();
+  spec.base.Set("train", "corpus_bytes", "4000");
+  spec.base.Set("train", "corpus_seed", "3");
+  spec.tasks = {"reverse", "lm"};
+  spec.positions = {"sinusoidal"};
+  spec.seeds = {0};
+  const CompareResult r = RunCompare(spec);
+  ASSERT_EQ(r.tasks.size(), 2u);
+  EXPECT_FALSE(r.tasks[0].lower_is_better);
+  EXPECT_TRUE(r.tasks[1].lower_is_better);
+  EXPECT_THAT(r.tasks[1].data, HasSubstr("generated text"));
+  ASSERT_EQ(r.rows.size(), 2u);
+  // Bits per byte of a barely trained byte model: near log2(256) = 8.
+  EXPECT_GT(r.rows[1].at_4x.mean, 4.0);
+  EXPECT_LT(r.rows[1].at_4x.mean, 9.0);
+  EXPECT_LE(r.rows[0].at_4x.mean, 1.0);  // an accuracy
+
+  // A file corpus given for the grid is not handed to the synthetic task.
+  const std::string dir = TempDir("corpus");
+  std::ofstream(dir + "/a.txt") << std::string(3000, 'x');
+  spec.base.Set("train", "corpus_path", dir + "/a.txt");
+  const ExperimentConfig task_cell =
+      CompareCellConfig(spec, "reverse", "none", 0);
+  EXPECT_EQ(task_cell.Get("train", "corpus_path"), "");
+  EXPECT_EQ(CompareCellConfig(spec, "lm", "none", 0).Get("train",
+                                                         "corpus_path"),
+            dir + "/a.txt");
+  fs::remove_all(dir);
+}
+
+TEST(RunCompare, LearnedTableCoversTheLongestEvaluation) {
+  CompareSpec spec = TinySpec();
+  spec.base.Set("train", "--train-lengths", "300");
+  const ExperimentConfig c = CompareCellConfig(spec, "lm", "learned", 0);
+  EXPECT_EQ(c.Get("model", "max_len"), "1200");  // 4 x 300
+  spec.base.Set("model", "max_len", "700");       // given: kept, then refused
+  EXPECT_EQ(CompareCellConfig(spec, "lm", "learned", 0).Get("model",
+                                                            "max_len"),
+            "700");
+  spec.tasks = {"lm"};
+  spec.positions = {"learned"};
+  EXPECT_THROW(RunCompare(spec), InvalidArgument);
+}
+
+TEST(RunCompare, BadGridsAreRefusedBeforeAnyTraining) {
+  CompareSpec spec = TinySpec();
+  spec.positions = {"relative", "relative"};
+  try {
+    RunCompare(spec);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("positions names relative twice"));
+  }
+  spec = TinySpec();
+  spec.positions = {"none", "nosuch"};
+  try {
+    RunCompare(spec);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("positions"));
+    EXPECT_THAT(e.what(), HasSubstr("nosuch"));
+  }
+  spec = TinySpec();
+  spec.tasks = {"nosuch"};
+  EXPECT_THROW(RunCompare(spec), InvalidArgument);
+  spec = TinySpec();
+  spec.seeds = {};
+  EXPECT_THROW(RunCompare(spec), InvalidArgument);
+}
+
+TEST(PositionSchemeNames, ListsEverySchemeOnce) {
+  const std::vector<std::string> names = PositionSchemeNames();
+  for (const char* name : {"none", "sinusoidal", "learned"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end())
+        << name;
+  }
+  std::vector<std::string> sorted = names;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  // Every name is accepted as it is listed.
+  for (const std::string& name : names) {
+    ExperimentConfig c;
+    c.Set("model", "position", name);
+    EXPECT_EQ(c.Get("model", "position"), name);
+  }
+}
+
+}  // namespace
+}  // namespace relpos

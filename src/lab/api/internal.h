@@ -1,0 +1,62 @@
+// What the public objects of include/relpos/ hold: the internal configs,
+// model and trainer they wrap. Shared by the files of src/lab/api/ only.
+#ifndef RELPOS_SRC_LAB_API_INTERNAL_H_
+#define RELPOS_SRC_LAB_API_INTERNAL_H_
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/transformer.h"
+#include "relpos/lab/config.h"
+#include "relpos/lab/model.h"
+#include "relpos/tensor_view.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
+
+namespace relpos {
+
+struct ExperimentConfig::Impl {
+  model::ModelConfig model;
+  train::TrainConfig train;
+  std::set<std::string> given;  // "model.d_model", "train.--train-lengths"
+};
+
+// A config holding exactly these (every setting counts as given: it comes
+// from a checkpoint or a resolved run).
+ExperimentConfig MakeConfig(const model::ModelConfig& model,
+                            const train::TrainConfig& train);
+
+struct Model::Impl {
+  ExperimentConfig config;
+  int64_t step = 0;
+  // Owned here, or borrowed from a Training (which then outlives its use;
+  // `state` is then the training's, so step() follows it).
+  std::shared_ptr<model::Transformer> transformer;
+  const train::TrainState* state = nullptr;
+  // A training's signal statistics (train/signal_stats.h), when borrowed.
+  const train::SignalStats* signal = nullptr;
+};
+
+// A view of a tensor of rank 1 to 4 held as data + shape (parameters).
+template <typename T>
+TensorView<T> ViewOf(T* data, const std::vector<int64_t>& shape) {
+  switch (shape.size()) {
+    case 1:
+      return {data, {shape[0]}};
+    case 2:
+      return {data, {shape[0], shape[1]}};
+    case 3:
+      return {data, {shape[0], shape[1], shape[2]}};
+    default:
+      return {data, {shape.at(0), shape.at(1), shape.at(2), shape.at(3)}};
+  }
+}
+
+// A non-owning Model of a trainer's transformer.
+Model BorrowModel(train::Trainer& trainer);
+
+}  // namespace relpos
+
+#endif  // RELPOS_SRC_LAB_API_INTERNAL_H_

@@ -1,0 +1,168 @@
+// relpos::Model: wraps model::Transformer and the checkpoint reader/writer.
+#include "relpos/lab/model.h"
+
+#include <algorithm>
+
+#include "api/internal.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "train/checkpoint.h"
+
+namespace relpos {
+namespace {
+
+model::Batch ToBatch(const TokenBatch& b) {
+  model::Batch out;
+  out.batch = b.batch;
+  out.length = b.length;
+  out.tokens = b.tokens;
+  out.targets = b.targets;
+  if (out.targets.empty()) out.targets.assign(b.tokens.size(), -1);
+  out.lengths = b.lengths;
+  if (out.lengths.empty()) {
+    out.lengths.assign(static_cast<size_t>(std::max<int64_t>(b.batch, 0)),
+                       b.length);
+  }
+  return out;
+}
+
+const model::Parameter& Find(const model::Transformer& t,
+                             const std::string& name) {
+  const int64_t i = t.FindParameter(name);
+  RELPOS_CHECK_ARG(i >= 0, "the model has no parameter '" << name << "'");
+  return t.parameters()[static_cast<size_t>(i)];
+}
+
+}  // namespace
+
+Model BorrowModel(train::Trainer& trainer) {
+  auto impl = std::make_unique<Model::Impl>();
+  impl->config = MakeConfig(trainer.model_config(), trainer.config());
+  impl->transformer = std::shared_ptr<model::Transformer>(
+      &trainer.model(), [](model::Transformer*) {});
+  impl->state = &trainer.state();
+  impl->signal = &trainer.signal();
+  return Model(std::move(impl));
+}
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Model::Model(const ExperimentConfig& config)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->config = config;
+  impl_->config.Resolve();
+  impl_->transformer =
+      std::make_shared<model::Transformer>(impl_->config.impl().model);
+}
+
+Model Model::Load(const std::string& dir) {
+  train::TrainConfig tc;
+  train::TrainState state;
+  model::Transformer t = train::LoadModel(dir, &tc, &state);
+  auto impl = std::make_unique<Impl>();
+  impl->config = MakeConfig(t.config(), tc);
+  impl->step = state.step;
+  impl->transformer = std::make_shared<model::Transformer>(std::move(t));
+  return Model(std::move(impl));
+}
+
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+
+void Model::Save(const std::string& dir) const {
+  const model::Transformer& t = *impl_->transformer;
+  train::Checkpoint ck;
+  ck.model_config = t.config();
+  ck.train_config = impl_->config.impl().train;
+  ck.state.step = step();
+  ck.parameters = train::GetParameters(t);
+  // Fresh AdamW moments: a resumed run starts its optimiser from zero.
+  for (const char* prefix : {"exp_avg.", "exp_avg_sq."}) {
+    for (const model::Parameter& p : t.parameters()) {
+      ck.optimizer.push_back(
+          {prefix + p.name, p.shape, std::vector<float>(p.value.size(), 0.f)});
+    }
+  }
+  if (impl_->signal) ck.signal = *impl_->signal;
+  train::WriteCheckpoint(dir, ck);
+}
+
+const ExperimentConfig& Model::config() const { return impl_->config; }
+
+int64_t Model::step() const {
+  return impl_->state ? impl_->state->step : impl_->step;
+}
+
+int64_t Model::NumParameters() const {
+  return impl_->transformer->NumParameters();
+}
+
+std::vector<std::string> Model::ParameterNames() const {
+  std::vector<std::string> names;
+  for (const model::Parameter& p : impl_->transformer->parameters()) {
+    names.push_back(p.name);
+  }
+  return names;
+}
+
+ConstView<float> Model::Parameter(const std::string& name) const {
+  const model::Parameter& p = Find(*impl_->transformer, name);
+  return ViewOf(p.value.data(), p.shape);
+}
+
+ConstView<float> Model::Gradient(const std::string& name) const {
+  const model::Parameter& p = Find(*impl_->transformer, name);
+  return ViewOf(p.grad.data(), p.shape);
+}
+
+ForwardResult Model::Forward(const TokenBatch& batch) {
+  model::Metrics m;
+  ForwardResult r;
+  r.loss = impl_->transformer->Evaluate(ToBatch(batch), &m, &r.predictions);
+  r.tokens = m.tokens;
+  r.correct_tokens = m.correct_tokens;
+  r.sequences = m.sequences;
+  r.correct_sequences = m.correct_sequences;
+  return r;
+}
+
+ModelOutputs Model::Outputs(const TokenBatch& batch) {
+  model::Transformer& t = *impl_->transformer;
+  model::Batch b = ToBatch(batch);
+  // Only the outputs are wanted: no target takes part in the loss.
+  b.targets.assign(b.tokens.size(), -1);
+  t.Forward(b, model::ForwardMode::kInference, nullptr);
+  ModelOutputs out;
+  out.batch = b.batch;
+  out.length = b.length;
+  out.d_model = t.config().d_model;
+  out.vocab_size = t.config().vocab_size;
+  const int64_t rows_padded = b.batch * b.length;
+  out.hidden.assign(static_cast<size_t>(rows_padded * out.d_model), 0.f);
+  out.logits.assign(static_cast<size_t>(rows_padded * out.vocab_size), 0.f);
+  // Unpack: the model's rows are the valid positions, sequence after
+  // sequence.
+  const float* hidden = t.LastHidden().data();
+  const float* logits = t.LastLogits().data();
+  int64_t row = 0;
+  for (int64_t s = 0; s < b.batch; ++s) {
+    for (int64_t i = 0; i < b.lengths[s]; ++i, ++row) {
+      const int64_t at = s * b.length + i;
+      std::copy_n(hidden + row * out.d_model, out.d_model,
+                  out.hidden.begin() + at * out.d_model);
+      std::copy_n(logits + row * out.vocab_size, out.vocab_size,
+                  out.logits.begin() + at * out.vocab_size);
+    }
+  }
+  return out;
+}
+
+double Model::ForwardBackward(const TokenBatch& batch, uint64_t dropout_seed) {
+  Rng rng(dropout_seed);
+  return impl_->transformer->ForwardBackward(ToBatch(batch), rng, nullptr);
+}
+
+bool HasCheckpoint(const std::string& dir) { return train::HasCheckpoint(dir); }
+
+}  // namespace relpos

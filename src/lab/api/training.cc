@@ -1,0 +1,159 @@
+// relpos::Training and relpos::Evaluate: wrap train::Trainer and
+// train::EvaluateByLength.
+#include "relpos/lab/training.h"
+
+#include "api/internal.h"
+#include "core/check.h"
+#include "train/determinism.h"
+#include "train/evaluation.h"
+#include "train/lengths.h"
+#include "train/progress.h"
+
+namespace relpos {
+namespace {
+
+train::ProgressMode ModeOf(const std::string& mode) {
+  if (mode == "bar") return train::ProgressMode::kTerminal;
+  if (mode == "lines") return train::ProgressMode::kLines;
+  if (mode == "none") return train::ProgressMode::kQuiet;
+  RELPOS_CHECK_ARG(mode == "auto", "progress mode must be auto, bar, lines or "
+                                   "none (got '"
+                                       << mode << "')");
+  return train::ProgressMode::kAuto;
+}
+
+std::unique_ptr<train::DataSource> DataOf(const ExperimentConfig& config) {
+  return train::MakeDataSource(config.impl().train.data);
+}
+
+}  // namespace
+
+struct Training::Impl {
+  explicit Impl(train::Trainer t)
+      : trainer(std::move(t)), model(BorrowModel(trainer)) {}
+  train::Trainer trainer;
+  Model model;
+};
+
+Training::Training() = default;
+Training::~Training() = default;
+Training::Training(Training&&) noexcept = default;
+Training& Training::operator=(Training&&) noexcept = default;
+
+Training::Training(const ExperimentConfig& config) {
+  ExperimentConfig c = config;
+  c.Resolve();
+  impl_ = std::make_unique<Impl>(
+      train::Trainer(c.impl().model, c.impl().train));
+}
+
+Training Training::Resume(const std::string& dir) {
+  Training t;
+  t.impl_ = std::make_unique<Impl>(train::Trainer::Resume(dir));
+  return t;
+}
+
+TrainSummary Training::Run(const TrainOptions& options) {
+  train::RunOptions o;
+  o.checkpoint_dir = options.checkpoint_dir;
+  o.progress_out = options.progress.out;
+  o.progress_mode = ModeOf(options.progress.mode);
+  o.label = options.progress.label;
+  o.stop_flag = options.stop_flag;
+  o.stop_at_step = options.stop_at_step;
+  const train::RunResult r = impl_->trainer.Run(o);
+  return {.steps_run = static_cast<int64_t>(r.steps.size()),
+          .final_step = r.final_step,
+          .completed = r.completed,
+          .interrupted = r.interrupted,
+          .seconds = r.seconds,
+          .final_loss = r.final_loss};
+}
+
+void Training::Save(const std::string& dir) { impl_->trainer.Save(dir); }
+
+void Training::SetTotalSteps(int64_t steps) {
+  impl_->trainer.set_total_steps(steps);
+  impl_->model.impl().config.impl().train = impl_->trainer.config();
+}
+
+const ExperimentConfig& Training::config() const {
+  return impl_->model.config();
+}
+
+int64_t Training::step() const { return impl_->trainer.state().step; }
+
+Model& Training::model() { return impl_->model; }
+
+std::vector<LengthMetrics> Evaluate(Model& model, const EvalOptions& options) {
+  const ExperimentConfig& config = model.config();
+  const std::unique_ptr<train::DataSource> data = DataOf(config);
+  train::EvalConfig ec;
+  ec.lengths = options.lengths;
+  ec.sequences_per_length = options.sequences_per_length;
+  ec.batch_size = options.batch_size;
+  ec.seed = options.seed;
+  // Checked before the progress display starts.
+  RELPOS_CHECK_ARG(ec.sequences_per_length >= 1 && ec.batch_size >= 1,
+                   "sequences per length and batch size must be >= 1 (got "
+                       << ec.sequences_per_length << ", " << ec.batch_size
+                       << ")");
+  train::CheckEvalLengths(config.impl().model, *data, ec.lengths);
+  train::SetThreads(options.threads > 0 ? options.threads
+                                        : config.impl().train.threads);
+  std::unique_ptr<train::Progress> progress;
+  if (options.progress.out) {
+    const int64_t batches =
+        (ec.sequences_per_length + ec.batch_size - 1) / ec.batch_size;
+    progress = std::make_unique<train::Progress>(
+        *options.progress.out, options.progress.label,
+        batches * static_cast<int64_t>(ec.lengths.size()),
+        ModeOf(options.progress.mode));
+  }
+  std::vector<LengthMetrics> results = train::EvaluateByLength(
+      *model.impl().transformer, *data, ec, progress.get());
+  if (progress) progress->Finish();
+  return results;
+}
+
+void CheckEvalLengths(const ExperimentConfig& config,
+                      const std::vector<int64_t>& lengths) {
+  ExperimentConfig c = config;
+  c.Resolve();
+  train::CheckEvalLengths(c.impl().model, *DataOf(c), lengths);
+}
+
+DataInfo DescribeData(const ExperimentConfig& config) {
+  const std::unique_ptr<train::DataSource> data = DataOf(config);
+  return {.name = data->name(),
+          .metric = data->metric_description(),
+          .source = data->source_description(),
+          .vocab_size = data->vocab_size(),
+          .min_length = data->min_length(),
+          .max_length = data->max_length()};
+}
+
+int64_t SequenceLength(const ExperimentConfig& config, int64_t length) {
+  return DataOf(config)->SequenceLength(length);
+}
+
+std::vector<std::string> TaskNames() { return train::DataTaskNames(); }
+
+std::vector<int64_t> ParseLengths(const std::string& spec,
+                                  const std::string& name) {
+  return train::ParseLengths(spec, name);
+}
+
+std::string FormatLengthRange(int64_t lo, int64_t hi) {
+  return train::FormatLengthRange(lo, hi);
+}
+
+std::vector<std::string> SplitList(const std::string& text, char sep) {
+  return train::SplitList(text, sep);
+}
+
+std::string FormatDuration(double seconds) {
+  return train::FormatDuration(seconds);
+}
+
+}  // namespace relpos

@@ -1,0 +1,225 @@
+// A small transformer for relpos's sequence-task and byte-level LM
+// experiments: a bidirectional encoder or a causal decoder-only model with
+// token embedding, pre-LayerNorm blocks (multi-head attention with a chosen
+// position scheme, GELU feed-forward, residuals), a final LayerNorm and an
+// untied output head. Forward and backward are written by hand (src/lab/nn/);
+// docs/model.md describes the architecture, initialisation and the names of
+// the parameters (which are the checkpoint tensor names).
+//
+// The model is a class template on the number type: `Transformer` (float) is
+// what training uses; BasicTransformer<double> runs the same code in double
+// so that tests can check whole-model gradients against finite differences.
+#ifndef RELPOS_SRC_LAB_MODEL_TRANSFORMER_H_
+#define RELPOS_SRC_LAB_MODEL_TRANSFORMER_H_
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+
+namespace relpos::model {
+
+// How token positions enter the model (docs/model.md, "Position schemes";
+// the mathematics of each relative scheme: docs/math.md section 8). Adding a
+// scheme: extend this enum, its names in model_config.cc, and the functions
+// of model/positions.h (the input side: AddInputPositions; the attention
+// side: AttentionOptionsFor and MhaPositionsFor), plus its tensors in
+// BuildSpecs (transformer.cc).
+enum class PositionScheme {
+  kNone,        // no position information at all (a bag of tokens)
+  kSinusoidal,  // fixed sin/cos table added to the token embeddings
+  kLearned,     // learned [max_len, d_model] table added to the embeddings
+  kShaw,        // Shaw et al.: vector tables AK, AV, clip(r, -k, k)
+  kShawAsym,    // Shaw's tables under clip(r, -k_left, k_right)
+  kShawLog,     // Shaw's tables under T5's logarithmic buckets
+  kT5,          // T5: one learned scalar per head and bucket
+  kAlibi,       // ALiBi: fixed -m_h |r|, nothing learned
+  kRope,        // RoPE: q and k rotated by their positions, nothing learned
+  kXl,          // Transformer-XL: W R_{i-j} with biases u, v
+  // The name of kShaw before the family existed; "relative" still parses.
+  kRelative = kShaw,
+};
+// "none", "sinusoidal", "learned", "shaw", "shaw-asym", "shaw-log", "t5",
+// "alibi", "rope", "xl" (kShaw is written "shaw").
+std::string ToString(PositionScheme scheme);
+// The names above, and "relative" for kShaw (old checkpoints). InvalidArgument
+// listing the accepted names.
+PositionScheme ParsePositionScheme(const std::string& name);
+
+// Whether the scheme acts inside attention (everything but none, sinusoidal
+// and learned).
+bool IsRelative(PositionScheme scheme);
+// shaw, shaw-asym, shaw-log: the schemes with Shaw's vector tables (and so
+// key_term, value_term, per_head_tables and rel_init_scale).
+bool HasShawTables(PositionScheme scheme);
+
+enum class Arch {
+  kEncoder,  // bidirectional self-attention
+  kDecoder,  // decoder-only, causal self-attention
+};
+std::string ToString(Arch arch);  // "encoder" / "decoder"
+Arch ParseArch(const std::string& name);
+
+struct ModelConfig {
+  Arch arch = Arch::kEncoder;
+  int64_t vocab_size = 0, d_model = 64, heads = 4, layers = 2, d_ff = 256;
+  int64_t max_len = 1024;  // rows of the learned absolute table (kLearned)
+  PositionScheme position = PositionScheme::kShaw;
+  int64_t max_distance = 16;         // k, for kShaw
+  int64_t k_left = 64, k_right = 8;  // kShawAsym (w2v-BERT 2.0's reaches)
+  // kT5 and kShawLog: T5's buckets (Raffel et al. 2020's 32 and 128);
+  // bidirectional for encoders, causal for decoders.
+  int64_t num_buckets = 32, bucket_max_distance = 128;
+  double rope_base = 10000.0;     // kRope: theta_t = base^(-2t/dh)
+  bool rope_interleaved = false;  // kRope: pairs (2t, 2t+1), else (t, t+dh/2)
+  // Shaw's tables (kShaw, kShawAsym, kShawLog): which terms, the layout.
+  bool key_term = true, value_term = true, per_head_tables = false;
+  double rel_init_scale = 1.0;  // multiplier on the Xavier std of the tables
+  double dropout = 0.0;         // in [0, 1); applied only in ForwardBackward
+  uint64_t seed = 0;            // initialisation
+};
+
+// JSON object with every field above; enums as their ToString names.
+nlohmann::json ToJson(const ModelConfig& config);
+// Missing fields keep their defaults. A field of the wrong JSON type, an
+// unknown field or a non-object throws FormatError naming the field; values
+// out of range throw InvalidArgument (from Validate) naming the field.
+ModelConfig ModelConfigFromJson(const nlohmann::json& json);
+// InvalidArgument naming the first bad field and its value. Also caps sizes so
+// that an untrusted config cannot request absurd allocations.
+void Validate(const ModelConfig& config);
+
+// A batch of token sequences, padded to `length`.
+struct Batch {
+  int64_t batch = 0, length = 0;
+  std::vector<int32_t> tokens;   // [batch, length]
+  std::vector<int32_t> targets;  // [batch, length], -1 = no loss there
+  // Valid length of each sequence, in [0, length]. Positions >= lengths[b]
+  // are padding: invisible as keys, their tokens are ignored (any value), and
+  // their targets must be -1.
+  std::vector<int64_t> lengths;
+};
+
+// One named tensor of the model. `grad` has value's size and is overwritten
+// by every Backward (and so every ForwardBackward).
+template <typename T>
+struct BasicParameter {
+  std::string name;  // e.g. "blocks.0.attn.q.weight" (docs/model.md)
+  std::vector<int64_t> shape;
+  std::vector<T> value, grad;
+  // Whether decoupled weight decay applies, declared with the tensor: true
+  // for the weight matrices of the linear layers, the output head and the
+  // token embedding; false for biases, LayerNorm gains and every position
+  // table (absolute or relative).
+  bool decay = false;
+  int64_t numel() const { return static_cast<int64_t>(value.size()); }
+};
+using Parameter = BasicParameter<float>;
+
+// Counts accumulate over calls (the caller zeroes them); loss_sum is the sum
+// of per-token cross-entropies (natural log).
+struct Metrics {
+  double loss_sum = 0;
+  int64_t tokens = 0, correct_tokens = 0;
+  // A sequence with at least one target counts; it is correct when every
+  // target position is predicted right (argmax, ties to the lowest id).
+  int64_t sequences = 0, correct_sequences = 0;
+};
+
+// What Forward keeps: kTraining applies dropout and keeps every block's
+// activations for Backward; kInference applies no dropout and reuses one set
+// of block buffers for all blocks (so no Backward can follow it).
+enum class ForwardMode { kTraining, kInference };
+
+struct BlockShape;  // model/transformer_block.h
+template <typename T>
+struct BlockWeights;  // model/transformer_block.h
+
+// Holds its activations between the forward and backward pass, so one object
+// serves one call at a time (use one model per thread).
+template <typename T>
+class BasicTransformer {
+ public:
+  // Validates `config` and initialises every parameter deterministically from
+  // config.seed (each tensor from its own stream keyed by its name, so adding
+  // a tensor never changes the others).
+  explicit BasicTransformer(const ModelConfig& config);
+  ~BasicTransformer();
+  BasicTransformer(BasicTransformer&&) noexcept;
+  BasicTransformer& operator=(BasicTransformer&&) noexcept;
+
+  const ModelConfig& config() const { return config_; }
+
+  // ---- The passes (llm.c's gpt2_forward / gpt2_backward split) ----
+
+  // Forward pass over `batch`: logits [batch * length, vocab_size] and the
+  // mean cross-entropy over targets != -1, returned (0 when there is no
+  // target). kTraining with config.dropout > 0 draws one value from *rng per
+  // dropout site (the masks themselves come from a counter-based hash, so
+  // they do not depend on the thread count); rng must not be null for
+  // kTraining and is unused for kInference. Throws InvalidArgument for an
+  // inconsistent batch (sizes, token ids out of range, targets at padded
+  // positions, length > max_len for kLearned) and changes nothing then.
+  T Forward(const Batch& batch, ForwardMode mode, Rng* rng);
+  // Adds the last Forward's counts to *metrics.
+  void AddMetrics(Metrics* metrics) const;
+  // The last Forward's argmax per position [batch, length] (ties to the
+  // lowest id), -1 at padded positions.
+  void Predictions(std::vector<int32_t>* predictions) const;
+  // The last Forward's final hidden states LayerNormF(x_L) [rows, d_model]
+  // and logits [rows, vocab_size], rows = the valid positions packed sequence
+  // after sequence (relpos::Model::Outputs unpacks them).
+  const std::vector<T>& LastHidden() const;
+  const std::vector<T>& LastLogits() const;
+  // Gradients of the last Forward's loss, OVERWRITING every parameter's grad
+  // (all zero when that batch had no target). InvalidArgument unless the
+  // last Forward was kTraining.
+  void Backward();
+
+  // ---- The passes composed ----
+
+  // Forward(kTraining) + AddMetrics (if metrics is given) + Backward.
+  // Returns the mean loss.
+  T ForwardBackward(const Batch& batch, Rng& rng, Metrics* metrics);
+
+  // Evaluation: Forward(kInference) + AddMetrics + Predictions, each output
+  // optional. No dropout, no grads.
+  T Evaluate(const Batch& batch, Metrics* metrics,
+             std::vector<int32_t>* predictions);
+
+  // Stable order and names (the checkpoint tensor names). The model reads the
+  // values from here on every call, so an optimizer updates them in place;
+  // do not resize the vector or the tensors.
+  std::vector<BasicParameter<T>>& parameters() { return params_; }
+  const std::vector<BasicParameter<T>>& parameters() const { return params_; }
+  // Index of the parameter called `name`, or -1.
+  int64_t FindParameter(const std::string& name) const;
+  int64_t NumParameters() const;
+
+  // ---- For incremental decoding (model/decoder_session.h) ----
+  // The weights block `layer` runs with (the parameters' current values).
+  BlockWeights<T> block_weights(int64_t layer) const;
+
+ private:
+  struct State;  // activations and scratch, defined in transformer.cc
+
+  ModelConfig config_;
+  std::vector<BasicParameter<T>> params_;
+  std::unique_ptr<State> state_;
+};
+
+// The float model used for training; double is for gradient checks.
+class Transformer : public BasicTransformer<float> {
+ public:
+  using BasicTransformer<float>::BasicTransformer;
+};
+
+extern template class BasicTransformer<float>;
+extern template class BasicTransformer<double>;
+
+}  // namespace relpos::model
+
+#endif  // RELPOS_SRC_LAB_MODEL_TRANSFORMER_H_

@@ -1,0 +1,23 @@
+// Batches of examples from a DataSource, padded to their longest sequence.
+#ifndef RELPOS_SRC_LAB_TRAIN_BATCHING_H_
+#define RELPOS_SRC_LAB_TRAIN_BATCHING_H_
+
+#include <cstdint>
+
+#include "core/rng.h"
+#include "model/transformer.h"
+#include "train/data_source.h"
+
+namespace relpos::train {
+
+// A batch of `batch_size` examples whose sizes are drawn uniformly from
+// [min_length, max_length], padded to the longest (pad token 0, target -1).
+model::Batch MakeTrainBatch(const DataSource& data, int64_t batch_size,
+                            int64_t min_length, int64_t max_length, Rng& rng);
+// `count` examples of exactly size `length` (evaluation).
+model::Batch MakeFixedBatch(const DataSource& data, int64_t count,
+                            int64_t length, bool held_out, Rng& rng);
+
+}  // namespace relpos::train
+
+#endif  // RELPOS_SRC_LAB_TRAIN_BATCHING_H_

@@ -1,0 +1,73 @@
+// Where training and evaluation examples come from: a synthetic sequence
+// task (src/lab/tasks/task.h) or byte-level language modelling on a text corpus
+// (src/lab/tasks/text_corpus.h), behind one DataSource interface.
+#ifndef RELPOS_SRC_LAB_TRAIN_DATA_SOURCE_H_
+#define RELPOS_SRC_LAB_TRAIN_DATA_SOURCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/transformer.h"
+#include "tasks/task.h"
+
+namespace relpos::train {
+
+// Largest size parameter accepted for any data: far beyond anything a small
+// model can process, small enough that a typo cannot request gigabytes.
+inline constexpr int64_t kMaxTaskSize = int64_t{1} << 16;
+
+// The name of the byte-level language-modelling "task".
+inline constexpr const char* kLanguageModelTask = "lm";
+
+struct DataConfig {
+  std::string task = "local_difference";  // a tasks::TaskNames() name or "lm"
+  // Task "lm" only: a text file or a directory (walked recursively for files
+  // matching `corpus_pattern`, at most `corpus_max_bytes` read; see
+  // tasks::TextCorpus::FromPath); empty = relpos's generated text with
+  // `corpus_seed` and `corpus_bytes`.
+  std::string corpus_path;
+  std::string corpus_pattern = "*";
+  int64_t corpus_max_bytes = int64_t{64} << 20;
+  uint64_t corpus_seed = 0;
+  int64_t corpus_bytes = int64_t{1} << 20;
+};
+
+// Every accepted task name: tasks::TaskNames() plus "lm", sorted.
+std::vector<std::string> DataTaskNames();
+
+// Examples for training and evaluation, whatever their origin.
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  virtual std::string name() const = 0;
+  virtual int32_t vocab_size() const = 0;
+  // The architecture this data needs by default: the formal tasks read
+  // answers at blank positions after the input (bidirectional encoder);
+  // language modelling predicts the next byte (causal decoder).
+  virtual model::Arch default_arch() const = 0;
+  // Smallest and largest accepted size parameter `length`.
+  virtual int64_t min_length() const = 0;
+  virtual int64_t max_length() const = 0;
+  // Tokens in an example of size `length` (tasks: input + blanks).
+  virtual int64_t SequenceLength(int64_t length) const = 0;
+  // One example; `held_out` selects the evaluation split where the data has
+  // one (the corpus's last 10%); tasks draw from the same distribution, the
+  // evaluation stream is kept apart by its seed.
+  virtual tasks::Example Sample(int64_t length, bool held_out,
+                                Rng& rng) const = 0;
+  // "per-token accuracy over output positions" or "next-byte accuracy".
+  virtual std::string metric_description() const = 0;
+  // Where the examples come from: the task's name, or the corpus's summary
+  // (path, files read, split sizes).
+  virtual std::string source_description() const { return name(); }
+};
+
+// InvalidArgument for an unknown task; IoError/FormatError for a bad corpus.
+std::unique_ptr<DataSource> MakeDataSource(const DataConfig& config);
+
+}  // namespace relpos::train
+
+#endif  // RELPOS_SRC_LAB_TRAIN_DATA_SOURCE_H_

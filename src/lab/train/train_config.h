@@ -1,0 +1,59 @@
+// What a training run is configured by (TrainConfig, with its settings
+// declared once in TrainSettings()) and what a resumed run must restore
+// (TrainState). JSON, validation, command-line flags and docs/settings.md
+// derive from TrainSettings().
+#ifndef RELPOS_SRC_LAB_TRAIN_TRAIN_CONFIG_H_
+#define RELPOS_SRC_LAB_TRAIN_TRAIN_CONFIG_H_
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <vector>
+
+#include "io/settings.h"
+#include "model/transformer.h"
+#include "train/data_source.h"
+#include "train/optimizer.h"
+
+namespace relpos::train {
+
+struct TrainConfig {
+  DataConfig data;
+  int64_t train_min_length = 8, train_max_length = 16;
+  int64_t steps = 1000;
+  int64_t batch_size = 32;
+  double lr = 1e-3;            // peak learning rate
+  int64_t warmup_steps = 100;  // linear warm-up, then cosine decay
+  double min_lr_ratio = 0.1;   // final lr = lr * min_lr_ratio
+  AdamWConfig adamw;
+  double clip_norm = 1.0;  // global gradient-norm clip; 0 = off
+  uint64_t seed = 0;       // initialisation, data order and dropout
+  int threads = 1;         // OpenMP threads; part of the determinism key
+  int64_t checkpoint_every = 500;  // steps between checkpoints; 0 = end only
+};
+
+// Every setting of TrainConfig, in the order of docs/settings.md.
+const std::vector<io::Setting<TrainConfig>>& TrainSettings();
+
+nlohmann::json ToJson(const TrainConfig& config);
+// Missing fields keep their defaults; unknown fields and wrong JSON types are
+// FormatError naming the field; values are then checked by Validate.
+TrainConfig TrainConfigFromJson(const nlohmann::json& json);
+// InvalidArgument naming the first bad field and its value.
+void Validate(const TrainConfig& config);
+ScheduleConfig MakeSchedule(const TrainConfig& config);
+
+// Fills in what the model config takes from the data (vocab_size) and checks
+// that the pair fits: train lengths within the data's range, and for learned
+// absolute positions the longest training sequence within max_len.
+void CheckModelAndData(const model::ModelConfig& model,
+                       const TrainConfig& train, const DataSource& data);
+
+// Everything a resumed run needs besides parameters and optimiser moments.
+struct TrainState {
+  int64_t step = 0;  // updates done so far
+  uint64_t data_rng = 0, dropout_rng = 0;
+};
+
+}  // namespace relpos::train
+
+#endif  // RELPOS_SRC_LAB_TRAIN_TRAIN_CONFIG_H_
