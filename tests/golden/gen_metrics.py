@@ -5,7 +5,8 @@ The values are sacrebleu's own (its default corpus_bleu, sentence_bleu,
 corpus_chrf and sentence_chrf, and its 13a tokeniser), computed on
 hand-written tricky segments and on seeded random segment pairs; the C++
 test (src/lab/translate/metrics_test.cc) recomputes every value with relpos
-and compares. Run it with a Python that has sacrebleu 2.x, from the
+and compares. python/tests/test_translate_metrics.py imports random_corpus
+from here to compare relpos with sacrebleu directly on other seeds. Run it with a Python that has sacrebleu 2.x, from the
 repository root:
 
     python3 tests/golden/gen_metrics.py
@@ -89,15 +90,18 @@ HAND_CORPORA = [
 ]
 
 VOCAB = (
-    "the a of and to in is file files directory cannot open read write "
+    "the a of and to in is was file files directory cannot open read write "
     "error warning %s %d %lu %1$s %2$s Datei Dateien Verzeichnis kann nicht "
     "öffnen lesen schreiben Fehler Warnung Größe Straße naïve café "
     "日本 語 中文 🙂 --help -h -v [OPTION]... <FILE> (default) "
-    "1,000 1.000 3.14 2.5 10-20 v1.2.3 50% $5 &amp; &lt; &quot; "
-    ". , ; : ! ? ' \" ( ) [ ] { } / \\ - -- ... … « » „ “"
+    "1,000 1.000 3.14 2.5 10-20 v1.2.3 50% $5 &amp; &lt; &quot; <skipped> "
+    ". , ; : ! ? ' \" ( ) [ ] { } / \\ - -- ... … « » „ “ x,y a.b 5- -5"
 ).split()
 
-SPACES = [" ", " ", " ", " ", "  ", "\t", "\u00a0", "\u3000", "\n"]
+# Word separators: mostly spaces, and the other whitespace kinds (and
+# U+200B, which is not whitespace to Python and so joins words).
+SPACES = [" "] * 6 + ["  ", "\t", "\u00a0", "\u3000", "\n", "\u2028",
+                      "\u200b"]
 
 
 def random_segment(rng, max_words):
