@@ -46,6 +46,7 @@ nb::dict StatsDict(const ParallelTextStats& s) {
   d["catalogs_read"] = s.catalogs_read;
   d["catalogs_skipped"] = s.catalogs_skipped;
   d["same_file"] = s.same_file;
+  d["no_language"] = s.no_language;
   d["skipped"] = s.skipped;
   d["messages"] = s.messages;
   d["header"] = s.header;

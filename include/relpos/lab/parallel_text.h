@@ -58,8 +58,9 @@ struct TranslationPair {
 
 struct ParallelTextOptions {
   // A locale tree (<lang>/LC_MESSAGES/*.mo, the default), any directory of
-  // .mo / .po files (walked recursively), a single .mo / .po file, or a TSV
-  // file (any other file).
+  // .mo / .po files (walked recursively; a file's language is its
+  // <lang>/LC_MESSAGES/ folder, else its header's "Language:"), a single
+  // .mo / .po file, or a TSV file (any other file).
   std::string path = "/usr/share/locale";
   // "en" is the msgid side; any other code names catalogs of that language
   // (the <lang> directory, or a file's "Language:" header, exactly). Two
@@ -75,6 +76,9 @@ struct ParallelTextStats {
   int64_t catalogs_read = 0;     // of which parsed
   int64_t catalogs_skipped = 0;  // unreadable or malformed: see `skipped`
   int64_t same_file = 0;         // links to a file already read
+  // Catalogs in a directory whose language neither their path
+  // (<lang>/LC_MESSAGES/) nor their header's "Language:" says: not used.
+  int64_t no_language = 0;
   std::vector<std::string> skipped;  // "path: reason", one per skipped file
   int64_t messages = 0;          // entries read on the source side (with
                                  // the headers; TSV: well-formed lines)

@@ -31,8 +31,11 @@ namespace fs = std::filesystem;
 constexpr std::string_view kEnglish = "en";
 // Most files a directory walk lists (a guard against walking "/").
 constexpr int64_t kMaxWalkFiles = int64_t{1} << 20;
-// Largest TSV file read.
+// Largest TSV file read, and most text all the catalogs of a corpus may
+// hold (a guard against pointing the corpus at a huge tree: the catalogs of
+// one language under /usr/share/locale hold about 10 MB).
 constexpr int64_t kMaxTsvBytes = int64_t{1} << 30;
+constexpr int64_t kMaxCatalogTextBytes = int64_t{1} << 30;
 
 bool IsAsciiSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' ||
@@ -119,7 +122,8 @@ class CatalogSet {
     std::map<std::pair<dev_t, ino_t>, size_t> by_inode;  // -> chosen index
     std::vector<bool> chosen;
     for (std::string& relative : ListCatalogFiles(root)) {
-      CatalogPlace place = PlaceOf(relative);
+      // The whole path: a corpus that is itself de/LC_MESSAGES/ says "de".
+      CatalogPlace place = PlaceOf((fs::path(root) / relative).generic_string());
       if (!place.category.empty() && place.category != "LC_MESSAGES") continue;
       if (!place.language.empty() && !wanted_.count(place.language)) continue;
       const std::string path = (fs::path(root) / relative).string();
@@ -191,9 +195,24 @@ class CatalogSet {
     }
     const std::string language =
         place.language.empty() ? catalog.language : place.language;
+    if (language.empty()) {
+      ++stats_.no_language;  // neither its path nor its header says
+      return;
+    }
     if (!wanted_.count(language)) return;  // another language's catalog
     ++stats_.files_found;
     ++stats_.catalogs_read;
+    for (const CatalogMessage& m : catalog.messages) {
+      text_bytes_ += static_cast<int64_t>(m.context.size() + m.msgid.size() +
+                                          m.msgstr.size());
+    }
+    if (text_bytes_ > kMaxCatalogTextBytes) {
+      RELPOS_THROW(FormatError, "translation corpus: the catalogs under '"
+                                    << root << "' hold more than "
+                                    << kMaxCatalogTextBytes
+                                    << " bytes of text; point the corpus at "
+                                       "a smaller tree");
+    }
     out.push_back({DomainOf(root, relative, place, language), language,
                    std::move(catalog)});
   }
@@ -241,6 +260,7 @@ class CatalogSet {
   const ParallelTextOptions& options_;
   ParallelTextStats& stats_;
   std::set<std::string> wanted_;
+  int64_t text_bytes_ = 0;  // of the catalogs read so far
 };
 
 // The (context, msgid) key two languages' catalogs are joined on.
@@ -574,6 +594,9 @@ ParallelText LoadParallelText(const ParallelTextOptions& options) {
          << "): " << s.files_found << " catalog files, " << s.catalogs_read
          << " read, " << s.catalogs_skipped << " skipped";
     if (s.same_file > 0) what << ", " << s.same_file << " links to files read";
+    if (s.no_language > 0) {
+      what << ", " << s.no_language << " of unknown language";
+    }
   }
   SplitAndDeduplicate(candidates, text);
   text.description = Describe(text, what.str());

@@ -280,6 +280,27 @@ TEST(ParallelCorpusTest, SingleCatalogFileSplitsByMessage) {
   fs::remove_all(dir);
 }
 
+TEST(ParallelCorpusTest, ALanguageFolderSaysTheLanguageOfItsCatalogs) {
+  // A copy of one language's LC_MESSAGES: catalogs without a Language header
+  // are that language; outside such a folder they are of unknown language.
+  const fs::path dir = testing::FreshTempDir("parallel_corpus_folder");
+  const fs::path de = dir / "de" / "LC_MESSAGES";
+  for (const std::string& domain : Names("app-", false, 2)) {
+    WriteBinaryFile(de / (domain + ".mo"), MoBytes({Msg("File", "Datei " + domain)}));
+  }
+  WriteBinaryFile(de / (Names("app-", true, 1)[0] + ".mo"),
+                  MoBytes({Msg("Save", "Speichern")}));
+  const ParallelText text = LoadParallelText({.path = de.string()});
+  EXPECT_EQ(text.stats.catalogs_read, 3);
+  EXPECT_EQ(text.stats.no_language, 0);
+  EXPECT_EQ(text.stats.pairs, 3);
+  fs::copy(de, dir / "flat");
+  const std::string error = FormatErrorOf(
+      [&] { LoadParallelText({.path = (dir / "flat").string()}); });
+  EXPECT_THAT(error, HasSubstr("3 of unknown language"));
+  fs::remove_all(dir);
+}
+
 TEST(ParallelCorpusTest, PoDirectoryUsesHeaderLanguageAndFolderDomain) {
   const fs::path dir = testing::FreshTempDir("parallel_corpus_po");
   std::string de = "msgid \"\"\nmsgstr \"Language: de\\n\"\n\n";
