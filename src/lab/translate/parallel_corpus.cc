@@ -390,8 +390,8 @@ void ReadTsv(const std::string& path, ParallelTextStats& stats,
 }
 
 // Which of the hashed names are held out: HeldOut, except that with two or
-// more names at least one is held out (the smallest hash) and at least one
-// trains (the largest hash), so neither split is empty.
+// more different names at least one is held out (the smallest hash) and at
+// least one trains (the largest hash), so neither split is empty.
 std::vector<bool> SplitByHash(const std::vector<std::string_view>& names) {
   std::vector<bool> held(names.size());
   size_t n_held = 0, smallest = 0, largest = 0;
@@ -406,9 +406,15 @@ std::vector<bool> SplitByHash(const std::vector<std::string_view>& names) {
     if (before(i, smallest)) smallest = i;
     if (before(largest, i)) largest = i;
   }
-  if (names.size() >= 2) {
-    if (n_held == 0) held[smallest] = true;
-    if (n_held == names.size()) held[largest] = false;
+  // Equal names (a source text twice) stay in one split.
+  const auto set_all = [&](size_t like, bool value) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == names[like]) held[i] = value;
+    }
+  };
+  if (names.size() >= 2 && names[smallest] != names[largest]) {
+    if (n_held == 0) set_all(smallest, true);
+    if (n_held == names.size()) set_all(largest, false);
   }
   return held;
 }

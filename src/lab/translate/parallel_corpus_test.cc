@@ -364,6 +364,26 @@ TEST(ParallelCorpusTest, TsvPairsAndBadLines) {
   fs::remove_all(dir);
 }
 
+TEST(ParallelCorpusTest, ASourceNeverStraddlesTheSplit) {
+  // No source hashes into the held-out split, so the one with the smallest
+  // hash is held out -- with every pair that has it.
+  const fs::path dir = testing::FreshTempDir("parallel_corpus_straddle");
+  const std::vector<std::string> sources = Names("source ", false, 3);
+  std::string tsv;
+  for (const std::string& s : sources) {
+    tsv += s + "\tQuelle eins\n" + s + "\tQuelle zwei\n";
+  }
+  WriteBinaryFile(dir / "pairs.tsv", tsv);
+  const ParallelText text =
+      LoadParallelText({.path = (dir / "pairs.tsv").string()});
+  EXPECT_EQ(text.test.size(), 2u);
+  EXPECT_EQ(text.train.size(), 4u);
+  std::set<std::string> train_sources;
+  for (const auto& p : text.train) train_sources.insert(p.source);
+  for (const auto& p : text.test) EXPECT_FALSE(train_sources.count(p.source));
+  fs::remove_all(dir);
+}
+
 TEST(ParallelCorpusTest, HostileCatalogsInADirectoryAreSkippedNeverFatal) {
   const fs::path dir = testing::FreshTempDir("parallel_corpus_hostile");
   const fs::path de = dir / "de" / "LC_MESSAGES";
