@@ -244,12 +244,19 @@ void AddInspectVerb(CLI::App& app, std::ostream& out) {
   sub->add_option("--svg", flags->svg,
                   "Write signal and movement against distance to this SVG");
   sub->add_option("--share", flags->options.share,
-                  "Verdict: smallest k holding this share of the signal "
-                  "(default 0.99)")
-      ->check(CLI::Range(0.0, 1.0));
+                  "Verdict: smallest k holding this share of the signal")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            double v = 0;
+            if (!CLI::detail::lexical_cast(text, v) || !(v > 0 && v <= 1)) {
+              return "must be a number in (0, 1] (got " + text + ")";
+            }
+            return "";
+          },
+          "FLOAT in (0, 1]"));
   sub->add_option("--untrained-fraction", flags->options.untrained_fraction,
                   "Verdict: a row below this fraction of the median row's "
-                  "signal is untrained (default 0.001; docs/inspect.md)")
+                  "signal is untrained (docs/inspect.md)")
       ->check(CLI::Range(0.0, 1.0));
   sub->callback([flags, &out] { RunInspect(*flags, out); });
 }
