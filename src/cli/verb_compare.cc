@@ -156,7 +156,7 @@ void PrintTable(const CompareResult& r, std::ostream& out) {
 // One panel per task, stacked: each is RenderSvg's plot nested in one SVG.
 std::string ComparePlot(const CompareResult& r) {
   std::vector<std::string> panels;
-  int width = 0, height = 0;
+  const PlotOptions size;
   for (const CompareTask& t : r.tasks) {
     std::vector<PlotSeries> series;
     double lo = 0, hi = 1;
@@ -185,22 +185,10 @@ std::string ComparePlot(const CompareResult& r) {
       po.y_max = std::max(po.y_min + 0.5, std::ceil(hi * 2) / 2);
     }
     po.train_max_x = static_cast<double>(t.train_max_length);
-    std::string svg = RenderSvg(series, po);
-    svg.erase(0, svg.find("<svg"));  // drop the XML declaration
-    svg.insert(4, " x=\"0\" y=\"" + std::to_string(height) + "\"");
-    panels.push_back(std::move(svg));
-    width = std::max(width, po.width);
-    height += po.height;
+    panels.push_back(RenderSvg(series, po));
   }
   if (panels.empty()) return "";
-  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
-         std::to_string(width) + "\" height=\"" + std::to_string(height) +
-         "\" viewBox=\"0 0 " + std::to_string(width) + " " +
-         std::to_string(height) + "\">\n";
-  for (const std::string& p : panels) out += p;
-  out += "</svg>\n";
-  return out;
+  return StackSvg(panels, size.width, size.height);
 }
 
 // The grid's training defaults (the task is set per grid).

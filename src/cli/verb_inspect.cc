@@ -92,26 +92,6 @@ void PrintTable(const TableInspection& t, bool with_signal, std::ostream& out) {
   }
 }
 
-// One SVG document holding the panels one above the other.
-std::string StackSvg(const std::vector<std::string>& panels, int width,
-                     int height) {
-  std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
-         std::to_string(width) + "\" height=\"" +
-         std::to_string(height * static_cast<int>(panels.size())) + "\">\n";
-  for (size_t i = 0; i < panels.size(); ++i) {
-    std::string p = panels[i];
-    const size_t decl = p.find("?>\n");
-    if (p.rfind("<?xml", 0) == 0 && decl != std::string::npos) {
-      p.erase(0, decl + 3);
-    }
-    // Place the panel: <svg ...> -> <svg y="..." ...>.
-    p.replace(0, 4, "<svg y=\"" + std::to_string(height * i) + "\"");
-    svg += p;
-  }
-  return svg + "</svg>\n";
-}
-
 // Per role (AK, AV, ...): signal (relative to the table's largest row) and
 // movement against distance, one line per layer.
 std::string InspectSvg(const Inspection& in) {
