@@ -7,7 +7,7 @@
 #
 #   bash scripts/test-e2e.sh [extra pytest arguments]
 #   bash scripts/test-e2e.sh -k python.md          # one document's blocks
-#   bash scripts/test-e2e.sh --doc-list            # list the blocks, run none
+#   python3 tests/e2e/doc_blocks.py                # list the blocks, run none
 #
 # Needs the release build (build/release/bin/relpos; RELPOS_BIN to use
 # another) and the Python package installed by scripts/test-python.sh into

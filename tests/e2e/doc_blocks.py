@@ -208,7 +208,10 @@ def main() -> int:
     counts = {}
     for b in all_blocks():
         plan = b.plan()
-        key = plan.split(":")[0].split(" (")[0]
+        key = ("written to a file" if b.file else
+               "output checked" if b.output else
+               "shown" if not b.runs else
+               "skipped" if b.skip else "run")
         counts[key] = counts.get(key, 0) + 1
         first = b.text.strip().split("\n")[0][:60]
         print(f"{b.name:28} {b.language or '(none)':7} {plan}  | {first}")
