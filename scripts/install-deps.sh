@@ -15,6 +15,7 @@ packages=(
   libsentencepiece-dev                         # subword vocabularies (translation)
   python3 python3-dev python3-venv python3-numpy python3-pytest  # golden files, Python package
   clang libclang-rt-14-dev                     # fuzzers and sanitizers
+  librsvg2-bin                                 # rsvg-convert: the plot tests render SVG
 )
 if [[ -n "${RELPOS_EXTRA_PACKAGES:-}" ]]; then
   read -r -a extra <<<"${RELPOS_EXTRA_PACKAGES}"
