@@ -23,6 +23,13 @@ struct TokenBatch {
   // Valid length of each sequence (positions beyond are padding, their
   // targets must be -1); empty = every sequence is `length` long.
   std::vector<int64_t> lengths;
+  // Seq2seq models only (empty for the others): each sequence's source
+  // sentence, padded to source_length, and their valid lengths (empty =
+  // every source is source_length long). The sequences above are then the
+  // decoder's: BOS y_1 .. y_m, targets y_1 .. y_m EOS.
+  int64_t source_length = 0;
+  std::vector<int32_t> source_tokens;   // [batch, source_length]
+  std::vector<int64_t> source_lengths;  // [batch]
 };
 
 // Sums over the batch (the loss is the mean over scored tokens).

@@ -23,6 +23,13 @@ model::Batch ToBatch(const TokenBatch& b) {
     out.lengths.assign(static_cast<size_t>(std::max<int64_t>(b.batch, 0)),
                        b.length);
   }
+  out.source_length = b.source_length;
+  out.source_tokens = b.source_tokens;
+  out.source_lengths = b.source_lengths;
+  if (out.source_lengths.empty() && !out.source_tokens.empty()) {
+    out.source_lengths.assign(
+        static_cast<size_t>(std::max<int64_t>(b.batch, 0)), b.source_length);
+  }
   return out;
 }
 
