@@ -481,6 +481,12 @@ TEST(Seq2seqTest, NoTargetAndEmptySourceStayFinite) {
   for (const auto& p : m.parameters()) {
     for (float g : p.grad) ASSERT_TRUE(std::isfinite(g)) << p.name;
   }
+  // Every source empty (the encoder's attention has no key at all), in the
+  // double model's reference attention too.
+  b.source_lengths = {0, 0};
+  EXPECT_TRUE(std::isfinite(m.ForwardBackward(b, rng, nullptr)));
+  BasicTransformer<double> md(Tiny(PositionScheme::kShaw));
+  EXPECT_TRUE(std::isfinite(md.ForwardBackward(b, rng, nullptr)));
   for (int32_t& t : b.targets) t = -1;
   EXPECT_EQ(m.ForwardBackward(b, rng, nullptr), 0.0f);
   for (const auto& p : m.parameters()) {

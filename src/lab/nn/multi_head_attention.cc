@@ -204,8 +204,10 @@ std::vector<int64_t> GroupEnds(const std::vector<int64_t>& order,
 
 // `queries` and `keys` are the same shape for self-attention. Packed or
 // padded as queries.lengths says (the keys follow: both packed or neither).
-AttentionLayout MakeLayout(const MhaShape& queries, const MhaShape& keys,
-                           bool cross) {
+// A packed group pads to at least one position on each side, so that no
+// attention tensor is empty (a group of empty sequences: its rows see no
+// key and output zero).
+AttentionLayout MakeLayout(const MhaShape& queries, const MhaShape& keys) {
   AttentionLayout l;
   const int64_t B = queries.batch, dh = queries.head_dim(), H = queries.heads;
   const bool packed = queries.lengths != nullptr;
@@ -226,17 +228,15 @@ AttentionLayout MakeLayout(const MhaShape& queries, const MhaShape& keys,
   for (int64_t end : ends) {
     AttentionLayout::Group grp;
     grp.count = end - first;
-    grp.padded_q = packed ? l.q.valid[order[first]] : queries.length;
+    grp.padded_q = queries.length;
     grp.padded_k = keys.length;
     if (packed) {
-      grp.padded_k = 0;
+      grp.padded_q = std::max<int64_t>(l.q.valid[order[first]], 1);
+      grp.padded_k = 1;
       for (int64_t i = first; i < end; ++i) {
         grp.padded_k = std::max(grp.padded_k, l.kv.valid[order[i]]);
       }
     }
-    // Cross-attention keeps one (masked) key where a group has none, so
-    // that its key tensors are never empty.
-    if (cross) grp.padded_k = std::max<int64_t>(grp.padded_k, 1);
     grp.offset_q = l.q.elements;
     grp.offset_k = l.kv.elements;
     for (int64_t i = first; i < end; ++i) {
@@ -513,13 +513,13 @@ template <typename T>
 void AttentionLayerForward(const T* x, const T* memory, const MhaWeights<T>& w,
                            T* y, MhaCache<T>* cache, const MhaShape& s,
                            const MhaShape& ks, const AttentionOptions& options,
-                           const MhaPositions& p, bool cross) {
+                           const MhaPositions& p) {
   // Shapes: x, y [rows, d_model], memory [memory rows, d_model];
   // cache->q/attn and k/v as AttentionLayout says ([B, H, N, dh] when not
   // packed).
   const int64_t rows = s.rows(), kv_rows = ks.rows(), d = s.d_model;
   const int64_t dh = s.head_dim();
-  const AttentionLayout layout = MakeLayout(s, ks, cross);
+  const AttentionLayout layout = MakeLayout(s, ks);
   cache->q.resize(layout.q.elements);
   cache->k.resize(layout.kv.elements);
   cache->v.resize(layout.kv.elements);
@@ -575,7 +575,7 @@ void AttentionLayerBackward(const T* x, const T* memory, const MhaWeights<T>& w,
   // Shapes: x, dy, dx [rows, d_model]; memory, dmemory [memory rows,
   // d_model].
   const int64_t rows = s.rows(), kv_rows = ks.rows(), d = s.d_model;
-  const AttentionLayout layout = MakeLayout(s, ks, cross);
+  const AttentionLayout layout = MakeLayout(s, ks);
   scratch->flat.resize(std::max(rows, kv_rows) * d);
   scratch->dattn.resize(layout.q.elements);
   scratch->dq.resize(layout.q.elements);
@@ -620,7 +620,7 @@ void MultiHeadAttentionForward(const T* x, const MhaWeights<T>& w, T* y,
                                MhaCache<T>* cache, const MhaShape& s,
                                const AttentionOptions& options,
                                const MhaPositions& p) {
-  AttentionLayerForward(x, x, w, y, cache, s, s, options, p, false);
+  AttentionLayerForward(x, x, w, y, cache, s, s, options, p);
 }
 
 template <typename T>
@@ -641,7 +641,7 @@ void CrossAttentionForward(const T* x, const T* memory, const MhaWeights<T>& w,
                            const AttentionOptions& attention) {
   CheckCross(queries, keys, attention);
   AttentionLayerForward(x, memory, w, y, cache, queries, keys, attention,
-                        MhaPositions{}, true);
+                        MhaPositions{});
 }
 
 template <typename T>
