@@ -197,6 +197,17 @@ TEST(Model, Seq2seqTakesSourcesInTheBatch) {
   const std::string dir = TempDir("seq2seq");
   m.Save(dir);
   EXPECT_EQ(Model::Load(dir).Forward(b).loss, m.Forward(b).loss);
+  // Decoding through the public API: greedy and beam search, BOS / EOS
+  // from the task; an unknown penalty and an encoder are refused.
+  const std::vector<Translation> greedy =
+      m.Translate({{3, 1}, {5}}, {.beam_size = 1});
+  ASSERT_EQ(greedy.size(), 2u);
+  EXPECT_LE(greedy[0].tokens.size(), 4u);  // ratio 2
+  EXPECT_LE(greedy[0].score, 0.0);
+  EXPECT_EQ(m.Translate({{3, 1}}, {.beam_size = 4}).size(), 1u);
+  EXPECT_THROW(m.Translate({{3}}, {.length_penalty = "avg"}), InvalidArgument);
+  Model encoder(Tiny());
+  EXPECT_THROW(encoder.Translate({{1}}), InvalidArgument);
   TokenBatch no_source = b;
   no_source.source_length = 0;
   no_source.source_tokens.clear();

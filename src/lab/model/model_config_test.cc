@@ -195,12 +195,6 @@ TEST(ModelConfigTest, BadValuesNameTheField) {
   ExpectRejected<InvalidArgument>(with("position", "rotary"),
                                   {"position", "rotary", "relative"});
   ExpectRejected<InvalidArgument>(with("arch", "encdec"), {"arch", "encdec"});
-  // decoder_layers: seq2seq only, and -1 or a block count.
-  ExpectRejected<InvalidArgument>(with("decoder_layers", 2),
-                                  {"decoder_layers", "seq2seq", "decoder"});
-  nlohmann::json s2s = with("arch", "seq2seq");
-  s2s["decoder_layers"] = -2;
-  ExpectRejected<InvalidArgument>(s2s, {"decoder_layers", "-2"});
   ExpectRejected<InvalidArgument>(with("k_left", -1), {"k_left", "-1"});
   ExpectRejected<InvalidArgument>(with("k_right", -2), {"k_right", "-2"});
   ExpectRejected<InvalidArgument>(with("num_buckets", 1), {"num_buckets", "1"});
@@ -234,13 +228,6 @@ TEST(ModelConfigTest, BadValuesNameTheField) {
   t5["arch"] = "decoder";  // causal needs 2: accepted with a reach above 1
   t5["bucket_max_distance"] = 2;
   EXPECT_NO_THROW(ModelConfigFromJson(t5));
-  // A seq2seq model's encoder side has bidirectional buckets: the encoder's
-  // bound applies.
-  t5 = scheme("t5", "seq2seq");
-  t5["num_buckets"] = 3;
-  ExpectRejected<InvalidArgument>(t5, {"num_buckets", "3", "4"});
-  t5["num_buckets"] = 4;
-  EXPECT_NO_THROW(ModelConfigFromJson(t5));
   nlohmann::json log = scheme("shaw-log", "encoder");
   log["num_buckets"] = 32;
   log["bucket_max_distance"] = 8;  // exact reach 8: no log range
@@ -262,9 +249,31 @@ TEST(ModelConfigTest, BadValuesNameTheField) {
   huge["heads"] = 1;
   huge["layers"] = 1024;
   ExpectRejected<InvalidArgument>(huge, {"parameters"});
-  // A seq2seq model counts both stacks and the cross-attention: a config
-  // just within the cap as an encoder exceeds it as seq2seq.
-  nlohmann::json big = scheme("none", "encoder");
+}
+
+// The checks a seq2seq config adds: decoder_layers (seq2seq only, -1 or a
+// block count), each side's scheme (the encoder's bidirectional T5 buckets
+// need 4), and a parameter count of both stacks and the cross-attention.
+TEST(ModelConfigTest, Seq2seqChecks) {
+  const nlohmann::json base = ToJson(NonDefault());
+  nlohmann::json j = base;
+  j["decoder_layers"] = 2;
+  ExpectRejected<InvalidArgument>(j, {"decoder_layers", "seq2seq", "decoder"});
+  j["arch"] = "seq2seq";
+  j["decoder_layers"] = -2;
+  ExpectRejected<InvalidArgument>(j, {"decoder_layers", "-2"});
+  nlohmann::json t5 = base;
+  t5["arch"] = "seq2seq";
+  t5["position"] = "t5";
+  t5["key_term"] = t5["value_term"] = true;
+  t5["per_head_tables"] = false;
+  t5["num_buckets"] = 3;
+  ExpectRejected<InvalidArgument>(t5, {"num_buckets", "3", "4"});
+  t5["num_buckets"] = 4;
+  EXPECT_NO_THROW(ModelConfigFromJson(t5));
+  nlohmann::json big = t5;
+  big["position"] = "none";
+  big["arch"] = "encoder";
   big["d_model"] = 2048;  // ~25M parameters per encoder block, ~42M per
   big["heads"] = 8;       // decoder block: 60 blocks are ~1.5G as an
   big["d_ff"] = 2048;     // encoder, ~4G as seq2seq (cap 2^31)
