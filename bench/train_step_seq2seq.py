@@ -34,7 +34,9 @@ virtual environments), warmed up with --warmup steps per repeat and timed
 over --steps steps; relpos runs `train_step_bench` once per repeat with
 --steps repetitions of one step after a warm-up step. A repeat's figure is
 the median step time; the report gives each side's median over repeats and
-the median (min-max) of the per-repeat ratios peer / relpos.
+the median (min-max) of the per-repeat ratios of throughput relpos / peer
+(wall time), and of CPU time per step peer / relpos (process CPU time,
+all threads: on a loaded machine the steadier figure at one thread).
 
 Before timing, each worker prints what it built: the count of attention
 modules with relative position tables (self-attention, encoder and decoder)
@@ -295,12 +297,13 @@ def worker(args):
         torch.set_num_threads(threads)
         for _ in range(warmup):
             step()
-        times = []
+        times, cpu = [], []
         for _ in range(steps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             step()
             times.append(time.perf_counter() - t0)
-        print(json.dumps({"times": times}), flush=True)
+            cpu.append(time.process_time() - c0)
+        print(json.dumps({"times": times, "cpu": cpu}), flush=True)
 
 
 # ---------------------------------------------------------------- driver
@@ -329,7 +332,8 @@ class Peer:
     def run(self, threads, warmup, steps):
         self.proc.stdin.write(f"{threads} {warmup} {steps}\n")
         self.proc.stdin.flush()
-        return self._read()["times"]
+        out = self._read()
+        return out["times"], out["cpu"]
 
     def close(self):
         self.proc.stdin.close()
@@ -358,7 +362,8 @@ def run_relpos(binary, args, threads, steps):
         raise SystemExit(f"train_step_bench ran {runs[0]['tokens']:.0f} "
                          f"tokens on {runs[0]['threads']:.0f} threads")
     args.relpos_parameters = int(runs[0]["parameters"])
-    return [b["real_time"] / 1e3 for b in runs]  # ms -> s
+    return ([b["real_time"] / 1e3 for b in runs],  # ms -> s
+            [b["cpu_time"] / 1e3 for b in runs])
 
 
 def spread(values):
@@ -380,17 +385,21 @@ def driver(args):
             print(f"{name}: {json.dumps(peers[-1].info)}", flush=True)
     ok = True
     for threads in args.threads:
-        rows = {"relpos": []}
-        rows.update({p.name: [] for p in peers})
+        rows = {n: [] for n in ["relpos"] + [p.name for p in peers]}
+        cpu = {n: [] for n in rows}
+
+        def add(name, times):
+            rows[name].append(statistics.median(times[0]))
+            cpu[name].append(statistics.median(times[1]))
+
         for r in range(args.repeats):
-            rows["relpos"].append(statistics.median(
-                run_relpos(args.relpos_bench, args, threads, args.steps)))
+            add("relpos",
+                run_relpos(args.relpos_bench, args, threads, args.steps))
             for p in peers:
-                rows[p.name].append(statistics.median(
-                    p.run(threads, args.warmup, args.steps)))
+                add(p.name, p.run(threads, args.warmup, args.steps))
             print(f"threads {threads} repeat {r + 1}: " + ", ".join(
-                f"{n} {v[-1] * 1e3:.0f} ms" for n, v in rows.items()),
-                flush=True)
+                f"{n} {v[-1] * 1e3:.0f} ms (CPU {cpu[n][-1] * 1e3:.0f} ms)"
+                for n, v in rows.items()), flush=True)
         print(f"threads {threads}: tokens/s (median over {args.repeats} "
               f"repeats; relpos {args.relpos_parameters} parameters)")
         for n, v in rows.items():
@@ -398,6 +407,9 @@ def driver(args):
         for p in peers:
             ratios = [a / b for a, b in zip(rows[p.name], rows["relpos"])]
             print(f"  relpos / {p.name} throughput: {spread(ratios)}")
+            cpu_ratios = [a / b for a, b in zip(cpu[p.name], cpu["relpos"])]
+            print(f"  {p.name} / relpos CPU time per step: "
+                  f"{spread(cpu_ratios)}")
             ok = ok and min(ratios) > 0
     for p in peers:
         p.close()
