@@ -178,15 +178,17 @@ if ENABLED:
                        buckets, bucket_args, alibi))
         return torch.from_numpy(out), torch.from_numpy(lse)
 
-    @attention_forward.register_kernel("cuda")
-    def _(q, k, v, ak, av, bias, pb, max_distance, causal, key_lengths,
-          query_offset, buckets, bucket_args, alibi):
+    def attention_forward_cuda(q, k, v, ak, av, bias, pb, max_distance,
+                               causal, key_lengths, query_offset, buckets,
+                               bucket_args, alibi):
         from relpos.triton import _attention as gpu
         call = gpu.prepare(
             "torch.attention", q, k, v, ak, av, bias, pb,
             **_gpu_options(max_distance, causal, key_lengths, query_offset,
                            buckets, bucket_args, alibi))
         return gpu.forward(call, q, k, v, ak, av, bias, pb)
+
+    attention_forward.register_kernel("cuda")(attention_forward_cuda)
 
     @attention_forward.register_fake
     def _(q, k, v, ak, av, bias, pb, max_distance, causal, key_lengths,
@@ -216,9 +218,9 @@ if ENABLED:
         return tuple(q.new_empty((0,)) if x is None else torch.from_numpy(x)
                      for x in (g.dq, g.dk, g.dv, g.dak, g.dav, g.dbias, g.dpb))
 
-    @attention_backward.register_kernel("cuda")
-    def _(dout, q, k, v, ak, av, bias, pb, out, lse, max_distance, causal,
-          key_lengths, query_offset, buckets, bucket_args, alibi):
+    def attention_backward_cuda(dout, q, k, v, ak, av, bias, pb, out, lse,
+                                max_distance, causal, key_lengths,
+                                query_offset, buckets, bucket_args, alibi):
         from relpos.triton import _attention as gpu
         call = gpu.prepare(
             "torch.attention", q, k, v, ak, av, bias, pb,
@@ -226,6 +228,8 @@ if ENABLED:
                            buckets, bucket_args, alibi))
         grads = gpu.backward(call, dout, q, k, v, ak, av, bias, pb, out, lse)
         return tuple(q.new_empty((0,)) if g is None else g for g in grads)
+
+    attention_backward.register_kernel("cuda")(attention_backward_cuda)
 
     @attention_backward.register_fake
     def _(dout, q, k, v, ak, av, bias, pb, out, lse, max_distance, causal,
@@ -262,11 +266,12 @@ if ENABLED:
             _view(x), position_offset=position_offset, base=base,
             layout=layout))
 
-    @rope_forward.register_kernel("cuda")
-    def _(x, position_offset, base, layout):
+    def rope_forward_cuda(x, position_offset, base, layout):
         from relpos.triton import _rope
         return _rope.rotate("torch.rope", x, position_offset, base, layout,
                             1)
+
+    rope_forward.register_kernel("cuda")(rope_forward_cuda)
 
     @rope_forward.register_fake
     def _(x, position_offset, base, layout):
@@ -280,11 +285,12 @@ if ENABLED:
             _view(dy), position_offset=position_offset, base=base,
             layout=layout))
 
-    @rope_backward.register_kernel("cuda")
-    def _(dy, position_offset, base, layout):
+    def rope_backward_cuda(dy, position_offset, base, layout):
         from relpos.triton import _rope
         return _rope.rotate("torch.rope_backward", dy, position_offset, base,
                             layout, -1)
+
+    rope_backward.register_kernel("cuda")(rope_backward_cuda)
 
     @rope_backward.register_fake
     def _(dy, position_offset, base, layout):

@@ -37,10 +37,10 @@ class Blocks:
     far_n: int = 64
     band_m: int = 32
     band_n: int = 32
-    diag: int = 32
+    diag: int = 16
     far_warps: int = 4
     band_warps: int = 8
-    diag_warps: int = 8
+    diag_warps: int = 4
     num_stages: int = 2
     # Programs the diagonal kernel aims for: each diagonal's tile pairs are
     # split into that many / (diagonals x heads) chunks.
@@ -53,7 +53,18 @@ class Blocks:
                              f"band {self.band_m} x {self.band_n})")
 
 
-BLOCKS = Blocks()
+# Per input dtype. float32 (IEEE products: no tensor cores) and float64 hold
+# more per element in registers: smaller tiles.
+_WIDE = dict(far_m=32, far_n=32, band_m=16, band_n=16, diag=16, far_warps=8,
+             band_warps=4, diag_warps=4)
+BLOCKS = {torch.float16: Blocks(), torch.bfloat16: Blocks(),
+          torch.float32: Blocks(**_WIDE), torch.float64: Blocks(**_WIDE)}
+# Tests set this to one Blocks for every dtype (small tiles).
+OVERRIDE = None
+
+
+def blocks_for(dtype):
+    return OVERRIDE or BLOCKS[dtype]
 
 
 def _pow2(x, lo=16):
@@ -132,10 +143,22 @@ def _state(like, acc, *shape):
     return torch.empty(shape, dtype=acc, device=like.device)
 
 
+def _far_then_band(c, a, far, band, n, far_tile, band_tile, *buffers):
+    """Launches a far kernel over cdiv(n, far_tile) x (B H) programs, then
+    (unless every tile is far, when the far kernel finishes alone) its band
+    kernel; both take the common arguments and `buffers`."""
+    bh = c.b * c.h
+    far[(triton.cdiv(n, far_tile), bh)](*a.common, *buffers,
+                                        FINAL=c.all_far, **a.flags, **a.far)
+    if not c.all_far:
+        band[(triton.cdiv(n, band_tile), bh)](*a.common, *buffers,
+                                              **a.flags, **a.band)
+
+
 def forward(c, q, k, v, ak=None, av=None, bias=None, pb=None, blocks=None):
     """(out [B, H, Nq, dv] in q's dtype, lse [B, H, Nq] float32, float64
     for float64 inputs) of a prepared call."""
-    blocks = blocks or BLOCKS
+    blocks = blocks or blocks_for(c.dtype)
     a = _Args(c, q, k, v, ak, av, bias, pb, blocks)
     acc = _acc(c.dtype)
     out = torch.empty((c.b, c.h, c.nq, c.dv), dtype=c.dtype, device=c.device)
@@ -144,13 +167,8 @@ def forward(c, q, k, v, ak=None, av=None, bias=None, pb=None, blocks=None):
     if not c.all_far:
         st = torch.empty((c.b * c.h, 6, c.nq), dtype=acc, device=c.device)
         acc_buf = _state(out, acc, c.b, c.h, c.nq, c.dv)
-    bh = c.b * c.h
-    K._fwd_far[(triton.cdiv(c.nq, blocks.far_m), bh)](
-        *a.common, out, lse, st, acc_buf, FINAL=c.all_far, **a.flags,
-        **a.far)
-    if not c.all_far:
-        K._fwd_band[(triton.cdiv(c.nq, blocks.band_m), bh)](
-            *a.common, out, lse, st, acc_buf, **a.flags, **a.band)
+    _far_then_band(c, a, K._fwd_far, K._fwd_band, c.nq, blocks.far_m,
+                   blocks.band_m, out, lse, st, acc_buf)
     return out, lse
 
 
@@ -307,12 +325,8 @@ def _dkdv(c, a, blocks):
     if not c.all_far:
         dks = _state(dk, acc, c.b, c.h, c.nk, c.dk)
         dvs = _state(dv, acc, c.b, c.h, c.nk, c.dv)
-    bh = c.b * c.h
-    K._bwd_dkdv_far[(triton.cdiv(c.nk, blocks.far_n), bh)](
-        *a.common, dk, dv, dks, dvs, FINAL=c.all_far, **a.flags, **a.far)
-    if not c.all_far:
-        K._bwd_dkdv_band[(triton.cdiv(c.nk, blocks.band_n), bh)](
-            *a.common, dk, dv, dks, dvs, **a.flags, **a.band)
+    _far_then_band(c, a, K._bwd_dkdv_far, K._bwd_dkdv_band, c.nk,
+                    blocks.far_n, blocks.band_n, dk, dv, dks, dvs)
     return dk, dv
 
 
@@ -329,12 +343,8 @@ def _dq(c, a, blocks):
     if not c.all_far:
         dqs = _state(dq, acc, c.b, c.h, c.nq, c.dk)
         es = torch.empty((bh, 6, c.nq), dtype=acc, device=c.device)
-    K._bwd_dq_far[(triton.cdiv(c.nq, blocks.far_m), bh)](
-        *a.common, dq, dqs, es, peq, pew, pes, FINAL=c.all_far, **a.flags,
-        **a.far)
-    if not c.all_far:
-        K._bwd_dq_band[(triton.cdiv(c.nq, blocks.band_m), bh)](
-            *a.common, dq, dqs, es, peq, pew, pes, **a.flags, **a.band)
+    _far_then_band(c, a, K._bwd_dq_far, K._bwd_dq_band, c.nq, blocks.far_m,
+                   blocks.band_m, dq, dqs, es, peq, pew, pes)
     return dq, peq, pew, pes
 
 
@@ -343,7 +353,7 @@ def backward(c, dout, q, k, v, ak=None, av=None, bias=None, pb=None,
     """(dq, dk, dv, dak, dav, dbias, dpb) of a prepared call, given the
     forward's out and lse; a table's gradient is None when the table is
     None (or its gradient is not needed)."""
-    blocks = blocks or BLOCKS
+    blocks = blocks or blocks_for(c.dtype)
     needs = needs or Needs()
     a = _Args(c, q, k, v, ak, av, bias, pb, blocks)
     rc = _prep(c, a, blocks, q, out, dout, lse)

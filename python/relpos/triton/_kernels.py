@@ -253,8 +253,8 @@ def _plane_off(bh, Nq, plane):
 
 
 @triton.jit
-def _band_keys(rows, q, AK, AV, BIAS, PB, ROWMAP, kt, h, j0, i0, off, L, R,
-               bL, bR, LROW, nb, dk, s_akh, s_akr, scale2,
+def _band_keys(q, AK, BIAS, PB, ROWMAP, h, j0, i0, off, L, R, bL, bR, LROW,
+               nb, dk, s_akh, s_akr, scale2,
                SCORE: tl.constexpr, HAS_PB: tl.constexpr, CLIP: tl.constexpr,
                DK: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, WIN: tl.constexpr, PREC: tl.constexpr):
@@ -322,6 +322,30 @@ def _fwd_finish(OUT, LSE, AV, av_base, s_avr, bL, bR, acc, m, l, wl, wr, bh,
 
 
 @triton.jit
+def _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, sqb, sqh, sqn, sqd, skb, skh,
+               svb, svh, s_akh, s_akr, H, Nq, Nk, dk, off, bL, bR, nb, scale2,
+               i0, SCORE: tl.constexpr, HAS_PB: tl.constexpr,
+               CAUSAL: tl.constexpr, HAS_LEN: tl.constexpr, DK: tl.constexpr,
+               BLOCK_M: tl.constexpr):
+    """What a forward program knows of its query tile: (bh, b, h, rows,
+    row_ok, q, klen, e, gL, gR, slope2, kbase, vbase)."""
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    rows = i0 + tl.arange(0, BLOCK_M)
+    row_ok = rows < Nq
+    q = _load_tile(Q, b * sqb + h * sqh, rows, row_ok, sqn, sqd, DK, dk)
+    klen = _klen(LENS, b, Nk, HAS_LEN)
+    gL, gR = _end_terms(q, AK, h * s_akh, s_akr, BIAS, h * nb, PB, h * dk,
+                        bL, bR, dk, scale2, SCORE, HAS_PB, DK, BLOCK_M)
+    slope2 = 0.0
+    if SCORE == ALIBI:
+        slope2 = tl.load(SLOPES + h).to(gL.dtype) * LOG2E
+    return (bh, b, h, rows, row_ok, q, klen, _key_end(rows, off, klen, CAUSAL),
+            gL, gR, slope2, b * skb + h * skh, b * svb + h * svh)
+
+
+@triton.jit
 def _fwd_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
              sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
              sdb, sdh, sdn, sdd, s_akh, s_akr, s_avh, s_avr,
@@ -335,29 +359,19 @@ def _fwd_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     """The far tiles of one query tile: the key tiles [0, nL) (every
     distance <= -L) and [tR, nK) (every distance >= R). FINAL: write out and
     lse; otherwise the state ST (m, l, WL, WR) and ACC [BH, Nq, dv]."""
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
     i0 = tl.program_id(0) * BLOCK_M
     ii = tl.arange(0, BLOCK_M)
     jj = tl.arange(0, BLOCK_N)
-    rows = i0 + ii
-    row_ok = rows < Nq
-    q = _load_tile(Q, b * sqb + h * sqh, rows, row_ok, sqn, sqd, DK, dk)
+    bh, b, h, rows, row_ok, q, klen, e, gL, gR, slope2, kbase, vbase = \
+        _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, sqb, sqh, sqn, sqd, skb,
+                   skh, svb, svh, s_akh, s_akr, H, Nq, Nk, dk, off, bL, bR,
+                   nb, scale2, i0, SCORE, HAS_PB, CAUSAL, HAS_LEN, DK,
+                   BLOCK_M)
     acc_t = tl.float64 if q.dtype == tl.float64 else tl.float32
-    klen = _klen(LENS, b, Nk, HAS_LEN)
-    e = _key_end(rows, off, klen, CAUSAL)
     emin = tl.min(tl.where(row_ok, e, Nk))
     nL, tR, nK = _far_ranges(i0, off, L, R,
                              _kend(i0, BLOCK_M, Nq, off, klen, CAUSAL),
                              ALL_FAR, BLOCK_M, BLOCK_N)
-    gL, gR = _end_terms(q, AK, h * s_akh, s_akr, BIAS, h * nb, PB, h * dk,
-                        bL, bR, dk, scale2, SCORE, HAS_PB, DK, BLOCK_M)
-    slope2 = 0.0
-    if SCORE == ALIBI:
-        slope2 = tl.load(SLOPES + h).to(acc_t) * LOG2E
-    kbase = b * skb + h * skh
-    vbase = b * svb + h * svh
     m = tl.full([BLOCK_M], float("-inf"), acc_t)
     l = tl.zeros([BLOCK_M], acc_t)
     wl = tl.zeros([BLOCK_M], acc_t)
@@ -409,28 +423,19 @@ def _fwd_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     """The band tiles of one query tile (BLOCK_M rows inside one far query
     tile of FAR_M rows): the keys [nL FAR_N, tR FAR_N) that _fwd_far left,
     in BLOCK_N steps, starting from its state; then out and lse."""
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
     i0 = tl.program_id(0) * BLOCK_M
     i0f = (i0 // FAR_M) * FAR_M
-    ii = tl.arange(0, BLOCK_M)
     jj = tl.arange(0, BLOCK_N)
-    rows = i0 + ii
-    row_ok = rows < Nq
-    q = _load_tile(Q, b * sqb + h * sqh, rows, row_ok, sqn, sqd, DK, dk)
+    bh, b, h, rows, row_ok, q, klen, e, gL, gR, slope2, kbase, vbase = \
+        _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, sqb, sqh, sqn, sqd, skb,
+                   skh, svb, svh, s_akh, s_akr, H, Nq, Nk, dk, off, bL, bR,
+                   nb, scale2, i0, SCORE, HAS_PB, CAUSAL, HAS_LEN, DK,
+                   BLOCK_M)
     acc_t = tl.float64 if q.dtype == tl.float64 else tl.float32
-    klen = _klen(LENS, b, Nk, HAS_LEN)
-    e = _key_end(rows, off, klen, CAUSAL)
     nL, tR, nK = _far_ranges(i0f, off, L, R,
                              _kend(i0f, FAR_M, Nq, off, klen, CAUSAL),
                              ALL_FAR, FAR_M, FAR_N)
     j_hi = tl.minimum(tR * FAR_N, _kend(i0, BLOCK_M, Nq, off, klen, CAUSAL))
-    gL, gR = _end_terms(q, AK, h * s_akh, s_akr, BIAS, h * nb, PB, h * dk,
-                        bL, bR, dk, scale2, SCORE, HAS_PB, DK, BLOCK_M)
-    slope2 = 0.0
-    if SCORE == ALIBI:
-        slope2 = tl.load(SLOPES + h).to(acc_t) * LOG2E
     st = ST + _plane_off(bh, Nq, 0) + rows
     m = tl.load(st + ST_M * Nq, mask=row_ok, other=float("-inf"))
     l = tl.load(st + ST_L * Nq, mask=row_ok, other=0.0)
@@ -438,16 +443,14 @@ def _fwd_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     wr = tl.load(st + ST_WR * Nq, mask=row_ok, other=0.0)
     acc = _load_tile(ACC, bh.to(tl.int64) * Nq * dv, rows, row_ok, dv, 1, DV,
                      dv).to(acc_t)
-    kbase = b * skb + h * skh
-    vbase = b * svb + h * svh
     for j0 in range(nL * FAR_N, j_hi, BLOCK_N):
         keys = j0 + jj
         kt = _load_tile(K, kbase, keys, keys < Nk, skn, skd, DK, dk)
         vt = _load_tile(V, vbase, keys, keys < Nk, svn, svd, DV, dv)
         r, rbase, wd, wok, wrow, gi, gw, akw = _band_keys(
-            rows, q, AK, AV, BIAS, PB, ROWMAP, kt, h, j0, i0, off, L, R, bL,
-            bR, LROW, nb, dk, s_akh, s_akr, scale2, SCORE, HAS_PB, CLIP, DK,
-            BLOCK_M, BLOCK_N, WIN, PREC)
+            q, AK, BIAS, PB, ROWMAP, h, j0, i0, off, L, R, bL, bR, LROW, nb,
+            dk, s_akh, s_akr, scale2, SCORE, HAS_PB, CLIP, DK, BLOCK_M,
+            BLOCK_N, WIN, PREC)
         s = tl.dot(q, tl.trans(kt), input_precision=PREC, out_dtype=acc_t)
         s = s * scale2
         if SCORE == VECTOR or SCORE == SCALAR:
@@ -578,13 +581,16 @@ def _q_tile(Q, DOUT, RC, qbase, dbase, bh, i0, ii, Nq, dk, dv, sqn, sqd, sdn,
 
 
 @triton.jit
-def _dkdv_setup(K, V, LENS, skb, skh, skn, skd, svb, svh, svn, svd, H, Nq,
-                Nk, dk, dv, off, L, R, j0f, FAR_M: tl.constexpr,
-                FAR_N: tl.constexpr, CAUSAL: tl.constexpr,
-                HAS_LEN: tl.constexpr, ALL_FAR: tl.constexpr):
-    """(b, h, klen, q_lo, nR, qL, nQT) of the far key tile at j0f: its far
-    query tiles are [q_lo, nR) (distances >= R) and [qL, nQT) (<= -L), in
-    FAR_M units."""
+def _dkdv_setup(K, V, LENS, SLOPES, skb, skh, skn, skd, svb, svh, svn, svd,
+                H, Nq, Nk, dk, dv, off, L, R, j0, j0f, SCORE: tl.constexpr,
+                FAR_M: tl.constexpr, FAR_N: tl.constexpr,
+                CAUSAL: tl.constexpr, HAS_LEN: tl.constexpr,
+                ALL_FAR: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+                BLOCK_N: tl.constexpr):
+    """What a dK/dV program knows of its key tile j0 (inside the far key
+    tile j0f): (bh, b, h, klen, q_lo, nR, qL, nQT, keys, key_ok, K and V
+    tiles, slope2). The far tile's far query tiles are [q_lo, nR)
+    (distances >= R) and [qL, nQT) (<= -L), in FAR_M units."""
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
@@ -595,7 +601,17 @@ def _dkdv_setup(K, V, LENS, skb, skh, skn, skd, svb, svh, svn, svd, H, Nq,
         q_lo = tl.minimum(tl.maximum(j0f - off, 0) // FAR_M, nQT)
     q_lo = tl.where(j0f < klen, q_lo, nQT)
     nR, qL = _q_ranges(j0f, off, L, R, q_lo, nQT, ALL_FAR, FAR_M, FAR_N)
-    return bh, b, h, klen, q_lo, nR, qL, nQT
+    keys = j0 + tl.arange(0, BLOCK_N)
+    key_ok = keys < Nk
+    kt = _load_tile(K, b * skb + h * skh, keys, key_ok, skn, skd, DK, dk)
+    vt = _load_tile(V, b * svb + h * svh, keys, key_ok, svn, svd, DV, dv)
+    slope2 = 0.0
+    if SCORE == ALIBI:
+        slope2 = tl.load(SLOPES + h) * LOG2E
+        slope2 = slope2.to(tl.float64) if kt.dtype == tl.float64 \
+            else slope2.to(tl.float32)
+    return (bh, b, h, klen, q_lo, nR, qL, nQT, keys, key_ok, kt, vt,
+            slope2)
 
 
 @triton.jit
@@ -623,19 +639,14 @@ def _bwd_dkdv_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     stored in DKO / DVO (the gradients' dtype); otherwise the unscaled sums
     in DKS / DVS (the accumulator type) for _bwd_dkdv_band."""
     j0 = tl.program_id(0) * BLOCK_N
-    bh, b, h, klen, q_lo, nR, qL, nQT = _dkdv_setup(
-        K, V, LENS, skb, skh, skn, skd, svb, svh, svn, svd, H, Nq, Nk, dk,
-        dv, off, L, R, j0, BLOCK_M, BLOCK_N, CAUSAL, HAS_LEN, ALL_FAR)
+    (bh, b, h, klen, q_lo, nR, qL, nQT, keys, key_ok, kt, vt,
+     slope2) = _dkdv_setup(
+        K, V, LENS, SLOPES, skb, skh, skn, skd, svb, svh, svn, svd, H, Nq,
+        Nk, dk, dv, off, L, R, j0, j0, SCORE, BLOCK_M, BLOCK_N, CAUSAL,
+        HAS_LEN, ALL_FAR, DK, DV, BLOCK_N)
     ii = tl.arange(0, BLOCK_M)
     jj = tl.arange(0, BLOCK_N)
-    keys = j0 + jj
-    key_ok = keys < Nk
-    kt = _load_tile(K, b * skb + h * skh, keys, key_ok, skn, skd, DK, dk)
-    vt = _load_tile(V, b * svb + h * svh, keys, key_ok, svn, svd, DV, dv)
     acc_t = tl.float64 if kt.dtype == tl.float64 else tl.float32
-    slope2 = 0.0
-    if SCORE == ALIBI:
-        slope2 = tl.load(SLOPES + h).to(acc_t) * LOG2E
     dk_acc = tl.zeros([BLOCK_N, DK], acc_t)
     dv_acc = tl.zeros([BLOCK_N, DV], acc_t)
     n_right = nR - q_lo
@@ -684,20 +695,13 @@ def _bwd_dkdv_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     adds the band query rows [nR FAR_M, qL FAR_M) to _bwd_dkdv_far's sums,
     then scales and stores."""
     j0 = tl.program_id(0) * BLOCK_N
-    bh, b, h, klen, q_lo, nR, qL, nQT = _dkdv_setup(
-        K, V, LENS, skb, skh, skn, skd, svb, svh, svn, svd, H, Nq, Nk, dk,
-        dv, off, L, R, (j0 // FAR_N) * FAR_N, FAR_M, FAR_N, CAUSAL, HAS_LEN,
-        ALL_FAR)
+    (bh, b, h, klen, q_lo, nR, qL, nQT, keys, key_ok, kt, vt,
+     slope2) = _dkdv_setup(
+        K, V, LENS, SLOPES, skb, skh, skn, skd, svb, svh, svn, svd, H, Nq,
+        Nk, dk, dv, off, L, R, j0, (j0 // FAR_N) * FAR_N, SCORE, FAR_M,
+        FAR_N, CAUSAL, HAS_LEN, ALL_FAR, DK, DV, BLOCK_N)
     ii = tl.arange(0, BLOCK_M)
-    jj = tl.arange(0, BLOCK_N)
-    keys = j0 + jj
-    key_ok = keys < Nk
-    kt = _load_tile(K, b * skb + h * skh, keys, key_ok, skn, skd, DK, dk)
-    vt = _load_tile(V, b * svb + h * svh, keys, key_ok, svn, svd, DV, dv)
     acc_t = tl.float64 if kt.dtype == tl.float64 else tl.float32
-    slope2 = 0.0
-    if SCORE == ALIBI:
-        slope2 = tl.load(SLOPES + h).to(acc_t) * LOG2E
     dk_acc = _load_tile(DKS, bh.to(tl.int64) * Nk * dk, keys, key_ok, dk, 1,
                         DK, dk).to(acc_t)
     dv_acc = _load_tile(DVS, bh.to(tl.int64) * Nk * dv, keys, key_ok, dv, 1,
@@ -707,9 +711,9 @@ def _bwd_dkdv_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
             Q, DOUT, RC, b * sqb + h * sqh, b * sdb + h * sdh, bh, i0, ii,
             Nq, dk, dv, sqn, sqd, sdn, sdd, DK, DV)
         r, rbase, wd, wok, wrow, gi, gw, akw = _band_keys(
-            rows, q, AK, AV, BIAS, PB, ROWMAP, kt, h, j0, i0, off, L, R, bL,
-            bR, LROW, nb, dk, s_akh, s_akr, scale2, SCORE, HAS_PB, CLIP, DK,
-            BLOCK_M, BLOCK_N, WIN, PREC)
+            q, AK, BIAS, PB, ROWMAP, h, j0, i0, off, L, R, bL, bR, LROW, nb,
+            dk, s_akh, s_akr, scale2, SCORE, HAS_PB, CLIP, DK, BLOCK_M,
+            BLOCK_N, WIN, PREC)
         s_rel = 0.0
         if SCORE == VECTOR or SCORE == SCALAR:
             s_rel = _pick(r, L, R, _rc(RC, bh, Nq, rows, ok, RC_GL, 0.0),
@@ -742,10 +746,13 @@ ES_WR = tl.constexpr(3)
 
 
 @triton.jit
-def _dq_setup(Q, DOUT, RC, LENS, sqb, sqh, sqn, sqd, sdb, sdh, sdn, sdd, H,
-              Nq, Nk, dk, dv, off, i0, CAUSAL: tl.constexpr,
+def _dq_setup(Q, DOUT, RC, LENS, SLOPES, sqb, sqh, sqn, sqd, skb, skh, svb,
+              svh, sdb, sdh, sdn, sdd, H, Nq, Nk, dk, dv, off, i0,
+              SCORE: tl.constexpr, CAUSAL: tl.constexpr,
               HAS_LEN: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
               BLOCK_M: tl.constexpr):
+    """What a dQ program knows of its query tile: (bh, b, h, rows, ok, q,
+    dO, log2 lse, D, klen, e, gL, gR, uL, uR, slope2, kbase, vbase)."""
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
@@ -753,8 +760,16 @@ def _dq_setup(Q, DOUT, RC, LENS, sqb, sqh, sqn, sqd, sdb, sdh, sdn, sdd, H,
         Q, DOUT, RC, b * sqb + h * sqh, b * sdb + h * sdh, bh, i0,
         tl.arange(0, BLOCK_M), Nq, dk, dv, sqn, sqd, sdn, sdd, DK, DV)
     klen = _klen(LENS, b, Nk, HAS_LEN)
+    slope2 = 0.0
+    if SCORE == ALIBI:
+        slope2 = tl.load(SLOPES + h).to(lse2.dtype) * LOG2E
     return (bh, b, h, rows, ok, q, do, lse2, dd, klen,
-            _key_end(rows, off, klen, CAUSAL))
+            _key_end(rows, off, klen, CAUSAL),
+            _rc(RC, bh, Nq, rows, ok, RC_GL, 0.0),
+            _rc(RC, bh, Nq, rows, ok, RC_GR, 0.0),
+            _rc(RC, bh, Nq, rows, ok, RC_UL, 0.0),
+            _rc(RC, bh, Nq, rows, ok, RC_UR, 0.0), slope2,
+            b * skb + h * skh, b * svb + h * svh)
 
 
 @triton.jit
@@ -805,24 +820,17 @@ def _bwd_dq_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     sums. FINAL: finished here (_dq_finish); otherwise the unscaled dQ
     in DQS and the end sums in ES for _bwd_dq_band."""
     i0 = tl.program_id(0) * BLOCK_M
-    bh, b, h, rows, ok, q, do, lse2, dd, klen, e = _dq_setup(
-        Q, DOUT, RC, LENS, sqb, sqh, sqn, sqd, sdb, sdh, sdn, sdd, H, Nq, Nk,
-        dk, dv, off, i0, CAUSAL, HAS_LEN, DK, DV, BLOCK_M)
+    (bh, b, h, rows, ok, q, do, lse2, dd, klen, e, gL, gR, uL, uR, slope2,
+     kbase, vbase) = _dq_setup(
+        Q, DOUT, RC, LENS, SLOPES, sqb, sqh, sqn, sqd, skb, skh, svb, svh,
+        sdb, sdh, sdn, sdd, H, Nq, Nk, dk, dv, off, i0, SCORE, CAUSAL,
+        HAS_LEN, DK, DV, BLOCK_M)
     acc_t = tl.float64 if q.dtype == tl.float64 else tl.float32
     ii = tl.arange(0, BLOCK_M)
     jj = tl.arange(0, BLOCK_N)
-    gL = _rc(RC, bh, Nq, rows, ok, RC_GL, 0.0)
-    gR = _rc(RC, bh, Nq, rows, ok, RC_GR, 0.0)
-    uL = _rc(RC, bh, Nq, rows, ok, RC_UL, 0.0)
-    uR = _rc(RC, bh, Nq, rows, ok, RC_UR, 0.0)
     nL, tR, nK = _far_ranges(i0, off, L, R,
                              _kend(i0, BLOCK_M, Nq, off, klen, CAUSAL),
                              ALL_FAR, BLOCK_M, BLOCK_N)
-    slope2 = 0.0
-    if SCORE == ALIBI:
-        slope2 = tl.load(SLOPES + h).to(acc_t) * LOG2E
-    kbase = b * skb + h * skh
-    vbase = b * svb + h * svh
     dq = tl.zeros([BLOCK_M, DK], acc_t)
     el = tl.zeros([BLOCK_M], acc_t)
     er = tl.zeros([BLOCK_M], acc_t)
@@ -881,24 +889,17 @@ def _bwd_dq_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     finishes (_dq_finish)."""
     i0 = tl.program_id(0) * BLOCK_M
     i0f = (i0 // FAR_M) * FAR_M
-    bh, b, h, rows, ok, q, do, lse2, dd, klen, e = _dq_setup(
-        Q, DOUT, RC, LENS, sqb, sqh, sqn, sqd, sdb, sdh, sdn, sdd, H, Nq, Nk,
-        dk, dv, off, i0, CAUSAL, HAS_LEN, DK, DV, BLOCK_M)
+    (bh, b, h, rows, ok, q, do, lse2, dd, klen, e, gL, gR, uL, uR, slope2,
+     kbase, vbase) = _dq_setup(
+        Q, DOUT, RC, LENS, SLOPES, sqb, sqh, sqn, sqd, skb, skh, svb, svh,
+        sdb, sdh, sdn, sdd, H, Nq, Nk, dk, dv, off, i0, SCORE, CAUSAL,
+        HAS_LEN, DK, DV, BLOCK_M)
     acc_t = tl.float64 if q.dtype == tl.float64 else tl.float32
     jj = tl.arange(0, BLOCK_N)
-    gL = _rc(RC, bh, Nq, rows, ok, RC_GL, 0.0)
-    gR = _rc(RC, bh, Nq, rows, ok, RC_GR, 0.0)
-    uL = _rc(RC, bh, Nq, rows, ok, RC_UL, 0.0)
-    uR = _rc(RC, bh, Nq, rows, ok, RC_UR, 0.0)
     nL, tR, nK = _far_ranges(i0f, off, L, R,
                              _kend(i0f, FAR_M, Nq, off, klen, CAUSAL),
                              ALL_FAR, FAR_M, FAR_N)
     j_hi = tl.minimum(tR * FAR_N, _kend(i0, BLOCK_M, Nq, off, klen, CAUSAL))
-    slope2 = 0.0
-    if SCORE == ALIBI:
-        slope2 = tl.load(SLOPES + h).to(acc_t) * LOG2E
-    kbase = b * skb + h * skh
-    vbase = b * svb + h * svh
     dq = _load_tile(DQS, bh.to(tl.int64) * Nq * dk, rows, ok, dk, 1, DK,
                     dk).to(acc_t)
     es_ = ES + _plane_off(bh, Nq, 0) + rows
@@ -911,9 +912,9 @@ def _bwd_dq_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
         kt = _load_tile(K, kbase, keys, keys < Nk, skn, skd, DK, dk)
         vt = _load_tile(V, vbase, keys, keys < Nk, svn, svd, DV, dv)
         r, rbase, wd, wok, wrow, gi, gw, akw = _band_keys(
-            rows, q, AK, AV, BIAS, PB, ROWMAP, kt, h, j0, i0, off, L, R, bL,
-            bR, LROW, nb, dk, s_akh, s_akr, scale2, SCORE, HAS_PB, CLIP, DK,
-            BLOCK_M, BLOCK_N, WIN, PREC)
+            q, AK, BIAS, PB, ROWMAP, h, j0, i0, off, L, R, bL, bR, LROW, nb,
+            dk, s_akh, s_akr, scale2, SCORE, HAS_PB, CLIP, DK, BLOCK_M,
+            BLOCK_N, WIN, PREC)
         s_rel = 0.0
         if SCORE == VECTOR or SCORE == SCALAR:
             s_rel = _pick(r, L, R, gL, gR, tl.gather(gw, gi, 1))
