@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds relpos and runs every test:
 #   1. release build, all C++ unit tests (CTest);
-#   2. the Python package (pip install into .venv) and its pytest suite;
+#   2. the Python package and its whole pytest suite against PyPI's PyTorch 2
+#      (scripts/test-pypi.sh: a cached environment in /var/cache/relpos,
+#      several GB downloaded the first time; Triton's kernels under its
+#      interpreter);
 #   3. AddressSanitizer + UBSan build, the C++ unit tests again;
 #   4. the libFuzzer targets under ASan, 60 s each.
 # Usage: bash scripts/test.sh      (after scripts/install-deps.sh)
@@ -24,8 +27,8 @@ for s in $stages; do
       ctest --preset release -j "$jobs"
       ;;
     python)
-      stage "Python package and pytest"
-      bash scripts/test-python.sh
+      stage "Python package and pytest (PyPI's PyTorch 2, Triton interpreter)"
+      bash scripts/test-pypi.sh
       ;;
     sanitize)
       stage "ASan + UBSan build and C++ unit tests"
