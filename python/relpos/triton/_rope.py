@@ -7,7 +7,6 @@ The backward is the rotation by the opposite angles."""
 
 from __future__ import annotations
 
-import math
 import operator
 
 import numpy as np
@@ -16,10 +15,10 @@ from torch.autograd.function import once_differentiable
 import triton
 import triton.language as tl
 
+from ..position_schemes import rope_base_layout
 from ._problem import check_tensor
 
 _MAX_POSITION = 1 << 40
-_LAYOUTS = ("split_halves", "interleaved")
 
 
 @triton.jit
@@ -78,18 +77,7 @@ def _options(fn, x, position_offset, base, layout):
     if n - 1 > _MAX_POSITION - offset:
         raise ValueError(f"relpos.{fn}: the last position position_offset "
                          f"+ N - 1 must be <= 2^40 (got {offset} + {n - 1})")
-    try:
-        base = float(base)
-    except (TypeError, ValueError):
-        raise TypeError(f"relpos.{fn}: base must be a number (got "
-                        f"{type(base).__name__})") from None
-    if not math.isfinite(base) or base <= 0:
-        raise ValueError(f"relpos.{fn}: base must be finite and > 0 (got "
-                         f"{base})")
-    if not isinstance(layout, str) or layout not in _LAYOUTS:
-        raise ValueError(f"relpos.{fn}: layout must be 'split_halves' or "
-                         f"'interleaved' (got {layout!r})")
-    return offset, base, layout
+    return (offset,) + rope_base_layout(fn, base, layout)
 
 
 def _table(n, d, offset, base, device, dtype):
