@@ -24,8 +24,8 @@ ratios, which are same-run. relpos also reports its computed peak_bytes
     python3 bench/ctranslate2_layer.py --relpos build/release/bin/relpos \\
         [--n 512,1024,2048,4096] [--threads 2] [--repeats 3] [--json]
 
-Needs ctranslate2 (pip install ctranslate2; scripts/test-ctranslate2.sh
-makes build/venv-ctranslate2 with it): run with that environment's python.
+Needs ctranslate2 (pip install ctranslate2; scripts/test-pypi.sh makes
+/var/cache/relpos/pypi-venv with it): run with that environment's python.
 Exit status 0; 2 on bad usage or when ctranslate2 is missing; 1 if a child
 fails.
 """

@@ -122,6 +122,23 @@ def alibi_slopes(num_heads):
         dtype=np.float64)
 
 
+def rope_base_layout(fn, base, layout):
+    """(base as a float, layout) of a RoPE call, checked (shared by
+    relpos.rope and relpos.triton.rope)."""
+    try:
+        base = float(base)
+    except (TypeError, ValueError):
+        raise TypeError(f"relpos.{fn}: base must be a number (got "
+                        f"{type(base).__name__})") from None
+    if not math.isfinite(base) or base <= 0:
+        raise ValueError(f"relpos.{fn}: base must be finite and > 0 "
+                         f"(got {base})")
+    if not isinstance(layout, str) or layout not in _LAYOUTS:
+        raise ValueError(f"relpos.{fn}: layout must be 'split_halves' or "
+                         f"'interleaved' (got {layout!r})")
+    return base, layout
+
+
 def _rope_call(fn, x, position_offset, base, layout, backward):
     _require_bindings()
     name = "dy" if backward else "x"
@@ -136,17 +153,7 @@ def _rope_call(fn, x, position_offset, base, layout, backward):
                          f"[..., N, d] (got shape {a.shape})")
     a = np.ascontiguousarray(a)
     offset = _int(fn, "position_offset", position_offset)
-    try:
-        base = float(base)
-    except (TypeError, ValueError):
-        raise TypeError(f"relpos.{fn}: base must be a number (got "
-                        f"{type(base).__name__})") from None
-    if not math.isfinite(base) or base <= 0:
-        raise ValueError(f"relpos.{fn}: base must be finite and > 0 "
-                         f"(got {base})")
-    if not isinstance(layout, str) or layout not in _LAYOUTS:
-        raise ValueError(f"relpos.{fn}: layout must be 'split_halves' or "
-                         f"'interleaved' (got {layout!r})")
+    base, layout = rope_base_layout(fn, base, layout)
     out = np.empty_like(a)
     suffix = "f32" if a.dtype == np.float32 else "f64"
     getattr(_ext, "rope_" + suffix)(a, out, offset, base, layout, backward)

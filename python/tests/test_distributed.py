@@ -26,7 +26,7 @@ import pytest
 
 torch = pytest.importorskip(
     "torch", reason="PyTorch is not installed: relpos.torch is untested "
-                    "(Debian: apt-get install python3-torch)")
+                    "(scripts/test.sh installs PyPI's PyTorch 2)")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
