@@ -208,6 +208,19 @@ TEST(Model, Seq2seqTakesSourcesInTheBatch) {
   EXPECT_THROW(m.Translate({{3}}, {.length_penalty = "avg"}), InvalidArgument);
   Model encoder(Tiny());
   EXPECT_THROW(encoder.Translate({{1}}), InvalidArgument);
+  EXPECT_EQ(m.BosEos(), std::make_pair(8, 9));
+  EXPECT_THROW(encoder.BosEos(), InvalidArgument);
+  // SetParameter: the values land (and change the model's outputs); an
+  // unknown name or another size is refused and changes nothing.
+  std::vector<float> bias(10, 0.f);
+  bias[9] = 100.f;  // EOS first, always
+  m.SetParameter("head.bias", bias);
+  EXPECT_EQ(m.Parameter("head.bias").data()[9], 100.f);
+  EXPECT_TRUE(m.Translate({{3, 1}}, {.beam_size = 1})[0].tokens.empty());
+  EXPECT_THROW(m.SetParameter("head.bias", std::vector<float>(9)),
+               InvalidArgument);
+  EXPECT_THROW(m.SetParameter("no.such", bias), InvalidArgument);
+  EXPECT_EQ(m.Parameter("head.bias").data()[9], 100.f);
   TokenBatch no_source = b;
   no_source.source_length = 0;
   no_source.source_tokens.clear();

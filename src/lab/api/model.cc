@@ -120,6 +120,18 @@ ConstView<float> Model::Parameter(const std::string& name) const {
   return ViewOf(p.value.data(), p.shape);
 }
 
+void Model::SetParameter(const std::string& name,
+                         std::span<const float> values) {
+  const int64_t i = impl_->transformer->FindParameter(name);
+  RELPOS_CHECK_ARG(i >= 0, "the model has no parameter '" << name << "'");
+  std::vector<float>& v =
+      impl_->transformer->parameters()[static_cast<size_t>(i)].value;
+  RELPOS_CHECK_ARG(values.size() == v.size(),
+                   "parameter '" << name << "' has " << v.size()
+                                 << " values; got " << values.size());
+  std::copy(values.begin(), values.end(), v.begin());
+}
+
 ConstView<float> Model::Gradient(const std::string& name) const {
   const model::Parameter& p = Find(*impl_->transformer, name);
   return ViewOf(p.grad.data(), p.shape);
@@ -197,17 +209,26 @@ std::vector<Translation> Model::Translate(
                    "translation needs a seq2seq model; this model's arch is "
                        << model::ToString(t.config().arch));
   if (o.bos < 0 || o.eos < 0) {
-    const auto data = train::MakeDataSource(impl_->config.impl().train.data);
-    RELPOS_CHECK_ARG(data->pairs() != nullptr,
-                     "the model's data has no BOS / EOS; give them");
-    if (o.bos < 0) o.bos = data->pairs()->tokens().bos;
-    if (o.eos < 0) o.eos = data->pairs()->tokens().eos;
+    const auto [bos, eos] = BosEos();
+    if (o.bos < 0) o.bos = bos;
+    if (o.eos < 0) o.eos = eos;
   }
   std::vector<Translation> out;
   for (model::Hypothesis& h : model::Translate(t, sources, o)) {
     out.push_back({std::move(h.tokens), h.log_prob, h.score, h.ended_by_eos});
   }
   return out;
+}
+
+std::pair<int32_t, int32_t> Model::BosEos() const {
+  RELPOS_CHECK_ARG(impl_->transformer->config().arch == model::Arch::kSeq2seq,
+                   "BOS / EOS: this model's arch is "
+                       << model::ToString(impl_->transformer->config().arch)
+                       << ", not seq2seq");
+  const auto data = train::MakeDataSource(impl_->config.impl().train.data);
+  RELPOS_CHECK_ARG(data->pairs() != nullptr,
+                   "the model's data has no BOS / EOS; give them");
+  return {data->pairs()->tokens().bos, data->pairs()->tokens().eos};
 }
 
 bool HasCheckpoint(const std::string& dir) { return train::HasCheckpoint(dir); }
