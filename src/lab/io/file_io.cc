@@ -78,15 +78,14 @@ int64_t ReadUpTo(int fd, const std::string& path, int64_t expected,
     const bool in_place = done < first;
     char* dst = in_place ? out->data() + start + done : chunk;
     const int64_t room =
-        in_place ? first - done
-                 : std::min<int64_t>(sizeof chunk, cap - done);
+        in_place ? first - done : std::min<int64_t>(sizeof chunk, cap - done);
     const ssize_t n = ::read(fd, dst, static_cast<size_t>(room));
     if (n < 0) {
       if (errno == EINTR) continue;
       const int err = errno;
       out->resize(start);
-      RELPOS_THROW(IoError,
-                   "cannot read " << QuotedPath(path) << ": " << ErrnoText(err));
+      RELPOS_THROW(IoError, "cannot read " << QuotedPath(path) << ": "
+                                           << ErrnoText(err));
     }
     if (n == 0) break;
     if (!in_place) {
@@ -125,8 +124,8 @@ long LockHolder(dev_t dev, ino_t ino) {
     return -1;
   }
   char want[64];
-  std::snprintf(want, sizeof want, "%02x:%02x:%" PRIu64, major(dev),
-                minor(dev), static_cast<uint64_t>(ino));
+  std::snprintf(want, sizeof want, "%02x:%02x:%" PRIu64, major(dev), minor(dev),
+                static_cast<uint64_t>(ino));
   std::istringstream lines(text);
   std::string line;
   while (std::getline(lines, line)) {
@@ -182,16 +181,16 @@ FileDescriptor OpenRegularFile(const std::string& path) {
 }
 
 std::string ReadFileBounded(const std::string& path, int64_t max_bytes) {
-  RELPOS_CHECK_ARG(max_bytes >= 0,
-                   "ReadFileBounded: max_bytes must be >= 0 (got " << max_bytes
-                                                                   << ")");
+  RELPOS_CHECK_ARG(
+      max_bytes >= 0,
+      "ReadFileBounded: max_bytes must be >= 0 (got " << max_bytes << ")");
   const FileDescriptor file = OpenRegularFile(path);
   struct stat st {};
   if (::fstat(file.get(), &st) != 0) ThrowCannotOpen(path, errno);
   auto too_large = [&](const std::string& size) {
-    RELPOS_THROW(IoError, QuotedPath(path) << " is too large: " << size
-                                           << " bytes (limit " << max_bytes
-                                           << ")");
+    RELPOS_THROW(IoError, QuotedPath(path)
+                              << " is too large: " << size << " bytes (limit "
+                              << max_bytes << ")");
   };
   if (st.st_size > max_bytes) too_large(std::to_string(st.st_size));
   std::string out;
@@ -201,8 +200,8 @@ std::string ReadFileBounded(const std::string& path, int64_t max_bytes) {
   return out;
 }
 
-void AppendFilePrefix(const std::string& path, int64_t budget,
-                      std::string* out, bool* whole) {
+void AppendFilePrefix(const std::string& path, int64_t budget, std::string* out,
+                      bool* whole) {
   RELPOS_CHECK_ARG(budget >= 0, "AppendFilePrefix: budget must be >= 0 (got "
                                     << budget << ")");
   const FileDescriptor file = OpenRegularFile(path);
@@ -283,10 +282,9 @@ void AtomicWriteFile(const std::string& path, std::string_view bytes) {
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) {
     const int err = errno;
-    RELPOS_THROW(IoError, "cannot open directory " << QuotedPath(dir)
-                                                   << " to fsync "
-                                                   << QuotedPath(path) << ": "
-                                                   << ErrnoText(err));
+    RELPOS_THROW(IoError, "cannot open directory "
+                              << QuotedPath(dir) << " to fsync "
+                              << QuotedPath(path) << ": " << ErrnoText(err));
   }
   FileDescriptor dir_file(dir_fd);
   if (::fsync(dir_file.get()) != 0) {
@@ -308,8 +306,7 @@ std::string TemporaryFileTarget(const std::string& file_name) {
   const std::string rest = file_name.substr(at + 5);
   const size_t dot = rest.find('.');
   auto digits = [](const std::string& s) {
-    return !s.empty() &&
-           s.find_first_not_of("0123456789") == std::string::npos;
+    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
   };
   if (dot == std::string::npos || !digits(rest.substr(0, dot)) ||
       !digits(rest.substr(dot + 1))) {
