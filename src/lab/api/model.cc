@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "train/checkpoint.h"
+#include "train/memory_plan.h"
 
 namespace relpos {
 namespace {
@@ -51,6 +52,7 @@ Model::Model(const ExperimentConfig& config)
     : impl_(std::make_unique<Impl>()) {
   impl_->config = config;
   impl_->config.Resolve();
+  train::CheckMemory(train::PlanModel(impl_->config.impl().model));
   impl_->transformer =
       std::make_shared<model::Transformer>(impl_->config.impl().model);
 }
