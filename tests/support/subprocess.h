@@ -75,7 +75,8 @@ inline ChildResult RunInChild(const std::function<int()>& fn,
 
 struct ProgramOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
-  // stdout: "" = captured; "-" = closed; else a path opened for writing
+  // stdout: "" = captured; "-" = closed; "|" = a pipe whose reader has
+  // gone (writes fail with EPIPE / SIGPIPE); else a path opened for writing
   // (e.g. /dev/full).
   std::string stdout_path;
   // RLIMIT_AS of the child in bytes; 0 = unchanged.
@@ -103,6 +104,8 @@ inline ChildResult RunProgram(std::vector<std::string> args,
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  int pipe_fds[2] = {-1, -1};
+  if (o.stdout_path == "|" && ::pipe(pipe_fds) == 0) ::close(pipe_fds[0]);
   std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -110,6 +113,8 @@ inline ChildResult RunProgram(std::vector<std::string> args,
     ::dup2(in, 0);
     if (o.stdout_path == "-") {
       ::close(1);
+    } else if (o.stdout_path == "|") {
+      ::dup2(pipe_fds[1], 1);
     } else if (!o.stdout_path.empty()) {
       const int fd = ::open(o.stdout_path.c_str(), O_WRONLY);
       ::dup2(fd, 1);
@@ -126,6 +131,7 @@ inline ChildResult RunProgram(std::vector<std::string> args,
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
+  if (pipe_fds[1] >= 0) ::close(pipe_fds[1]);
   ChildResult r = WaitChild(pid, o.timeout);
   ::close(out_fd);
   ::close(err_fd);
@@ -134,6 +140,23 @@ inline ChildResult RunProgram(std::vector<std::string> args,
   ::unlink(out_name);
   ::unlink(err_name);
   return r;
+}
+
+// Starts the program args[0] with its standard streams on /dev/null and
+// returns at once (WaitChild ends it); for runs a test signals or races.
+inline pid_t StartProgram(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3; ++fd) ::dup2(null, fd);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
 }
 
 // The relpos binary of this build.

@@ -21,6 +21,8 @@
 #include <variant>
 #include <vector>
 
+#include "io/path_text.h"
+
 namespace relpos::io {
 
 enum class SettingType { kInt, kUnsigned, kDouble, kBool, kString };
@@ -64,7 +66,8 @@ std::string DescribeValid(SettingType type, const Range& range,
 // The value as text ("64", "0.001", "true", "relative").
 std::string FormatSettingValue(const SettingValue& value);
 // Reads a JSON value as `type`, strictly: integers must be integers (no
-// 3.0, no "3"), unsigned ones non-negative, and so on. FormatError
+// 3.0, no "3"), unsigned ones non-negative, and so on; strings are read
+// back from io::PathText (io/path_text.h). FormatError
 // "<what> '<key>' must be an integer (got 64.5)".
 SettingValue ReadJsonSetting(SettingType type, const nlohmann::json& v,
                              const std::string& what, const std::string& key);
@@ -183,14 +186,25 @@ Setting<C> WithDefaultNote(Setting<C> s, std::string note) {
 
 // -------------------------------------------------------- derived behaviour
 
-// Every keyed setting of `c` as one JSON object.
+// Every keyed setting of `c` as one JSON object. String values are bytes
+// (a corpus path need not be UTF-8): they are stored as io::PathText, which
+// is valid UTF-8 and reads back exactly (ReadJsonSetting).
 template <typename C>
 nlohmann::json SettingsToJson(const std::vector<Setting<C>>& settings,
                               const C& c) {
   nlohmann::json j = nlohmann::json::object();
   for (const Setting<C>& s : settings) {
     if (s.key.empty()) continue;
-    std::visit([&](const auto& x) { j[s.key] = x; }, s.get(c));
+    std::visit(
+        [&](const auto& x) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(x)>,
+                                       std::string>) {
+            j[s.key] = PathText(x);
+          } else {
+            j[s.key] = x;
+          }
+        },
+        s.get(c));
   }
   return j;
 }

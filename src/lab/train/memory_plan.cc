@@ -197,13 +197,31 @@ MemoryPlan PlanCheckpointLoad(const model::ModelConfig& c,
   return p;
 }
 
+namespace {
+
+// The sizes a batch plan is made of: `batch` sequences of `tokens` tokens
+// (rows = batch x tokens, all of them: padding included).
+struct BatchSizes {
+  BatchSizes(const model::ModelConfig& c, int64_t batch, int64_t tokens)
+      : s(SizesOf(c)),
+        n(static_cast<double>(tokens)),
+        rows(static_cast<double>(batch) * n),
+        d(static_cast<double>(c.d_model)),
+        v(static_cast<double>(c.vocab_size)),
+        label("activations of one batch (" + std::to_string(batch) + " x " +
+              std::to_string(tokens) + " tokens)") {}
+  ModelSizes s;
+  double n, rows, d, v;
+  std::string label;
+};
+
+}  // namespace
+
 MemoryPlan PlanTraining(const model::ModelConfig& c, int64_t batch,
                         int64_t tokens, int threads) {
-  const ModelSizes s = SizesOf(c);
-  const double n = static_cast<double>(tokens);
-  const double rows = static_cast<double>(batch) * n;
-  const double d = static_cast<double>(c.d_model);
-  const double v = static_cast<double>(c.vocab_size);
+  const BatchSizes z(c, batch, tokens);
+  const ModelSizes& s = z.s;
+  const double n = z.n, rows = z.rows, d = z.d, v = z.v;
   const double layers = static_cast<double>(c.layers);
   MemoryPlan p = PlanModel(c);
   p.what = "training";
@@ -224,9 +242,7 @@ MemoryPlan PlanTraining(const model::ModelConfig& c, int64_t batch,
       rows * (v + 2 * d) + rows * (8 * d + static_cast<double>(c.d_ff)) +
       2 * s.layer_tables +
       (c.position == model::PositionScheme::kXl ? 2 * (2 * n + 1) * d : 0);
-  p.parts.push_back({"activations of one batch (" + std::to_string(batch) +
-                         " x " + std::to_string(tokens) + " tokens)",
-                     kFloat * (forward + backward)});
+  p.parts.push_back({z.label, kFloat * (forward + backward)});
   p.parts.push_back({"kernel per-thread buffers",
                      threads * (kFloat * ReachableTableFloats(s, n) +
                                 kKernelScratchPerThread)});
@@ -239,11 +255,8 @@ MemoryPlan PlanTraining(const model::ModelConfig& c, int64_t batch,
 
 MemoryPlan PlanInference(const model::ModelConfig& c, int64_t batch,
                          int64_t tokens, int threads) {
-  const ModelSizes s = SizesOf(c);
-  const double n = static_cast<double>(tokens);
-  const double rows = static_cast<double>(batch) * n;
-  const double d = static_cast<double>(c.d_model);
-  const double v = static_cast<double>(c.vocab_size);
+  const BatchSizes z(c, batch, tokens);
+  const double n = z.n, rows = z.rows, d = z.d, v = z.v;
   MemoryPlan p = PlanModel(c);
   p.what = "evaluation";
   // x_0 (updated in place by each block), one block's activations shared
@@ -251,13 +264,13 @@ MemoryPlan PlanInference(const model::ModelConfig& c, int64_t batch,
   // predictions, the sinusoid table.
   const double floats = rows * d + BlockFloats(c, rows, n) +
                         rows * (d + 2 + v) + 6 * rows + n * d;
-  p.parts.push_back({"activations of one batch (" + std::to_string(batch) +
-                         " x " + std::to_string(tokens) + " tokens)",
-                     kFloat * floats});
+  p.parts.push_back({z.label, kFloat * floats});
   p.parts.push_back(
       {"kernel per-thread buffers", threads * kKernelScratchPerThread});
   p.reserved = threads * kReservedPerThread;
-  if (rows * (d + v) > s.params) p.reduce = "the batch size or the lengths";
+  if (rows * (d + v) > z.s.params) {
+    p.reduce = "the batch size or the lengths";
+  }
   return p;
 }
 
