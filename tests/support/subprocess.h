@@ -159,8 +159,10 @@ inline pid_t StartProgram(std::vector<std::string> args) {
   return pid;
 }
 
-// The relpos binary of this build.
+// The relpos binary of this build (RELPOS_TEST_BINARY overrides it, to run
+// these tests against another build, e.g. one from before a fix).
 inline std::string RelposBinary() {
+  if (const char* other = std::getenv("RELPOS_TEST_BINARY")) return other;
   return std::string(RELPOS_BINARY_DIR) + "/bin/relpos";
 }
 
