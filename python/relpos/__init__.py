@@ -21,6 +21,10 @@ Functions:
     init_relative_table seeded Xavier initialisation of a table (docs/math.md section 5)
     inspect             per-row statistics of a checkpoint's relative tables (docs/inspect.md)
 
+Translation data and scores (BLEU / chrF as sacrebleu computes them, gettext
+catalogs, the parallel corpus) are in the submodule ``relpos.translate``
+(docs/translation.md).
+
 float32 arrays run on relpos's fast path (the fused kernel where it is
 built), float64 arrays on the reference path (used for gradient checks).
 The GIL is released while relpos computes. The PyTorch interface is the
@@ -430,3 +434,6 @@ __all__ += ["alibi_slopes", "clip_bucket", "rope", "rope_backward",
 from ._inspect import inspect  # noqa: E402
 
 __all__ += ["inspect"]
+
+# Translation data and scores (relpos/translate.py, docs/translation.md).
+from . import translate  # noqa: E402

@@ -25,6 +25,7 @@
 #include "model_ext.h"
 #include "position_schemes_ext.h"
 #include "inspect_ext.h"
+#include "translate_ext.h"
 #include "array_view.h"
 
 namespace nb = nanobind;
@@ -263,4 +264,5 @@ NB_MODULE(_relpos_ext, m) {
   relpos::BindPositionSchemes(m);
   relpos::BindModel(m);
   relpos::BindInspect(m);
+  relpos::BindTranslate(m);
 }

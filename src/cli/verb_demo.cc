@@ -334,21 +334,22 @@ void AddDemoVerb(CLI::App& app, std::ostream& out) {
       "demo",
       "Train absolute- and relative-position models on short sequences, test "
       "them on longer ones, print the table, write results.json + plot");
-  sub->add_option("--out", flags->out, "Output folder (default: relpos-demo)");
+  sub->add_option("--out", flags->out, "Output folder");
   sub->add_option("--steps", flags->steps, "Training steps per model")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   sub->add_option("--seed", flags->seed, "Seed of initialisation and data");
-  sub->add_option("--threads", flags->threads, "OpenMP threads (default 1)")
-      ->check(CLI::Range(1, 1024));
+  sub->add_option("--threads", flags->threads, "OpenMP threads")
+      ->check(CLI::Range(1, 1024))
+      ->default_str("1");
   AddProgressFlag(sub, &flags->progress);
   sub->add_option("--positions", flags->positions,
-                  "Position schemes to compare, comma-separated (default "
-                  "sinusoidal,relative; any --position scheme: none, "
+                  "Position schemes to compare, comma-separated (any "
+                  "--position scheme: none, "
                   "sinusoidal, learned, shaw (relative), shaw-asym, shaw-log, "
                   "t5, alibi, rope, xl; learned and none are slower to "
                   "train)");
   sub->add_option("--sequences", flags->sequences,
-                  "Evaluation sequences per length (default 256)")
+                  "Evaluation sequences per length")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->callback([flags, &out] { RunDemo(*flags, out); });
 }

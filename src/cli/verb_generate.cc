@@ -120,9 +120,9 @@ void AddGenerateVerb(CLI::App& app, std::ostream& out) {
   AddSeedOption(sub, "--seed", &flags->seed,
                 "Seed of the sampling stream (same seed, same text)");
   sub->add_option("--threads", flags->threads,
-                  "OpenMP threads (default: the checkpoint's, 1 unless it was "
-                  "trained with more; one is fastest for small models)")
-      ->check(CLI::Range(1, 1024));
+                  "OpenMP threads (one is fastest for small models)")
+      ->check(CLI::Range(1, 1024))
+      ->default_str("the checkpoint's, 1 unless it was trained with more");
   sub->add_flag("--no-cache", flags->no_cache,
                 "Recompute the whole prefix for every byte (no key/value "
                 "cache; slow, for comparison)");

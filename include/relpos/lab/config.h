@@ -27,6 +27,9 @@ struct SettingInfo {
                         // "string"
   std::string valid;    // "[1, 65536]", "none, sinusoidal, ...", "" = any
   std::string group;    // "position" for the position settings, else ""
+  // The default in words where it is not a fixed value ("from the data",
+  // "min(100, steps/10)"); empty: the default is the built-in value.
+  std::string default_note;
   bool is_switch = false;  // boolean: a flag without a value
 };
 

@@ -50,6 +50,7 @@ void AddInfos(const char* section, const std::vector<io::Setting<C>>& table,
     SettingInfo& info = (*out)[out->size() - table.size() + i];
     info.group = table[i].group;
     info.is_switch = table[i].type == io::SettingType::kBool;
+    info.default_note = table[i].default_note;
   }
 }
 

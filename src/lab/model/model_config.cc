@@ -40,7 +40,7 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
                    [](C& c, const std::string& s, const std::string&) {
                      c.arch = ParseArch(s);
                    }),
-          "encoder for tasks, decoder for lm"),
+          "encoder for the synthetic tasks, decoder for lm"),
       io::WithDefaultNote(
           Field<C>("vocab_size", "", "Token ids (the data decides)",
                    &C::vocab_size, Range{1, kMaxVocab}),

@@ -28,8 +28,7 @@ std::vector<Setting<TrainConfig>> MakeTrainSettings() {
       io::WithDefaultNote(
           Field<C>("corpus_path", "--corpus",
                    "Task lm: a text file, or a directory walked recursively "
-                   "(held-out split by file; docs/tasks.md) (default: "
-                   "generated text)",
+                   "(held-out split by file; docs/tasks.md)",
                    [](C& c) -> auto& { return c.data.corpus_path; }),
           "generated text"),
       Field<C>("corpus_pattern", "--corpus-pattern",
@@ -76,7 +75,7 @@ std::vector<Setting<TrainConfig>> MakeTrainSettings() {
           Field<C>("warmup_steps", "--warmup-steps",
                    "Linear warm-up updates (at most steps)", &C::warmup_steps,
                    Range{0, kMaxSteps}),
-          "100 (command line: min(100, steps/10))"),
+          "min(100, steps/10)"),
       Field<C>("min_lr_ratio", "--min-lr-ratio",
                "Final learning rate as a fraction of the peak (cosine floor)",
                &C::min_lr_ratio, Range{0, 1}),
