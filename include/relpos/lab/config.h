@@ -72,7 +72,9 @@ class ExperimentConfig {
 
   // Completes and checks the configuration: vocab_size comes from the data,
   // the architecture too unless given (encoder for the formal tasks, decoder
-  // for lm), the warm-up unless given is min(its default, steps / 10); then
+  // for lm, seq2seq for the source-target tasks), the label smoothing unless
+  // given is 0.1 for seq2seq models, the warm-up unless given is min(its
+  // default, steps / 10); then
   // every setting, the pair and the pair against the data are validated
   // (InvalidArgument naming the setting).
   void Resolve();

@@ -244,6 +244,9 @@ void ExperimentConfig::Resolve() {
   const std::unique_ptr<train::DataSource> data = train::MakeDataSource(t.data);
   m.vocab_size = data->vocab_size();
   if (!Given(kModel, "arch")) m.arch = data->default_arch();
+  if (!Given(kTrain, "label_smoothing") && m.arch == model::Arch::kSeq2seq) {
+    t.label_smoothing = train::kSeq2seqLabelSmoothing;
+  }
   model::Validate(m);
   train::CheckModelAndData(m, t, *data);
 }

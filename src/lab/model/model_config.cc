@@ -34,13 +34,15 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
   return {
       io::WithDefaultNote(
           Words<C>("arch", "--arch",
-                   "Bidirectional encoder or causal decoder-only model",
-                   {"encoder", "decoder"},
+                   "Bidirectional encoder, causal decoder-only model, or "
+                   "encoder-decoder (seq2seq: source -> target, "
+                   "docs/model.md)",
+                   {"encoder", "decoder", "seq2seq"},
                    [](const C& c) { return ToString(c.arch); },
                    [](C& c, const std::string& s, const std::string&) {
                      c.arch = ParseArch(s);
                    }),
-          "encoder for the synthetic tasks, decoder for lm"),
+          "encoder for tasks, decoder for lm, seq2seq for the s2s_* tasks"),
       io::WithDefaultNote(
           Field<C>("vocab_size", "", "Token ids (the data decides)",
                    &C::vocab_size, Range{1, kMaxVocab}),
@@ -49,8 +51,15 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
                Range{1, kMaxDModel}),
       Field<C>("heads", "--heads", "Attention heads (must divide d_model)",
                &C::heads, Range{1, kMaxDModel}),
-      Field<C>("layers", "--layers", "Transformer blocks", &C::layers,
+      Field<C>("layers", "--layers",
+               "Transformer blocks (seq2seq: the encoder's)", &C::layers,
                Range{0, kMaxLayers}),
+      io::WithDefaultNote(
+          io::OmitAtDefault(Field<C>(
+              "decoder_layers", "--decoder-layers",
+              "seq2seq: the decoder's blocks (-1: as many as layers)",
+              &C::decoder_layers, Range{-1, kMaxLayers})),
+          "`-1` (= layers)"),
       Field<C>("d_ff", "--d-ff", "Feed-forward width", &C::d_ff,
                Range{1, kMaxDff}),
       Field<C>("max_len", "--max-len",
@@ -214,15 +223,48 @@ bool HasShawTables(PositionScheme s) {
 }
 
 std::string ToString(Arch arch) {
-  return arch == Arch::kEncoder ? "encoder" : "decoder";
+  switch (arch) {
+    case Arch::kEncoder:
+      return "encoder";
+    case Arch::kDecoder:
+      return "decoder";
+    case Arch::kSeq2seq:
+      return "seq2seq";
+  }
+  return "unknown";
 }
 
 Arch ParseArch(const std::string& name) {
-  if (name == "encoder") return Arch::kEncoder;
-  if (name == "decoder") return Arch::kDecoder;
-  RELPOS_THROW(InvalidArgument, "unknown arch '"
-                                    << name
-                                    << "' (expected one of: encoder, decoder)");
+  for (Arch a : {Arch::kEncoder, Arch::kDecoder, Arch::kSeq2seq}) {
+    if (ToString(a) == name) return a;
+  }
+  RELPOS_THROW(InvalidArgument,
+               "unknown arch '" << name
+                                << "' (expected one of: encoder, decoder, "
+                                   "seq2seq)");
+}
+
+int64_t DecoderLayers(const ModelConfig& c) {
+  return c.decoder_layers < 0 ? c.layers : c.decoder_layers;
+}
+
+namespace {
+ModelConfig SideOf(const ModelConfig& c, Arch side, int64_t layers) {
+  if (c.arch != Arch::kSeq2seq) return c;
+  ModelConfig s = c;
+  s.arch = side;
+  s.layers = layers;
+  s.decoder_layers = -1;
+  return s;
+}
+}  // namespace
+
+ModelConfig EncoderSide(const ModelConfig& c) {
+  return SideOf(c, Arch::kEncoder, c.layers);
+}
+
+ModelConfig DecoderSide(const ModelConfig& c) {
+  return SideOf(c, Arch::kDecoder, DecoderLayers(c));
 }
 
 const std::vector<io::Setting<ModelConfig>>& ModelSettings() {
@@ -247,15 +289,11 @@ std::string TermsName(const ModelConfig& c) {
   return "neither";
 }
 
-void Validate(const ModelConfig& c) {
-  io::ValidateSettings(ModelSettings(), c, kWhat);
-  RELPOS_CHECK_ARG(c.heads <= c.d_model && c.d_model % c.heads == 0,
-                   "model config field 'heads' must divide d_model="
-                       << c.d_model << " (got " << c.heads << ")");
-  // Parameter count in double: every factor is capped above, so this cannot
-  // overflow, and the cap keeps the allocation reasonable.
-  const double d = static_cast<double>(c.d_model);
-  const double dh = d / static_cast<double>(c.heads);
+namespace {
+
+// The checks that depend on the position scheme, for one side of the model
+// (its arch decides T5's bucket direction).
+void ValidateScheme(const ModelConfig& c) {
   const int64_t dh_int = c.d_model / c.heads;
   // Shaw's switches mean nothing to the other schemes: refuse them there
   // rather than ignore them silently.
@@ -305,6 +343,14 @@ void Validate(const ModelConfig& c) {
                          << exact << " (num_buckets = " << c.num_buckets
                          << "; got " << c.bucket_max_distance << ")");
   }
+}
+
+// Parameters of one block's self-attention and feed-forward sublayers,
+// position tensors included, in double (every factor is capped, so this
+// cannot overflow).
+double BlockParameters(const ModelConfig& c) {
+  const double d = static_cast<double>(c.d_model);
+  const double dh = d / static_cast<double>(c.heads);
   double per_layer = 4.0 * (d * d + d) + 2.0 * d * static_cast<double>(c.d_ff) +
                      static_cast<double>(c.d_ff) + d + 4.0 * d;
   if (HasShawTables(c.position)) {
@@ -324,11 +370,43 @@ void Validate(const ModelConfig& c) {
   } else if (c.position == PositionScheme::kXl) {
     per_layer += d * d + 2.0 * d;
   }
+  return per_layer;
+}
+
+}  // namespace
+
+void Validate(const ModelConfig& c) {
+  io::ValidateSettings(ModelSettings(), c, kWhat);
+  RELPOS_CHECK_ARG(c.heads <= c.d_model && c.d_model % c.heads == 0,
+                   "model config field 'heads' must divide d_model="
+                       << c.d_model << " (got " << c.heads << ")");
+  RELPOS_CHECK_ARG(c.arch == Arch::kSeq2seq || c.decoder_layers == -1,
+                   "model config field 'decoder_layers' applies to arch "
+                   "seq2seq; arch '"
+                       << ToString(c.arch) << "' has one stack, 'layers' (got "
+                       << c.decoder_layers << ")");
+  const double d = static_cast<double>(c.d_model);
   const double vocab = static_cast<double>(c.vocab_size);
-  double total = static_cast<double>(c.layers) * per_layer + 2.0 * vocab * d +
-                 vocab + 2.0 * d;
-  if (c.position == PositionScheme::kLearned) {
-    total += static_cast<double>(c.max_len) * d;
+  const double learned = c.position == PositionScheme::kLearned
+                             ? static_cast<double>(c.max_len) * d
+                             : 0.0;
+  double total = 0;
+  if (c.arch == Arch::kSeq2seq) {
+    // Each side's scheme (T5's buckets: bidirectional in the encoder,
+    // causal in the decoder); a decoder block adds the cross-attention
+    // sublayer (projections and its LayerNorm). One tied embedding, the
+    // output bias, two final LayerNorms and two learned tables.
+    ValidateScheme(EncoderSide(c));
+    ValidateScheme(DecoderSide(c));
+    const double cross = 4.0 * (d * d + d) + 2.0 * d;
+    total = static_cast<double>(c.layers) * BlockParameters(c) +
+            static_cast<double>(DecoderLayers(c)) *
+                (BlockParameters(c) + cross) +
+            vocab * d + vocab + 4.0 * d + 2.0 * learned;
+  } else {
+    ValidateScheme(c);
+    total = static_cast<double>(c.layers) * BlockParameters(c) +
+            2.0 * vocab * d + vocab + 2.0 * d + learned;
   }
   RELPOS_CHECK_ARG(total <= kMaxParams, "model config asks for "
                                             << total

@@ -35,6 +35,8 @@ BucketMap T5BucketMap(const T5Buckets& buckets) {
   return m;
 }
 
+namespace {
+
 // THE place that knows which parameters are distance-indexed tables and how
 // their rows map to distances. The bucket map is the one the model's
 // attention uses (model::AttentionOptionsFor), so rows here are the rows the
@@ -42,8 +44,13 @@ BucketMap T5BucketMap(const T5Buckets& buckets) {
 // the compiler names a scheme left out). Transformer-XL has no entry: its
 // distance rows are computed from fixed sinusoids on every forward; what it
 // learns is W, u and v, which are not indexed by distance.
-std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
-  std::vector<RelativeTable> tables;
+
+// The tables of one stack configured as `c` (the model, or a side of a
+// seq2seq model) whose parameters are named `prefix` + "blocks.L.attn...";
+// `source`: the stack reads the batch's sources.
+void StackTables(const model::ModelConfig& c, const std::string& prefix,
+                 bool source, std::vector<RelativeTable>* out) {
+  std::vector<RelativeTable>& tables = *out;
   const AttentionOptions o = model::AttentionOptionsFor(c, 1);
   // The bucket map of the model's attention (built once: every table of a
   // model shares it).
@@ -62,12 +69,15 @@ std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
   auto add = [&](int64_t l, const char* name, const char* role,
                  int64_t heads, int64_t width) {
     tables.push_back(RelativeTable{
-        .parameter = "blocks." + std::to_string(l) + ".attn." + name,
+        .parameter =
+            prefix + "blocks." + std::to_string(l) + ".attn." + name,
         .layer = l,
         .role = role,
         .heads = heads,
         .width = width,
-        .map = map});
+        .map = map,
+        .causal = o.causal,
+        .source = source});
   };
   switch (c.position) {
     case model::PositionScheme::kNone:
@@ -76,7 +86,7 @@ std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
     case model::PositionScheme::kAlibi:  // fixed slopes, nothing learned
     case model::PositionScheme::kRope:   // fixed rotations
     case model::PositionScheme::kXl:
-      return tables;
+      return;
     case model::PositionScheme::kShaw:
     case model::PositionScheme::kShawAsym:
     case model::PositionScheme::kShawLog: {
@@ -86,15 +96,28 @@ std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
         if (c.key_term) add(l, "rel_k", "key", heads, dh);
         if (c.value_term) add(l, "rel_v", "value", heads, dh);
       }
-      return tables;
+      return;
     }
     case model::PositionScheme::kT5:
       // A scalar per head and bucket: [H, nb], i.e. H heads of width 1.
       for (int64_t l = 0; l < c.layers; ++l) add(l, "t5_bias", "bias", c.heads, 1);
-      return tables;
+      return;
+  }
+}
+
+}  // namespace
+
+std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
+  std::vector<RelativeTable> tables;
+  if (c.arch == model::Arch::kSeq2seq) {
+    StackTables(model::EncoderSide(c), "encoder.", /*source=*/true, &tables);
+    StackTables(model::DecoderSide(c), "decoder.", false, &tables);
+  } else {
+    StackTables(c, "", false, &tables);
   }
   return tables;
 }
+
 
 RowDistances DescribeRows(const BucketMap& map) {
   const int64_t none = std::numeric_limits<int64_t>::max();
@@ -171,11 +194,11 @@ void AccumulateSignal(const model::Batch& batch,
                    "signal statistics hold " << stats->tables.size()
                                              << " tables, the model "
                                              << tables.size());
-  const bool causal = model.config().arch == model::Arch::kDecoder;
   for (size_t t = 0; t < tables.size(); ++t) {
     const RelativeTable& table = tables[t];
     TableSignal& ts = stats->tables[t];
-    AddPairCounts(batch.lengths, causal, table.map, &ts.pair_count);
+    AddPairCounts(table.source ? batch.source_lengths : batch.lengths,
+                  table.causal, table.map, &ts.pair_count);
     const int64_t index = model.FindParameter(table.parameter);
     RELPOS_CHECK_ARG(index >= 0, "the model has no parameter '"
                                      << table.parameter << "'");

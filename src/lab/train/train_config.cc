@@ -22,7 +22,8 @@ std::vector<Setting<TrainConfig>> MakeTrainSettings() {
   const double max_size = static_cast<double>(kMaxTaskSize);
   return {
       Field<C>("task", "--task",
-               "A synthetic task (docs/tasks.md) or 'lm' (byte-level "
+               "A synthetic task, a source-target task s2s_* (seq2seq; "
+               "docs/tasks.md) or 'lm' (byte-level "
                "language modelling)",
                [](C& c) -> auto& { return c.data.task; }),
       io::WithDefaultNote(
@@ -96,6 +97,13 @@ std::vector<Setting<TrainConfig>> MakeTrainSettings() {
       Field<C>("clip_norm", "--clip-norm",
                "Global gradient-norm clip (0: off)", &C::clip_norm,
                Range{.lo = 0}),
+      io::WithDefaultNote(
+          io::OmitAtDefault(Field<C>(
+              "label_smoothing", "--label-smoothing",
+              "Label smoothing eps of the training loss, as PyTorch's "
+              "CrossEntropyLoss(label_smoothing) (docs/model.md)",
+              &C::label_smoothing, Range{.lo = 0, .hi = 1, .hi_open = true})),
+          "0.1 for seq2seq, else 0"),
       Field<C>("seed", "--seed",
                "Seed of initialisation, data order and dropout", &C::seed),
       Field<C>("threads", "--threads",
@@ -152,6 +160,16 @@ void CheckModelAndData(const model::ModelConfig& m, const TrainConfig& t,
                    "model vocab_size "
                        << m.vocab_size << " does not match task '"
                        << data.name() << "' (" << data.vocab_size() << ")");
+  const bool pairs = data.pairs() != nullptr;
+  RELPOS_CHECK_ARG(!pairs || m.arch == model::Arch::kSeq2seq,
+                   "task '" << data.name()
+                            << "' maps a source to a target and needs arch "
+                               "seq2seq (got "
+                            << model::ToString(m.arch) << ")");
+  RELPOS_CHECK_ARG(pairs || m.arch != model::Arch::kSeq2seq,
+                   "arch seq2seq needs a source-target task (s2s_copy, "
+                   "s2s_reverse, s2s_duplicate, s2s_difference); task '"
+                       << data.name() << "' is not one");
   RELPOS_CHECK_ARG(t.train_min_length >= data.min_length() &&
                        t.train_max_length <= data.max_length(),
                    "train lengths "
