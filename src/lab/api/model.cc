@@ -205,6 +205,18 @@ std::vector<Translation> Model::Translate(
     if (o.bos < 0) o.bos = data->pairs()->tokens().bos;
     if (o.eos < 0) o.eos = data->pairs()->tokens().eos;
   }
+  // Options first (MaxDecodingSteps needs valid ones); then the caches
+  // the search allocates must fit beside the model.
+  model::Validate(o, t.config().vocab_size);
+  int64_t longest = 0;
+  for (const std::vector<int32_t>& s : sources) {
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
+  }
+  train::MemoryPlan plan = train::PlanTranslation(
+      t.config(), static_cast<int64_t>(sources.size()), longest, o.beam_size,
+      model::MaxDecodingSteps(longest, o), impl_->config.impl().train.threads);
+  plan.resident = train::PlanModel(t.config()).total();
+  train::CheckMemory(plan);
   std::vector<Translation> out;
   for (model::Hypothesis& h : model::Translate(t, sources, o)) {
     out.push_back({std::move(h.tokens), h.log_prob, h.score, h.ended_by_eos});

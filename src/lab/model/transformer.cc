@@ -372,18 +372,6 @@ void ValidateSource(const Batch& b, const ModelConfig& c) {
   }
 }
 
-std::vector<ParameterShape> ParameterShapes(const ModelConfig& config) {
-  Validate(config);
-  std::vector<ParamSpec> specs;
-  BuildSpecs(config, &specs);
-  std::vector<ParameterShape> shapes;
-  shapes.reserve(specs.size());
-  for (ParamSpec& s : specs) {
-    shapes.push_back({std::move(s.name), std::move(s.shape)});
-  }
-  return shapes;
-}
-
 // One stack's pass: its side's config and the last Forward's inputs,
 // activations and outputs. Every [rows, *] buffer holds only the valid
 // positions, packed sequence after sequence (BlockShape): padding costs no
@@ -606,6 +594,18 @@ void StackBackward(const StackParams& sp,
 }
 
 }  // namespace
+
+std::vector<ParameterShape> ParameterShapes(const ModelConfig& config) {
+  Validate(config);
+  std::vector<ParamSpec> specs;
+  BuildSpecs(config, &specs);
+  std::vector<ParameterShape> shapes;
+  shapes.reserve(specs.size());
+  for (ParamSpec& s : specs) {
+    shapes.push_back({std::move(s.name), std::move(s.shape)});
+  }
+  return shapes;
+}
 
 template <typename T>
 struct BasicTransformer<T>::State {

@@ -28,9 +28,32 @@ constexpr double kKernelScratchPerThread = 1 * kMiB;
 struct ModelSizes {
   double params = 0;        // every parameter, in floats
   double largest = 0;       // the largest tensor, in floats
-  double layer_tables = 0;  // one layer's relative tables (rel_k, rel_v, t5)
+  double layer_tables = 0;  // one layer's relative tables (rel_k, rel_v, t5;
+                            // seq2seq: the encoder's and the decoder's)
   double table_rows = 0;    // rows of those tables (0 without)
 };
+
+// Whether a parameter belongs to a stack's first block ("blocks.0." of an
+// encoder or decoder, "encoder.blocks.0." / "decoder.blocks.0." of a
+// seq2seq model).
+bool FirstBlock(const std::string& name) {
+  for (const char* prefix :
+       {"blocks.0.", "encoder.blocks.0.", "decoder.blocks.0."}) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+// Blocks whose activations a batch keeps, in units of one self-attention
+// block over the batch's rows: a seq2seq model's encoder blocks run over
+// the sources and its decoder blocks, each with a cross-attention as well,
+// over the targets; both sides are counted at the batch's length (the
+// longer side, DataSource::SequenceLength), and a decoder block as two.
+double BlockUnits(const model::ModelConfig& c) {
+  const double layers = static_cast<double>(c.layers);
+  if (c.arch != model::Arch::kSeq2seq) return layers;
+  return layers + 2 * static_cast<double>(model::DecoderLayers(c));
+}
 
 ModelSizes SizesOf(const model::ModelConfig& c) {
   ModelSizes s;
@@ -40,7 +63,7 @@ ModelSizes SizesOf(const model::ModelConfig& c) {
     s.largest = std::max(s.largest, n);
     const bool table = p.name.find(".attn.rel_") != std::string::npos ||
                        p.name.find(".attn.t5_bias") != std::string::npos;
-    if (table && p.name.rfind("blocks.0.", 0) == 0) s.layer_tables += n;
+    if (table && FirstBlock(p.name)) s.layer_tables += n;
   }
   if (s.layer_tables > 0) {
     s.table_rows = static_cast<double>(model::RelativeTableRows(c));
@@ -222,7 +245,7 @@ MemoryPlan PlanTraining(const model::ModelConfig& c, int64_t batch,
   const BatchSizes z(c, batch, tokens);
   const ModelSizes& s = z.s;
   const double n = z.n, rows = z.rows, d = z.d, v = z.v;
-  const double layers = static_cast<double>(c.layers);
+  const double layers = BlockUnits(c);
   MemoryPlan p = PlanModel(c);
   p.what = "training";
   p.parts.push_back({"AdamW moments", kFloat * 2 * s.params});
@@ -262,8 +285,13 @@ MemoryPlan PlanInference(const model::ModelConfig& c, int64_t batch,
   // x_0 (updated in place by each block), one block's activations shared
   // by all, LayerNormF's output and the logits, the tokens, targets and
   // predictions, the sinusoid table.
-  const double floats = rows * d + BlockFloats(c, rows, n) +
-                        rows * (d + 2 + v) + 6 * rows + n * d;
+  double floats = rows * d + BlockFloats(c, rows, n) +
+                  rows * (d + 2 + v) + 6 * rows + n * d;
+  // Seq2seq: the encoder's output, kept while the decoder runs, and the
+  // cross-attention's activations beside the self-attention's.
+  if (c.arch == model::Arch::kSeq2seq) {
+    floats += rows * d + BlockFloats(c, rows, n);
+  }
   p.parts.push_back({z.label, kFloat * floats});
   p.parts.push_back(
       {"kernel per-thread buffers", threads * kKernelScratchPerThread});
@@ -288,9 +316,37 @@ MemoryPlan PlanGeneration(const model::ModelConfig& c, int64_t capacity,
     p.parts.push_back(
         {"key/value cache",
          kFloat *
-             (static_cast<double>(c.layers) * (2 * cap * d + xl) + cap * d)});
+             (static_cast<double>(model::DecoderLayers(c)) *
+                  (2 * cap * d + xl) +
+              cap * d)});
   }
   p.reduce = "--max-new or the prompt";
+  return p;
+}
+
+MemoryPlan PlanTranslation(const model::ModelConfig& c, int64_t sources,
+                           int64_t longest_source, int64_t beam, int64_t steps,
+                           int threads) {
+  MemoryPlan p = PlanInference(c, sources, std::max<int64_t>(longest_source, 1),
+                               threads);
+  p.what = "translation";
+  const double d = static_cast<double>(c.d_model);
+  const double layers = static_cast<double>(model::DecoderLayers(c));
+  const double n = static_cast<double>(sources);
+  const double hyps = n * static_cast<double>(beam);
+  const double cap = static_cast<double>(steps);
+  const double xl =
+      c.position == model::PositionScheme::kXl ? 2 * (2 * cap + 1) * d : 0;
+  p.parts.push_back({"cross-attention keys and values",
+                     kFloat * n * layers * 2 *
+                         static_cast<double>(longest_source) * d});
+  p.parts.push_back({"key/value cache",
+                     kFloat * (2 * hyps * layers * 2 * cap * d + layers * xl)});
+  // Each step's logits and log-probabilities, for 2 x beam candidates.
+  p.parts.push_back({"logits", kFloat * 4 * hyps *
+                                   static_cast<double>(c.vocab_size)});
+  p.reduce = "the number of sentences per call, the beam size or "
+             "max_length";
   return p;
 }
 

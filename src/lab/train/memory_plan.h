@@ -60,6 +60,14 @@ MemoryPlan PlanInference(const model::ModelConfig& config, int64_t batch,
 // loaded model; without the cache, every step is inference over the prefix.
 MemoryPlan PlanGeneration(const model::ModelConfig& config, int64_t capacity,
                           bool use_cache, int threads);
+// Beam search of a loaded seq2seq model over `sources` sentences of at most
+// `longest_source` tokens, `beam` hypotheses each, up to `steps` decoding
+// steps: the encoder's pass, every layer's cross-attention keys and values
+// per source, and the self-attention cache of every hypothesis (twice:
+// reordering copies it) and its logits.
+MemoryPlan PlanTranslation(const model::ModelConfig& config, int64_t sources,
+                           int64_t longest_source, int64_t beam, int64_t steps,
+                           int threads);
 
 // The memory this process may use, limit by limit.
 struct MemoryLimit {

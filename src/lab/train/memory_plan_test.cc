@@ -77,6 +77,67 @@ TEST(MemoryPlan, ParameterShapesAreTheModelsTensors) {
   }
 }
 
+// A seq2seq model: its encoder's and decoder's tensors (and the tied
+// embedding) are what ParameterShapes lists, and the plans count the
+// decoder's blocks and their cross-attention.
+TEST(MemoryPlan, Seq2seqModelsCountBothStacks) {
+  for (const auto p : {model::PositionScheme::kShaw, model::PositionScheme::kT5,
+                       model::PositionScheme::kRope}) {
+    model::ModelConfig c = Small(p);
+    c.arch = model::Arch::kSeq2seq;
+    c.decoder_layers = 3;
+    const model::Transformer t(c);
+    const std::vector<model::ParameterShape> shapes =
+        model::ParameterShapes(c);
+    ASSERT_EQ(shapes.size(), t.parameters().size()) << model::ToString(p);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      EXPECT_EQ(shapes[i].name, t.parameters()[i].name);
+      EXPECT_EQ(shapes[i].shape, t.parameters()[i].shape);
+    }
+    EXPECT_GE(PlanModel(c).total(),
+              8.0 * static_cast<double>(t.NumParameters()));
+    model::ModelConfig deeper = c;
+    deeper.decoder_layers = 6;
+    // The activations of one batch grow with the decoder's blocks.
+    auto activations = [](const MemoryPlan& plan) {
+      for (const auto& [name, bytes] : plan.parts) {
+        if (name.rfind("activations", 0) == 0) return bytes;
+      }
+      return 0.0;
+    };
+    EXPECT_GT(activations(PlanTraining(deeper, 4, 16, 1)),
+              activations(PlanTraining(c, 4, 16, 1)));
+    model::ModelConfig decoder = Small(p);
+    decoder.layers = 3;
+    decoder.arch = model::Arch::kDecoder;
+    // 2 encoder + 3 decoder blocks with cross-attention keep more than a
+    // 3-block decoder.
+    EXPECT_GT(activations(PlanTraining(c, 4, 16, 1)),
+              activations(PlanTraining(decoder, 4, 16, 1)));
+    EXPECT_GT(activations(PlanInference(c, 4, 16, 1)),
+              activations(PlanInference(decoder, 4, 16, 1)));
+    // Beam search: the caches grow with the beam, the sentences and the
+    // decoding steps.
+    const double beam4 = PlanTranslation(c, 2, 8, 4, 16, 1).total();
+    EXPECT_GT(PlanTranslation(c, 2, 8, 8, 16, 1).total(), beam4);
+    EXPECT_GT(PlanTranslation(c, 4, 8, 4, 16, 1).total(), beam4);
+    EXPECT_GT(PlanTranslation(c, 2, 8, 4, 32, 1).total(), beam4);
+    EXPECT_GT(PlanTranslation(deeper, 2, 8, 4, 16, 1).total(), beam4);
+    if (p != model::PositionScheme::kRope) {
+      // The kernel's per-thread table buffers see both sides' tables.
+      auto tables = [](const MemoryPlan& plan) {
+        for (const auto& [name, bytes] : plan.parts) {
+          if (name == "kernel per-thread buffers") return bytes;
+        }
+        return 0.0;
+      };
+      EXPECT_GT(tables(PlanTraining(c, 4, 16, 1)),
+                tables(PlanTraining(Small(model::PositionScheme::kNone), 4, 16,
+                                    1)));
+    }
+  }
+}
+
 TEST(MemoryPlan, GrowsWithWhatARunAllocates) {
   const model::ModelConfig c = Small(model::PositionScheme::kShaw);
   const double small = PlanTraining(c, 4, 16, 1).total();
@@ -127,47 +188,56 @@ TEST(MemoryPlan, RefusalsNameTheLimitAndTheLargestParts) {
 // Under RLIMIT_AS (set in a child), the budget is the address space left,
 // and reading a checkpoint whose config.json asks for 7.5 GB is refused in
 // milliseconds, before any tensor is read or any model built.
+// For an encoder and a seq2seq model (whose decoder the config makes deep).
 TEST(MemoryPlan, ACheckpointThatCannotFitIsRefusedBeforeBuilding) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("relpos_memory_plan_test_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  TrainConfig tc;
-  tc.data.task = "reverse";
-  tc.train_min_length = 1;
-  tc.train_max_length = 4;
-  tc.steps = 2;
-  tc.warmup_steps = 1;
-  tc.batch_size = 2;
-  Trainer t(Small(model::PositionScheme::kShaw), tc);
-  t.Run({.checkpoint_dir = dir.string()});
-  nlohmann::json j;
-  {
-    std::ifstream in(dir / "config.json");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    j = nlohmann::json::parse(ss.str());
-  }
-  j["model"]["max_distance"] = 1 << 20;
-  j["model"]["layers"] = 7;
-  j["model"]["d_model"] = 64;
-  std::ofstream(dir / "config.json") << j.dump();
-  const relpos::testing::ChildResult r = relpos::testing::RunInChild([&] {
-    const rlimit lim{uint64_t{2} << 30, uint64_t{2} << 30};
-    ::setrlimit(RLIMIT_AS, &lim);
-    const MemoryBudget b = AvailableMemory();
-    if (b.address_space.bytes <= 0 || b.address_space.bytes > 2.2e9) return 2;
-    try {
-      ReadCheckpoint(dir.string(), false);
-    } catch (const ResourceError& e) {
-      return std::string(e.what()).find("RLIMIT_AS") != std::string::npos ? 0
-                                                                          : 3;
+  for (const bool seq2seq : {false, true}) {
+    const fs::path dir =
+        fs::temp_directory_path() /
+        ("relpos_memory_plan_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    TrainConfig tc;
+    tc.data.task = seq2seq ? "s2s_copy" : "reverse";
+    tc.train_min_length = 1;
+    tc.train_max_length = 4;
+    tc.steps = 2;
+    tc.warmup_steps = 1;
+    tc.batch_size = 2;
+    model::ModelConfig mc = Small(model::PositionScheme::kShaw);
+    if (seq2seq) mc.arch = model::Arch::kSeq2seq;
+    Trainer t(mc, tc);
+    t.Run({.checkpoint_dir = dir.string()});
+    nlohmann::json j;
+    {
+      std::ifstream in(dir / "config.json");
+      std::stringstream ss;
+      ss << in.rdbuf();
+      j = nlohmann::json::parse(ss.str());
     }
-    return 1;
-  });
-  EXPECT_FALSE(r.timed_out);
-  EXPECT_EQ(r.exit_code, 0);
-  EXPECT_LT(r.seconds, 5.0);
-  fs::remove_all(dir);
+    j["model"]["max_distance"] = 1 << 20;
+    j["model"][seq2seq ? "decoder_layers" : "layers"] = 7;
+    j["model"]["d_model"] = 64;
+    std::ofstream(dir / "config.json") << j.dump();
+    const relpos::testing::ChildResult r = relpos::testing::RunInChild([&] {
+      const rlimit lim{uint64_t{2} << 30, uint64_t{2} << 30};
+      ::setrlimit(RLIMIT_AS, &lim);
+      const MemoryBudget b = AvailableMemory();
+      if (b.address_space.bytes <= 0 || b.address_space.bytes > 2.2e9) {
+        return 2;
+      }
+      try {
+        ReadCheckpoint(dir.string(), false);
+      } catch (const ResourceError& e) {
+        return std::string(e.what()).find("RLIMIT_AS") != std::string::npos
+                   ? 0
+                   : 3;
+      }
+      return 1;
+    });
+    EXPECT_FALSE(r.timed_out) << seq2seq;
+    EXPECT_EQ(r.exit_code, 0) << seq2seq;
+    EXPECT_LT(r.seconds, 5.0) << seq2seq;
+    fs::remove_all(dir);
+  }
 }
 
 }  // namespace
