@@ -9,6 +9,7 @@
 #include "model/beam_search.h"
 #include "train/checkpoint.h"
 #include "train/data_source.h"
+#include "train/memory_plan.h"
 
 namespace relpos {
 namespace {
@@ -60,6 +61,7 @@ Model::Model(const ExperimentConfig& config)
     : impl_(std::make_unique<Impl>()) {
   impl_->config = config;
   impl_->config.Resolve();
+  train::CheckMemory(train::PlanModel(impl_->config.impl().model));
   impl_->transformer =
       std::make_shared<model::Transformer>(impl_->config.impl().model);
 }
@@ -213,6 +215,18 @@ std::vector<Translation> Model::Translate(
     if (o.bos < 0) o.bos = bos;
     if (o.eos < 0) o.eos = eos;
   }
+  // Options first (MaxDecodingSteps needs valid ones); then the caches
+  // the search allocates must fit beside the model.
+  model::Validate(o, t.config().vocab_size);
+  int64_t longest = 0;
+  for (const std::vector<int32_t>& s : sources) {
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
+  }
+  train::MemoryPlan plan = train::PlanTranslation(
+      t.config(), static_cast<int64_t>(sources.size()), longest, o.beam_size,
+      model::MaxDecodingSteps(longest, o), impl_->config.impl().train.threads);
+  plan.resident = train::PlanModel(t.config()).total();
+  train::CheckMemory(plan);
   std::vector<Translation> out;
   for (model::Hypothesis& h : model::Translate(t, sources, o)) {
     out.push_back({std::move(h.tokens), h.log_prob, h.score, h.ended_by_eos});
