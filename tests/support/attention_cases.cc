@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <sstream>
 
 namespace relpos {
@@ -33,8 +34,8 @@ int64_t AttentionCase::TableRows() const {
   return 2 * options.max_distance + 1;
 }
 
-int64_t AttentionCase::Bucket(int64_t i, int64_t j) const {
-  const int64_t r = j - (i + QueryOffset());
+int64_t AttentionCase::Bucket(int64_t b, int64_t i, int64_t j) const {
+  const int64_t r = j - (i + QueryOffset(b));
   switch (options.buckets.kind) {
     case BucketKind::kClip:
       return ClipBucket(r, options.buckets.clip);
@@ -64,19 +65,23 @@ double AttentionCase::RelativeFlops() const {
 
 int64_t AttentionCase::KeyEnd(int64_t b, int64_t i) const {
   int64_t end = options.key_lengths.empty() ? k_len : options.key_lengths[b];
-  if (options.causal) end = std::min(end, i + QueryOffset() + 1);
+  if (options.causal) end = std::min(end, i + QueryOffset(b) + 1);
   return std::max<int64_t>(end, 0);
 }
 
 std::string AttentionCase::Describe() const {
   std::ostringstream os;
-  os << name << ": B=" << batch << " H=" << heads << " Nq=" << q_len
+  os << name << ": B=" << batch << " H=" << heads;
+  if (KvHeads() != heads) os << " Hkv=" << KvHeads();
+  os << " Nq=" << q_len
      << " Nk=" << k_len << " dk=" << dk << " dv=" << dv
      << " k=" << options.max_distance
      << (options.per_head_tables ? " per-head" : " shared")
      << " key_term=" << options.key_term << " value_term=" << options.value_term
      << " causal=" << options.causal << " offset=" << QueryOffset()
-     << (options.query_offset ? " (explicit)" : " (default)");
+     << (!options.query_offsets.empty() ? " (per row)"
+         : options.query_offset          ? " (explicit)"
+                                         : " (default)");
   switch (options.buckets.kind) {
     case BucketKind::kClip:
       os << " buckets=clip(" << options.buckets.clip.left << ","
@@ -101,12 +106,16 @@ std::string AttentionCase::Describe() const {
     os << "}";
   }
   if (options.position_query_bias) os << " pb";
-  if (!options.key_lengths.empty()) {
-    os << " key_lengths={";
-    for (size_t b = 0; b < options.key_lengths.size(); ++b)
-      os << (b ? "," : "") << options.key_lengths[b];
+  auto list = [&os](const char* name, const std::vector<int64_t>& v) {
+    if (v.empty()) return;
+    os << " " << name << "={";
+    for (size_t b = 0; b < v.size(); ++b) os << (b ? "," : "") << v[b];
     os << "}";
-  }
+  };
+  list("key_lengths", options.key_lengths);
+  list("key_starts", options.key_starts);
+  list("query_offsets", options.query_offsets);
+  if (options.scale) os << " scale=" << *options.scale;
   return os.str();
 }
 
@@ -117,49 +126,49 @@ std::ostream& operator<<(std::ostream& os, const AttentionCase& c) {
 TermScales ComputeTermScales(const AttentionData<double>& d,
                              const std::vector<double>& dout) {
   const AttentionCase& c = d.c;
-  const double inv_sqrt_dk = 1.0 / std::sqrt(static_cast<double>(c.dk));
+  const double scale = c.ScoreScale();
   TermScales ts;
   ts.dk_dim = c.dk;
   ts.growth = static_cast<double>(c.q_len + c.k_len + c.dk + c.dv);
   double sum_row_ds = 0, max_row_ds = 0, sum_row_dout = 0;
   for (int64_t b = 0; b < c.batch; ++b) {
     for (int64_t h = 0; h < c.heads; ++h) {
-      const int64_t bh = b * c.heads + h;
+      const int64_t bh = b * c.heads + h, kvh = c.KvSlice(b, h);
       const int64_t tab = (c.options.per_head_tables ? h : 0) * c.TableRows();
       const double slope = std::abs(c.AlibiSlope(h));
       for (int64_t i = 0; i < c.q_len; ++i) {
-        const int64_t end = c.KeyEnd(b, i);
+        const int64_t begin = c.KeyBegin(b), end = c.KeyEnd(b, i);
         double max_w = 0;
-        for (int64_t j = 0; j < end; ++j) {
-          const int64_t r = c.Bucket(i, j);
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t r = c.Bucket(b, i, j);
           double s_abs = 0;
           for (int64_t t = 0; t < c.dk; ++t) {
             const double qt = std::abs(d.q[(bh * c.q_len + i) * c.dk + t]);
-            s_abs += qt * std::abs(d.k[(bh * c.k_len + j) * c.dk + t]);
+            s_abs += qt * std::abs(d.k[(kvh * c.k_len + j) * c.dk + t]);
             if (!d.ak.empty()) {
               const double pt = d.pb.empty() ? 0 : std::abs(d.pb[h * c.dk + t]);
               s_abs += (qt + pt) * std::abs(d.ak[(tab + r) * c.dk + t]);
             }
           }
-          s_abs *= inv_sqrt_dk;
+          s_abs *= scale;
           if (!d.bias.empty()) s_abs += std::abs(d.bias[h * c.TableRows() + r]);
-          s_abs += slope * std::abs(static_cast<double>(j - (i + c.QueryOffset())));
+          s_abs += slope * std::abs(static_cast<double>(j - (i + c.QueryOffset(b))));
           ts.max_score_abs = std::max(ts.max_score_abs, s_abs);
           for (int64_t t = 0; t < c.dv; ++t) {
-            double w = std::abs(d.v[(bh * c.k_len + j) * c.dv + t]);
+            double w = std::abs(d.v[(kvh * c.k_len + j) * c.dv + t]);
             if (!d.av.empty()) w += std::abs(d.av[(tab + r) * c.dv + t]);
             max_w = std::max(max_w, w);
           }
         }
         ts.out = std::max(ts.out, max_w);
-        if (end == 0 || dout.empty()) continue;
+        if (end <= begin || dout.empty()) continue;
         const int64_t row = bh * c.q_len + i;
         double l1 = 0, mx = 0;
         for (int64_t t = 0; t < c.dv; ++t) {
           l1 += std::abs(dout[row * c.dv + t]);
           mx = std::max(mx, std::abs(dout[row * c.dv + t]));
         }
-        const double row_ds = 2 * l1 * max_w * inv_sqrt_dk;
+        const double row_ds = 2 * l1 * max_w * scale;
         max_row_ds = std::max(max_row_ds, row_ds);
         sum_row_ds += row_ds;
         sum_row_dout += mx;
@@ -172,7 +181,7 @@ TermScales ComputeTermScales(const AttentionData<double>& d,
   ts.dk = sum_row_ds * max_q;
   ts.dak = sum_row_ds * (max_q + MaxAbs(d.pb));
   ts.dv = ts.dav = sum_row_dout;
-  ts.dbias = sum_row_ds * std::sqrt(static_cast<double>(c.dk));
+  ts.dbias = sum_row_ds / scale;
   ts.dpb = sum_row_ds * MaxAbs(d.ak);
   return ts;
 }
@@ -399,50 +408,56 @@ std::vector<AttentionCase> SchemeCases() {
   return cases;
 }
 
+namespace {
+
+// The schemes at realistic settings, shared by the sweeps.
+struct SweepScheme {
+const char* name;
+void (*set)(AttentionOptions&);
+};
+const SweepScheme kSweepSchemes[] = {
+    {"asym64_8",
+     [](AttentionOptions& o) {
+       o.buckets.kind = BucketKind::kClip;
+       o.buckets.clip = {64, 8};
+     }},
+    {"shawlog32_128",
+     [](AttentionOptions& o) {
+       o.buckets.kind = BucketKind::kT5;
+       o.buckets.t5 = {32, 128, true};
+     }},
+    {"t5_32_128",
+     [](AttentionOptions& o) {
+       o.buckets.kind = BucketKind::kT5;
+       o.buckets.t5 = {32, 128, true};
+       o.score_term = ScoreTerm::kScalarTable;
+       o.value_term = false;
+     }},
+    {"t5causal_32_128",
+     [](AttentionOptions& o) {
+       o.buckets.kind = BucketKind::kT5;
+       o.buckets.t5 = {32, 128, false};
+       o.score_term = ScoreTerm::kScalarTable;
+       o.value_term = false;
+     }},
+    {"alibi",
+     [](AttentionOptions& o) {
+       o.score_term = ScoreTerm::kAlibi;
+       o.value_term = false;
+     }},
+    {"xl",
+     [](AttentionOptions& o) {
+       o.max_distance = 256;  // >= every distance below: nothing clipped
+       o.position_query_bias = true;
+       o.value_term = false;
+     }},
+};
+
+}  // namespace
+
 std::vector<AttentionCase> SchemeSweepCases() {
   std::vector<AttentionCase> cases;
-  struct Scheme {
-    const char* name;
-    void (*set)(AttentionOptions&);
-  };
-  static const Scheme kSchemes[] = {
-      {"asym64_8",
-       [](AttentionOptions& o) {
-         o.buckets.kind = BucketKind::kClip;
-         o.buckets.clip = {64, 8};
-       }},
-      {"shawlog32_128",
-       [](AttentionOptions& o) {
-         o.buckets.kind = BucketKind::kT5;
-         o.buckets.t5 = {32, 128, true};
-       }},
-      {"t5_32_128",
-       [](AttentionOptions& o) {
-         o.buckets.kind = BucketKind::kT5;
-         o.buckets.t5 = {32, 128, true};
-         o.score_term = ScoreTerm::kScalarTable;
-         o.value_term = false;
-       }},
-      {"t5causal_32_128",
-       [](AttentionOptions& o) {
-         o.buckets.kind = BucketKind::kT5;
-         o.buckets.t5 = {32, 128, false};
-         o.score_term = ScoreTerm::kScalarTable;
-         o.value_term = false;
-       }},
-      {"alibi",
-       [](AttentionOptions& o) {
-         o.score_term = ScoreTerm::kAlibi;
-         o.value_term = false;
-       }},
-      {"xl",
-       [](AttentionOptions& o) {
-         o.max_distance = 256;  // >= every distance below: nothing clipped
-         o.position_query_bias = true;
-         o.value_term = false;
-       }},
-  };
-  for (const Scheme& s : kSchemes) {
+  for (const SweepScheme& s : kSweepSchemes) {
     auto add = [&](AttentionCase c, bool causal) {
       c.name = std::string(s.name) + "_" + c.name;
       c.options.causal = causal;
@@ -460,6 +475,123 @@ std::vector<AttentionCase> SchemeSweepCases() {
     c.options.per_head_tables = true;
     c.options.key_lengths = {129, 50};
     add(c, false);
+  }
+  return cases;
+}
+
+}  // namespace relpos
+
+namespace relpos {
+
+std::vector<AttentionCase> LayoutCases() {
+  std::vector<AttentionCase> cases;
+  // "shaw": the default symmetric clip with per-head tables and both terms.
+  for (const char* scheme :
+       {"shaw", "asym", "log", "t5", "t5causal", "alibi", "xlv"}) {
+    const std::string s = scheme;
+    auto add = [&](AttentionCase c, bool causal) {
+      c.name = s + "_" + c.name;
+      c.options.causal = causal;
+      if (s == "shaw") {
+        c.options.per_head_tables = true;
+      } else {
+        SetScheme(c, s);
+      }
+      cases.push_back(std::move(c));
+    };
+    {  // Grouped-query (2 query heads per key/value head), left and right
+       // padding together, causal.
+      AttentionCase c = MakeCase("gqa2_pad_causal", 2, 4, 5, 7, 3, 4, 2);
+      c.kv_heads = 2;
+      c.options.key_lengths = {7, 4};
+      c.options.key_starts = {2, 0};
+      add(c, true);
+    }
+    {  // Multi-query, left padding only, bidirectional.
+      AttentionCase c = MakeCase("mqa_leftpad", 2, 4, 5, 7, 3, 4, 2);
+      c.kv_heads = 1;
+      c.options.key_starts = {1, 3};
+      add(c, false);
+    }
+    {  // Per-row query offsets (one past the end, one negative: causal rows
+       // that see nothing) with left padding.
+      AttentionCase c = MakeCase("rows_offsets_causal", 2, 2, 4, 6, 3, 2, 2);
+      c.options.query_offsets = {3, -1};
+      c.options.key_starts = {0, 1};
+      add(c, true);
+    }
+    {  // Left padding beyond some causal rows (rows 0..2 of item 0 and the
+       // whole of item 1 see nothing), an explicit scale, grouped-query.
+      AttentionCase c = MakeCase("leftpad_masked_rows", 2, 2, 6, 6, 3, 3, 2);
+      c.kv_heads = 1;
+      c.options.key_starts = {3, 6};
+      c.options.scale = 0.8;
+      add(c, true);
+    }
+    {  // Decoding one query per row at different positions (batched
+       // generation of prompts of different lengths).
+      AttentionCase c = MakeCase("rows_decode", 3, 2, 1, 6, 2, 3, 2);
+      c.kv_heads = 1;
+      c.options.query_offsets = {5, 2, 0};
+      c.options.key_lengths = {6, 3, 6};
+      c.options.key_starts = {0, 1, 0};
+      add(c, true);
+    }
+  }
+  return cases;
+}
+
+std::vector<AttentionCase> LayoutSweepCases() {
+  std::vector<AttentionCase> cases;
+  // The shared sweep schemes, plus Shaw's clip and plain attention (what
+  // RoPE runs after rotating q and k).
+  std::vector<SweepScheme> schemes(std::begin(kSweepSchemes),
+                                   std::end(kSweepSchemes));
+  schemes.push_back({"shaw16", [](AttentionOptions& o) {
+                       o.max_distance = 16;
+                     }});
+  schemes.push_back({"rope", [](AttentionOptions& o) {
+                       o.key_term = false;
+                       o.value_term = false;
+                     }});
+  for (const SweepScheme& s : schemes) {
+    auto add = [&](AttentionCase c, bool causal) {
+      c.name = std::string(s.name) + "_" + c.name;
+      c.options.causal = causal;
+      s.set(c.options);
+      // T5's unscaled scores on its scalar-table schemes.
+      if (c.options.score_term == ScoreTerm::kScalarTable) c.options.scale = 1.0;
+      cases.push_back(std::move(c));
+    };
+    {  // Left padding on and off the key tile edges, grouped-query.
+      AttentionCase c = MakeCase("gqa_leftpad_129", 3, 4, 129, 129, 64, 32, 16);
+      c.kv_heads = 2;
+      c.options.key_starts = {63, 64, 65};
+      add(c, true);
+    }
+    {  // Multi-query decoding with a cache: one query per row at its own
+       // position, left-padded prompts.
+      AttentionCase c = MakeCase("mqa_decode_1x200", 2, 4, 1, 200, 64, 64, 16);
+      c.kv_heads = 1;
+      c.options.query_offsets = {199, 150};
+      c.options.key_lengths = {200, 151};
+      c.options.key_starts = {0, 137};
+      add(c, true);
+    }
+    {  // A prefill chunk per row at different offsets.
+      AttentionCase c = MakeCase("rows_chunk_17x130", 3, 2, 17, 130, 32, 32, 16);
+      c.options.query_offsets = {113, 50, 0};
+      c.options.key_lengths = {130, 100, 17};
+      c.options.key_starts = {0, 10, 0};
+      add(c, true);
+    }
+    {  // One key/value head and one item: the backward splits its key
+       // tiles over chunks (threads > pairs), each looping over the group.
+      AttentionCase c = MakeCase("mqa_chunks_200", 1, 4, 200, 200, 32, 32, 16);
+      c.kv_heads = 1;
+      c.options.key_starts = {30};
+      add(c, false);
+    }
   }
   return cases;
 }

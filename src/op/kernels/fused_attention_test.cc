@@ -253,6 +253,12 @@ INSTANTIATE_TEST_SUITE_P(Standard, FusedVsReference,
 INSTANTIATE_TEST_SUITE_P(SizeSweep, FusedVsReference,
                          testing::ValuesIn(SizeSweepCases()),
                          [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Layout, FusedVsReference,
+                         testing::ValuesIn(LayoutCases()),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(LayoutSweep, FusedVsReference,
+                         testing::ValuesIn(LayoutSweepCases()),
+                         [](const auto& info) { return info.param.name; });
 
 // Every compiled Highway target (AVX2, SSE4, EMU128, ... as this CPU allows)
 // on a handful of cases that hit far and band tiles (folded and direct),
