@@ -597,3 +597,122 @@ std::vector<AttentionCase> LayoutSweepCases() {
 }
 
 }  // namespace relpos
+
+namespace relpos {
+
+std::vector<AttentionCase> FewQueryCases() {
+  // Every scheme: the small settings of SchemeCases (reaches of 1-6, so the
+  // runs' edges land inside short key ranges), realistic ones of the sweeps,
+  // Shaw's clip in each term combination, shared and per-head, and plain
+  // attention (RoPE's call).
+  struct Scheme {
+    const char* name;
+    void (*set)(AttentionCase&);
+  };
+  static const Scheme kSchemes[] = {
+      {"shaw", [](AttentionCase& c) { c.options.max_distance = 3; }},
+      {"shaw16perhead",
+       [](AttentionCase& c) {
+         c.options.max_distance = 16;
+         c.options.per_head_tables = true;
+       }},
+      {"shawkey", [](AttentionCase& c) { c.options.value_term = false; }},
+      {"shawvalue", [](AttentionCase& c) { c.options.key_term = false; }},
+      {"shawk0", [](AttentionCase& c) { c.options.max_distance = 0; }},
+      {"plain",
+       [](AttentionCase& c) {
+         c.options.key_term = false;
+         c.options.value_term = false;
+       }},
+      {"asym", [](AttentionCase& c) { SetScheme(c, "asym"); }},
+      {"asym0", [](AttentionCase& c) { SetScheme(c, "asym0"); }},
+      {"asym64_8", [](AttentionCase& c) { kSweepSchemes[0].set(c.options); }},
+      {"log", [](AttentionCase& c) { SetScheme(c, "log"); }},
+      {"shawlog32_128",
+       [](AttentionCase& c) { kSweepSchemes[1].set(c.options); }},
+      {"t5", [](AttentionCase& c) { SetScheme(c, "t5"); }},
+      {"t5causal", [](AttentionCase& c) { SetScheme(c, "t5causal"); }},
+      {"t5_32_128",
+       [](AttentionCase& c) {
+         kSweepSchemes[2].set(c.options);
+         c.options.scale = 1.0;
+       }},
+      {"alibi", [](AttentionCase& c) { SetScheme(c, "alibi"); }},
+      {"alibiuser", [](AttentionCase& c) { SetScheme(c, "alibiuser"); }},
+      {"alibivalue",
+       [](AttentionCase& c) {
+         c.options.score_term = ScoreTerm::kAlibi;
+         c.options.max_distance = 2;
+       }},
+      {"xl", [](AttentionCase& c) { SetScheme(c, "xl"); }},
+      {"xlv", [](AttentionCase& c) { SetScheme(c, "xlv"); }},
+  };
+  std::vector<AttentionCase> shapes;
+  auto shape = [&](AttentionCase c, bool causal) {
+    c.options.causal = causal;
+    shapes.push_back(std::move(c));
+  };
+  shape(MakeCase("q1_k1_d1", 1, 2, 1, 1, 1, 1, 2), true);
+  // Two key chunks (512 + 1), dk and dv whole vectors.
+  shape(MakeCase("q1_k513", 2, 2, 1, 513, 64, 64, 2), true);
+  {  // Each row at its own position and window: the last keys, a middle
+     // window with left padding, a row before every key (sees nothing).
+    AttentionCase c = MakeCase("q4_k1100_rows", 3, 2, 4, 1100, 17, 9, 2);
+    c.options.query_offsets = {1096, 600, -6};
+    c.options.key_lengths = {1100, 700, 1100};
+    c.options.key_starts = {0, 37, 0};
+    shape(c, true);
+  }
+  {  // Grouped-query: 2 heads x 3 rows per key/value head (two work items).
+    AttentionCase c = MakeCase("q3_gqa_k200", 2, 4, 3, 200, 32, 48, 2);
+    c.kv_heads = 2;
+    c.options.key_starts = {5, 0};
+    shape(c, true);
+  }
+  {  // Multi-query: 8 heads x 2 rows on one key/value head, right padding,
+     // bidirectional (keys after the query too).
+    AttentionCase c = MakeCase("q2_mqa8_k65", 1, 8, 2, 65, 64, 16, 2);
+    c.kv_heads = 1;
+    c.options.key_lengths = {60};
+    shape(c, false);
+  }
+  // Nq > Nk: the default offset is negative; the first row sees nothing.
+  shape(MakeCase("q4_k3", 1, 2, 4, 3, 5, 3, 2), true);
+  {  // Every key far to the left of the query, then far to the right.
+    AttentionCase c = MakeCase("q1_far_left", 1, 2, 1, 70, 16, 16, 2);
+    c.options.query_offset = 5000;
+    shape(c, false);
+    AttentionCase r = MakeCase("q2_far_right", 1, 2, 2, 70, 16, 16, 2);
+    r.options.query_offset = -5000;
+    shape(r, false);
+  }
+  {  // A long cache, per-row offsets inside it, bidirectional, a scale.
+    AttentionCase c = MakeCase("q3_k2100_mid", 2, 2, 3, 2100, 64, 32, 2);
+    c.options.query_offsets = {1024, 2};
+    c.options.scale = 0.8;
+    shape(c, false);
+  }
+  std::vector<AttentionCase> cases;
+  for (const Scheme& s : kSchemes) {
+    for (AttentionCase c : shapes) {
+      s.set(c);  // on top of the shape's k = 2
+      c.name = std::string(s.name) + "_" + c.name;
+      cases.push_back(std::move(c));
+    }
+  }
+  // ALiBi's distances around 2^24 (exact in float below it), small slopes.
+  cases.push_back(AlibiExactnessEdgeCase("alibi_q2_exactness_edge", 2, 300));
+  return cases;
+}
+
+AttentionCase AlibiExactnessEdgeCase(const std::string& name, int64_t q_len,
+                                     int64_t k_len) {
+  AttentionCase e = MakeCase(name, 1, 2, q_len, k_len, 16, 16, 0);
+  e.options.score_term = ScoreTerm::kAlibi;
+  e.options.value_term = false;
+  e.options.alibi_slopes = {1e-6, -2e-6};
+  e.options.query_offset = -(int64_t{1} << 24) + 100;
+  return e;
+}
+
+}  // namespace relpos

@@ -179,6 +179,23 @@ std::vector<AttentionCase> LayoutCases();
 // settings, for fast-path-vs-reference comparisons in float.
 std::vector<AttentionCase> LayoutSweepCases();
 
+// The few-query path's cases (Nq <= 4: decoding, speculative and beam
+// steps): every scheme of SchemeCases and SchemeSweepCases, Shaw in each
+// term combination, shared and per-head, k = 0 and plain attention, on
+// Nq in 1..4 against key ranges across the path's 512-key chunks (1 to
+// 2100 keys), widths from 1 to 64 (1, 3, 5, 9 and 17 no multiple of the
+// vector length), causal and bidirectional, per-row offsets with left and right
+// padding, rows that see nothing, Nq > Nk, every key far on either side,
+// grouped-query and multi-query heads (up to 16 query rows per key/value
+// head), an explicit scale, and ALiBi's distances around 2^24.
+std::vector<AttentionCase> FewQueryCases();
+
+// ALiBi (score term only, slopes 1e-6 and -2e-6 on two heads) with the
+// queries at offset 100 - 2^24, so the distances cross 2^24, where float
+// stops representing them exactly; small slopes keep the scores O(1).
+AttentionCase AlibiExactnessEdgeCase(const std::string& name, int64_t q_len,
+                                     int64_t k_len);
+
 template <typename T>
 struct AttentionData {
   AttentionCase c;

@@ -20,6 +20,10 @@ namespace relpos {
 const char* BucketKindName(BucketKind kind);
 const char* ScoreTermName(ScoreTerm term);
 
+// Query rows up to which the fused path's forward runs the few-query
+// path (decoding, speculative and beam steps; docs/kernel.md).
+inline constexpr int64_t kFewQueryRows = 4;
+
 struct AttentionProblem {
   int64_t batch = 0, heads = 0, q_len = 0, k_len = 0, dk = 0, dv = 0;
   // Key/value heads Hkv (dividing heads) and the group size H / Hkv: query
@@ -106,6 +110,10 @@ struct AttentionProblem {
   // here, and src/op/attention.cc then runs the reference (kAuto) or refuses
   // (kFused).
   bool FusedSupported() const { return true; }
+
+  // Whether the fused forward takes the few-query path (src/op/attention.cc):
+  // Nq <= kFewQueryRows, any Nk, scheme, mask, offsets and head grouping.
+  bool FewQuery() const { return q_len >= 1 && q_len <= kFewQueryRows; }
 
   // Keys visible to row i of batch item b are exactly [KeyBegin(b),
   // KeyEnd(b, i)) (none when KeyEnd <= KeyBegin): left padding hides j <

@@ -5,11 +5,14 @@
 // file re-includes itself once per target).
 #include "kernels/fused_attention.h"
 
+#include "kernels/few_query.h"
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/fused_attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/fused_attention-inl.h"
+#include "kernels/few_query-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace relpos {
@@ -25,6 +28,10 @@ void BackwardTile(const AttentionProblem& p, const fused::QueryTile& t,
                   int64_t key_tile_first, int64_t key_tile_step) {
   fused_simd::BackwardQueryTile(p, t, hd, scratch, key_tile_first,
                                 key_tile_step);
+}
+void FewQueryPass(const AttentionProblem& p, const fused::FewPass& fp,
+                  float* scratch) {
+  fused_simd::FewQueryPassBody(p, fp, scratch);
 }
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
@@ -48,6 +55,7 @@ namespace relpos {
 HWY_EXPORT(ForwardTile);
 HWY_EXPORT(BackwardTile);
 HWY_EXPORT(TargetName);
+HWY_EXPORT(FewQueryPass);
 
 namespace {
 
@@ -346,6 +354,98 @@ void FusedForward(const AttentionProblem& p, const AttentionInputs<float>& in,
   }
 }
 
+namespace {
+
+// The calling thread's few-query scratch, kept between calls and grown
+// when a call needs more: a decoding step allocates nothing here.
+float* FewQueryScratch(int64_t floats) {
+  thread_local hwy::AlignedFreeUniquePtr<float[]> buf;
+  thread_local int64_t capacity = 0;
+  if (floats > capacity) {
+    buf = AllocateFloats(floats, "few-query scratch");
+    capacity = floats;
+  }
+  return buf.get();
+}
+
+thread_local fused::DistanceBuckets few_query_dist;
+
+// Work item `item` (few_query.h): key/value head kvh of batch item b and
+// rows [first, first + rows) of the (group head, query row) pairs reading it.
+fused::FewPass MakeFewPass(const AttentionProblem& p,
+                           const AttentionInputs<float>& in,
+                           const fused::DistanceBuckets& dist, float* out,
+                           float* lse, int64_t item) {
+  const int64_t passes = fused::FewPassesPerKvHead(p);
+  const int64_t bkv = item / passes, pass = item % passes;
+  const int64_t b = bkv / p.kv_heads, kvh = bkv % p.kv_heads;
+  const int64_t first = pass * fused::kFewPassRows;
+  fused::FewPass fp;
+  fp.rows = std::min(fused::kFewPassRows, fused::FewRowsPerKvHead(p) - first);
+  fp.key_begin = p.KeyBegin(b);
+  for (int64_t r = 0; r < fp.rows; ++r) {
+    const int64_t g = (first + r) / p.q_len, i = (first + r) % p.q_len;
+    const int64_t h = kvh * p.group + g, bh = b * p.heads + h;
+    const HeadData hd = InputHead(p, in, dist, b, h);
+    if (r == 0) {
+      fp.k = hd.k;
+      fp.v = hd.v;
+      fp.dist_bucket = hd.dist_bucket;
+      fp.r_lo = hd.r_lo;
+      fp.r_hi = hd.r_hi;
+    }
+    fused::FewRow& row = fp.row[r];
+    row.q = hd.q + i * p.dk;
+    row.ak = hd.ak;
+    row.av = hd.av;
+    row.bias = hd.bias;
+    row.pb = hd.pb;
+    row.alibi_slope = hd.alibi_slope;
+    row.out = out + (bh * p.q_len + i) * p.dv;
+    row.lse = lse ? lse + bh * p.q_len + i : nullptr;
+    row.pos = i + p.QueryOffset(b);
+    row.key_end = std::max(p.KeyEnd(b, i), fp.key_begin);
+  }
+  return fp;
+}
+
+int FewQueryTeam(const AttentionProblem& p, int num_threads) {
+  return static_cast<int>(std::min<int64_t>(ResolveThreads(num_threads),
+                                            fused::FewItems(p)));
+}
+
+}  // namespace
+
+void FewQueryForward(const AttentionProblem& p,
+                     const AttentionInputs<float>& in, float* out, float* lse,
+                     int num_threads) {
+  const int64_t items = fused::FewItems(p);
+  if (items == 0) return;
+  const int team = FewQueryTeam(p, num_threads);
+  const int64_t per_thread = PaddedFloats(fused::FewScratch(p).Floats());
+  float* scratch = FewQueryScratch(per_thread * team);
+  if (NeedsDistanceBuckets(p)) fused::FillDistanceBuckets(p, &few_query_dist);
+  const fused::DistanceBuckets& dist = few_query_dist;
+  (void)HWY_DYNAMIC_DISPATCH(TargetName)();
+  if (team <= 1) {  // no parallel region at all: nothing to wake or wait for
+    for (int64_t item = 0; item < items; ++item) {
+      const fused::FewPass fp = MakeFewPass(p, in, dist, out, lse, item);
+      HWY_DYNAMIC_DISPATCH(FewQueryPass)(p, fp, scratch);
+    }
+    return;
+  }
+#pragma omp parallel num_threads(team)
+  {
+    float* mine = scratch + per_thread * omp_get_thread_num();
+    // Items write disjoint rows: any schedule gives the same bits.
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < items; ++item) {
+      const fused::FewPass fp = MakeFewPass(p, in, dist, out, lse, item);
+      HWY_DYNAMIC_DISPATCH(FewQueryPass)(p, fp, mine);
+    }
+  }
+}
+
 // The parallel region, the per-thread buffers it carves (ThreadBuffers) and
 // their reduction in a fixed thread order (ReduceBackward) are what make
 // results independent of scheduling (docs/kernel.md, determinism).
@@ -399,7 +499,10 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
 int64_t FusedExtraBytes(const AttentionProblem& p, int num_threads) {
   const int threads = ResolveThreads(num_threads);
   const int64_t forward =
-      PaddedFloats(fused::ForwardScratch(p).Floats()) * threads;
+      p.FewQuery()
+          ? PaddedFloats(fused::FewScratch(p).Floats()) *
+                std::max(1, FewQueryTeam(p, num_threads))
+          : PaddedFloats(fused::ForwardScratch(p).Floats()) * threads;
   const BackwardLayout lay =
       MakeBackwardLayout(p, threads, true, true, true, true, true, true, true);
   const int64_t backward =

@@ -243,7 +243,10 @@ struct DistanceBuckets {
   std::vector<int64_t> bucket;
 };
 
-inline DistanceBuckets MakeDistanceBuckets(const AttentionProblem& p) {
+// Fills *db for the problem, reusing its storage (no allocation once it is
+// large enough: the few-query path keeps one per thread across calls).
+inline void FillDistanceBuckets(const AttentionProblem& p,
+                                DistanceBuckets* db) {
   int64_t left = p.max_distance, right = p.max_distance;
   if (p.buckets.kind == BucketKind::kClip) {
     left = p.buckets.clip.left;
@@ -251,18 +254,23 @@ inline DistanceBuckets MakeDistanceBuckets(const AttentionProblem& p) {
   } else if (p.buckets.kind == BucketKind::kT5) {
     left = right = p.t5_reach;
   }
-  DistanceBuckets db;
   const int64_t d_min = -(std::max<int64_t>(p.q_len, 1) - 1) - p.max_offset;
   const int64_t d_max = (std::max<int64_t>(p.k_len, 1) - 1) - p.min_offset;
-  db.r_lo = std::clamp(d_min, -left, right);
-  db.r_hi = std::clamp(d_max, -left, right);
-  const int64_t count = db.r_hi - db.r_lo + 1;
-  db.bucket.resize(static_cast<size_t>(count));
+  db->r_lo = std::clamp(d_min, -left, right);
+  db->r_hi = std::clamp(d_max, -left, right);
+  const int64_t count = db->r_hi - db->r_lo + 1;
+  db->bucket.resize(static_cast<size_t>(count));
   if (p.buckets.kind == BucketKind::kT5) {
-    T5BucketRange(db.r_lo, count, p.buckets.t5, db.bucket.data());
+    T5BucketRange(db->r_lo, count, p.buckets.t5, db->bucket.data());
   } else {
-    for (int64_t e = 0; e < count; ++e) db.bucket[e] = p.BucketOf(db.r_lo + e);
+    for (int64_t e = 0; e < count; ++e)
+      db->bucket[e] = p.BucketOf(db->r_lo + e);
   }
+}
+
+inline DistanceBuckets MakeDistanceBuckets(const AttentionProblem& p) {
+  DistanceBuckets db;
+  FillDistanceBuckets(p, &db);
   return db;
 }
 
