@@ -78,7 +78,7 @@ std::set<std::string> ReferencedFiles(const std::string& dir) {
     const std::string text = io::ReadFileBounded(
         (fs::path(dir) / kCheckpointConfigFile).string(), kMaxConfigBytes);
     const nlohmann::json j = nlohmann::json::parse(text);
-    for (const char* key : {"model", "optimizer", "signal"}) {
+    for (const char* key : {"model", "optimizer", "signal", "vocabulary"}) {
       if (j.at("files").contains(key) && j["files"][key].is_string()) {
         names.insert(j["files"][key].get<std::string>());
       }
@@ -135,6 +135,22 @@ void CheckStepMetadata(const io::SafetensorsFile& f, const char* format,
     Bad(source, "metadata 'step' does not match config.json's step " +
                     std::to_string(step) + " (files from different saves?)");
   }
+}
+
+// The vocabulary never changes during a run, so it keeps one name; it is
+// rewritten (atomically, before config.json) only when the folder holds
+// other bytes, for example a run started over in the same folder.
+void WriteVocabulary(const fs::path& d, const std::string& bytes) {
+  const std::string path = (d / kVocabularyFile).string();
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec) &&
+      fs::file_size(path, ec) == bytes.size()) {
+    try {
+      if (io::ReadFileBounded(path, kMaxVocabularyBytes) == bytes) return;
+    } catch (const Error&) {
+    }
+  }
+  io::AtomicWriteFile(path, bytes);
 }
 
 }  // namespace
@@ -200,6 +216,8 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& ck) {
     io::AtomicWriteFile((d / signal_file).string(),
                         EncodeSignalStats(*ck.signal, ck.state.step));
   }
+  const std::string& vocabulary = ck.train_config.data.vocabulary;
+  if (!vocabulary.empty()) WriteVocabulary(d, vocabulary);
 
   nlohmann::json j = {
       {"format", kCheckpointFormat},
@@ -213,6 +231,7 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& ck) {
       {"files", {{"model", model_file}, {"optimizer", opt_file}}},
   };
   if (ck.signal) j["files"]["signal"] = signal_file;
+  if (!vocabulary.empty()) j["files"]["vocabulary"] = kVocabularyFile;
   // The commit point: from here on the new set is the checkpoint.
   io::AtomicWriteFile((d / kCheckpointConfigFile).string(), j.dump(2) + "\n");
 
@@ -361,6 +380,22 @@ Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer,
       ck.signal = DecodeSignalStats(io::ReadFileBounded(path, kMaxSignalBytes),
                                     path, ck.model_config, ck.state.step);
     }
+  }
+  // Task translate: the vocabulary (checked by the data when it is used).
+  if (files.contains("vocabulary")) {
+    if (files["vocabulary"] != kVocabularyFile) {
+      Bad(source, std::string("files.vocabulary must be \"") +
+                      kVocabularyFile + "\"");
+    }
+    ck.train_config.data.vocabulary = io::ReadFileBounded(
+        (d / kVocabularyFile).string(), kMaxVocabularyBytes);
+    if (ck.train_config.data.vocabulary.empty()) {
+      Bad((d / kVocabularyFile).string(), "is empty");
+    }
+  } else if (ck.train_config.data.task == "translate") {
+    Bad(source, std::string("a translation checkpoint without its "
+                            "vocabulary (files.vocabulary, ") +
+                    kVocabularyFile + ")");
   }
   return ck;
 }
