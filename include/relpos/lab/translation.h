@@ -48,7 +48,9 @@ class Translator {
   // The pieces of one line of text, normalised as the corpus is (runs of
   // whitespace become one space, the ends trimmed). InvalidArgument naming
   // the problem for text that is not UTF-8, empty (or only whitespace),
-  // holds control characters, or has more than max_source_tokens() pieces.
+  // holds control characters, is longer than a corpus pair
+  // (kMaxPairTextBytes, 4096 bytes) or has more than max_source_tokens()
+  // pieces.
   std::vector<int32_t> Encode(const std::string& text) const;
   std::string Decode(const std::vector<int32_t>& ids) const;
   // The longest source the model takes: its max_len with learned absolute

@@ -9,6 +9,7 @@
 #include "api/internal.h"
 #include "core/check.h"
 #include "relpos/lab/metrics.h"
+#include "relpos/lab/parallel_text.h"
 #include "train/determinism.h"
 #include "train/progress.h"
 #include "translate/parallel_corpus.h"
@@ -97,6 +98,11 @@ std::vector<int32_t> Translator::Encode(const std::string& text) const {
   RELPOS_CHECK_ARG(translate::NormaliseText(normalised),
                    "the text holds control characters");
   RELPOS_CHECK_ARG(!normalised.empty(), "the text is empty");
+  RELPOS_CHECK_ARG(static_cast<int64_t>(normalised.size()) <=
+                       kMaxPairTextBytes,
+                   "the text has " << normalised.size()
+                                   << " bytes, more than a corpus pair has ("
+                                   << kMaxPairTextBytes << ")");
   std::vector<int32_t> ids = impl_->vocabulary->Encode(normalised);
   const int64_t limit = max_source_tokens();
   RELPOS_CHECK_ARG(static_cast<int64_t>(ids.size()) <= limit,
