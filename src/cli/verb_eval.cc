@@ -30,6 +30,20 @@ struct EvalFlags {
   std::string progress = "auto";
 };
 
+// The fields every `relpos eval --json` object starts with.
+nlohmann::ordered_json CheckpointJson(const std::string& dir, Model& model) {
+  const ExperimentConfig& c = model.config();
+  return {{"checkpoint", dir},
+          {"task", c.Get("train", "task")},
+          {"position", c.Get("model", "position")},
+          {"max_distance", std::stoll(c.Get("model", "max_distance"))},
+          {"arch", c.Get("model", "arch")},
+          {"step", model.step()},
+          {"train_lengths",
+           {std::stoll(c.Get("train", "train_min_length")),
+            std::stoll(c.Get("train", "train_max_length"))}}};
+}
+
 // Task translate: BLEU and chrF of beam search on the held-out split,
 // overall and per source-length bucket.
 void RunTranslationEval(const EvalFlags& f, Model& model, std::ostream& out) {
@@ -54,22 +68,12 @@ void RunTranslationEval(const EvalFlags& f, Model& model, std::ostream& out) {
                          {"bleu", s.bleu},
                          {"chrf", s.chrf}});
     }
-    nlohmann::ordered_json j = {
-        {"checkpoint", f.dir},
-        {"task", c.Get("train", "task")},
-        {"position", c.Get("model", "position")},
-        {"max_distance", std::stoll(c.Get("model", "max_distance"))},
-        {"arch", c.Get("model", "arch")},
-        {"step", model.step()},
-        {"train_lengths",
-         {std::stoll(c.Get("train", "train_min_length")),
-          std::stoll(c.Get("train", "train_max_length"))}},
-        {"beam", f.beam},
-        {"sentences", r.hypotheses.size()},
-        {"skipped_too_long", r.skipped},
-        {"seconds", r.seconds},
-        {"scores", buckets},
-    };
+    nlohmann::ordered_json j = CheckpointJson(f.dir, model);
+    j["beam"] = f.beam;
+    j["sentences"] = r.hypotheses.size();
+    j["skipped_too_long"] = r.skipped;
+    j["seconds"] = r.seconds;
+    j["scores"] = buckets;
     out << j.dump() << "\n";
     return;
   }
@@ -132,23 +136,14 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
       loss[key] = r.loss;
       bits[key] = r.bits_per_token;
     }
-    nlohmann::ordered_json j = {
-        {"checkpoint", f.dir},
-        {"task", c.Get("train", "task")},
-        {"position", c.Get("model", "position")},
-        {"max_distance", std::stoll(c.Get("model", "max_distance"))},
-        {"arch", c.Get("model", "arch")},
-        {"step", model.step()},
-        {"train_lengths",
-         {std::stoll(c.Get("train", "train_min_length")), train_max}},
-        {"sequences_per_length", f.sequences},
-        {"metric", metric},
-        {"accuracy_by_length", acc},
-        {"sequence_accuracy_by_length", seq},
-        {"loss_by_length", loss},
-        // Bits per token; for lm, bits per byte of held-out text.
-        {"bits_by_length", bits},
-    };
+    nlohmann::ordered_json j = CheckpointJson(f.dir, model);
+    j["sequences_per_length"] = f.sequences;
+    j["metric"] = metric;
+    j["accuracy_by_length"] = acc;
+    j["sequence_accuracy_by_length"] = seq;
+    j["loss_by_length"] = loss;
+    // Bits per token; for lm, bits per byte of held-out text.
+    j["bits_by_length"] = bits;
     out << j.dump() << "\n";
     return;
   }

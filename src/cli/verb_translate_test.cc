@@ -219,22 +219,18 @@ TEST_F(VerbTranslateTest, BadInputExitsTwoWithOneLine) {
 
   // Checkpoints that cannot translate.
   Write("in.txt", "open the file\n");
-  ASSERT_EQ(RunRelpos({"train", "--task", "reverse", "--train-lengths", "1-4",
-                       "--d-model", "16", "--heads", "2", "--layers", "1",
-                       "--steps", "2", "--progress", "none", "--out",
-                       P("encoder")})
-                .code,
-            0);
-  ExpectBad({"translate", P("encoder"), "--input", P("in.txt")},
-            "not a translation checkpoint: its task is 'reverse'");
-  ASSERT_EQ(RunRelpos({"train", "--task", "lm", "--train-lengths", "8",
-                       "--d-model", "16", "--heads", "2", "--layers", "1",
-                       "--steps", "2", "--progress", "none", "--out",
-                       P("lm")})
-                .code,
-            0);
-  ExpectBad({"translate", P("lm"), "--input", P("in.txt")},
-            "not a translation checkpoint: its task is 'lm'");
+  for (const auto& [task, lengths] :
+       std::vector<std::pair<std::string, std::string>>{{"reverse", "1-4"},
+                                                        {"lm", "8"}}) {
+    ASSERT_EQ(RunRelpos({"train", "--task", task, "--train-lengths", lengths,
+                         "--d-model", "16", "--heads", "2", "--layers", "1",
+                         "--steps", "2", "--progress", "none", "--out",
+                         P(task)})
+                  .code,
+              0);
+    ExpectBad({"translate", P(task), "--input", P("in.txt")},
+              "not a translation checkpoint: its task is '" + task + "'");
+  }
   fs::copy(root_ / "ck", root_ / "novocab");
   fs::remove(root_ / "novocab" / kSentencePieceFile);
   ExpectBad({"translate", P("novocab"), "--input", P("in.txt")},
