@@ -111,6 +111,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
   AddSettingsVerb(app, out);
   AddGenerateVerb(app, out);
   AddInspectVerb(app, out);
+  AddTranslateVerb(app, out);
   MoveDefaultsIntoDescriptions(app);
 
   // An unknown verb (also with --help after it) is a usage error that lists

@@ -50,6 +50,7 @@ void AddCompareVerb(CLI::App& app, std::ostream& out);
 void AddSettingsVerb(CLI::App& app, std::ostream& out);
 void AddGenerateVerb(CLI::App& app, std::ostream& out);
 void AddInspectVerb(CLI::App& app, std::ostream& out);
+void AddTranslateVerb(CLI::App& app, std::ostream& out);
 
 // Runs `fn`; an InvalidArgument about the library setting `setting` (its
 // message starts with the setting's name) is reported under the flag that

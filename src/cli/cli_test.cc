@@ -116,16 +116,16 @@ TEST(Cli, HelpShowsEachVerbsDefaults) {
 // help and exits 0).
 TEST(Cli, UnknownVerbListsTheVerbs) {
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"translate"},
-        std::vector<std::string>{"translate", "--help"},
-        std::vector<std::string>{"translate", "--src", "x"}}) {
+       {std::vector<std::string>{"transmogrify"},
+        std::vector<std::string>{"transmogrify", "--help"},
+        std::vector<std::string>{"transmogrify", "--src", "x"}}) {
     const CliResult r = RunRelpos(args);
     EXPECT_EQ(r.code, 2) << Joined(args);
     EXPECT_TRUE(r.out.empty()) << r.out;
     EXPECT_EQ(r.err,
-              "relpos: error: unknown verb 'translate' (verbs: bench, "
+              "relpos: error: unknown verb 'transmogrify' (verbs: bench, "
               "compare, demo, eval, generate, inspect, params, settings, "
-              "sweep, train; see 'relpos --help')\n");
+              "sweep, train, translate; see 'relpos --help')\n");
   }
 }
 

@@ -17,6 +17,7 @@
 #include "relpos/error.h"
 #include "relpos/lab/model.h"
 #include "relpos/lab/training.h"
+#include "relpos/lab/translation.h"
 
 namespace relpos::cli {
 namespace {
@@ -72,6 +73,10 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
             << ", steps " << training->step() << " -> "
             << c.Get("train", "steps") << ", threads "
             << c.Get("train", "threads") << "\n";
+  // A translation corpus: what was read, the split and the vocabulary.
+  if (c.Get("train", "task") == kTranslateTaskName) {
+    std::cerr << DescribeData(c).source << "\n";
+  }
 
   ScopedStopSignals signals;
   TrainOptions options;

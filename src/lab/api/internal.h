@@ -57,6 +57,10 @@ TensorView<T> ViewOf(T* data, const std::vector<int64_t>& shape) {
 // A non-owning Model of a trainer's transformer.
 Model BorrowModel(train::Trainer& trainer);
 
+// ProgressOptions::mode as the trainer's mode (InvalidArgument for another
+// word).
+train::ProgressMode ProgressModeOf(const std::string& mode);
+
 }  // namespace relpos
 
 #endif  // RELPOS_SRC_LAB_API_INTERNAL_H_

@@ -13,9 +13,8 @@
 #include "train/progress.h"
 
 namespace relpos {
-namespace {
 
-train::ProgressMode ModeOf(const std::string& mode) {
+train::ProgressMode ProgressModeOf(const std::string& mode) {
   if (mode == "bar") return train::ProgressMode::kTerminal;
   if (mode == "lines") return train::ProgressMode::kLines;
   if (mode == "none") return train::ProgressMode::kQuiet;
@@ -24,6 +23,8 @@ train::ProgressMode ModeOf(const std::string& mode) {
                                        << mode << "')");
   return train::ProgressMode::kAuto;
 }
+
+namespace {
 
 std::unique_ptr<train::DataSource> DataOf(const ExperimentConfig& config) {
   return train::MakeDataSource(config.impl().train.data);
@@ -60,7 +61,7 @@ TrainSummary Training::Run(const TrainOptions& options) {
   train::RunOptions o;
   o.checkpoint_dir = options.checkpoint_dir;
   o.progress_out = options.progress.out;
-  o.progress_mode = ModeOf(options.progress.mode);
+  o.progress_mode = ProgressModeOf(options.progress.mode);
   o.label = options.progress.label;
   o.stop_flag = options.stop_flag;
   o.stop_at_step = options.stop_at_step;
@@ -121,7 +122,7 @@ std::vector<LengthMetrics> Evaluate(Model& model, const EvalOptions& options) {
     progress = std::make_unique<train::Progress>(
         *options.progress.out, options.progress.label,
         batches * static_cast<int64_t>(ec.lengths.size()),
-        ModeOf(options.progress.mode));
+        ProgressModeOf(options.progress.mode));
   }
   std::vector<LengthMetrics> results = train::EvaluateByLength(
       *model.impl().transformer, *data, ec, progress.get());

@@ -60,6 +60,9 @@ class PairSource {
   // What the evaluation's accuracy counts; where the pairs come from.
   virtual std::string metric_description() const = 0;
   virtual std::string source_description() const { return name(); }
+  // A corpus's serialised subword vocabulary (a checkpoint stores it);
+  // empty for the synthetic tasks.
+  virtual std::string vocabulary() const { return {}; }
 };
 
 // Teacher forcing (docs/training.md): the decoder reads BOS y_1 .. y_m and

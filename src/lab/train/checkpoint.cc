@@ -77,7 +77,7 @@ std::set<std::string> ReferencedFiles(const std::string& dir) {
   try {
     const nlohmann::json j = io::ReadJsonFile(
         (fs::path(dir) / kCheckpointConfigFile).string(), kMaxConfigBytes);
-    for (const char* key : {"model", "optimizer", "signal"}) {
+    for (const char* key : {"model", "optimizer", "signal", "vocabulary"}) {
       if (j.at("files").contains(key) && j["files"][key].is_string()) {
         names.insert(j["files"][key].get<std::string>());
       }
@@ -131,6 +131,22 @@ void CheckStepMetadata(const io::SafetensorsFile& f, const char* format,
     ThrowBadDocument(source, "metadata 'step' does not match config.json's step " +
                     std::to_string(step) + " (files from different saves?)");
   }
+}
+
+// The vocabulary never changes during a run, so it keeps one name; it is
+// rewritten (atomically, before config.json) only when the folder holds
+// other bytes, for example a run started over in the same folder.
+void WriteVocabulary(const fs::path& d, const std::string& bytes) {
+  const std::string path = (d / kVocabularyFile).string();
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec) &&
+      fs::file_size(path, ec) == bytes.size()) {
+    try {
+      if (io::ReadFileBounded(path, kMaxVocabularyBytes) == bytes) return;
+    } catch (const Error&) {
+    }
+  }
+  io::AtomicWriteFile(path, bytes);
 }
 
 }  // namespace
@@ -206,6 +222,8 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& ck) {
     io::AtomicWriteFile((d / signal_file).string(),
                         EncodeSignalStats(*ck.signal, ck.state.step));
   }
+  const std::string& vocabulary = ck.train_config.data.vocabulary;
+  if (!vocabulary.empty()) WriteVocabulary(d, vocabulary);
 
   nlohmann::json j = {
       {"format", kCheckpointFormat},
@@ -219,6 +237,7 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& ck) {
       {"files", {{"model", model_file}, {"optimizer", opt_file}}},
   };
   if (ck.signal) j["files"]["signal"] = signal_file;
+  if (!vocabulary.empty()) j["files"]["vocabulary"] = kVocabularyFile;
   // The commit point: from here on the new set is the checkpoint.
   io::AtomicWriteFile((d / kCheckpointConfigFile).string(), j.dump(2) + "\n");
 
@@ -239,6 +258,7 @@ namespace {
 struct CheckpointHead {
   Checkpoint ck;  // configs and state; no tensors
   std::string model_file, optimizer_file, signal_file;  // signal: optional
+  bool has_vocabulary = false;  // task translate: sentencepiece.model
   std::string source;                                   // config.json's path
 };
 
@@ -325,6 +345,20 @@ CheckpointHead ReadHead(const std::string& dir) {
   h.optimizer_file = FileEntry(files, "optimizer", source);
   // Optional (older checkpoints have none): the training signal.
   if (files.contains("signal")) h.signal_file = FileEntry(files, "signal", source);
+  // Task translate: the vocabulary (read by ReadCheckpoint, checked by the
+  // data when it is used).
+  if (files.contains("vocabulary")) {
+    if (files["vocabulary"] != kVocabularyFile) {
+      ThrowBadDocument(source, std::string("files.vocabulary must be \"") +
+                                   kVocabularyFile + "\"");
+    }
+    h.has_vocabulary = true;
+  } else if (h.ck.train_config.data.task == "translate") {
+    ThrowBadDocument(source,
+                     std::string("a translation checkpoint without its "
+                                 "vocabulary (files.vocabulary, ") +
+                         kVocabularyFile + ")");
+  }
   return h;
 }
 
@@ -396,6 +430,14 @@ Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer,
     ck.signal = DecodeSignalStats(
         io::ReadFileBounded(path, MaxSignalFileBytes(layout)), path, layout,
         ck.state.step);
+  }
+  if (h.has_vocabulary) {
+    const std::string path = (d / kVocabularyFile).string();
+    ck.train_config.data.vocabulary =
+        io::ReadFileBounded(path, kMaxVocabularyBytes);
+    if (ck.train_config.data.vocabulary.empty()) {
+      ThrowBadDocument(path, "is empty");
+    }
   }
   return std::move(ck);
 }

@@ -16,6 +16,13 @@
 //                                      safetensors, because its int64 counts
 //                                      and double sums must come back bit for
 //                                      bit and safetensors here is F32 only
+//   sentencepiece.model                task translate only: the SentencePiece
+//                                      vocabulary (DataConfig::vocabulary),
+//                                      referenced as "files": {...,
+//                                      "vocabulary": "sentencepiece.model"};
+//                                      one name for the whole run (the
+//                                      vocabulary never changes), written
+//                                      before config.json when it differs
 //
 // Checkpoints written before the signal statistics existed have no
 // "signal" entry; they still load (Checkpoint::signal is then empty), and
@@ -60,6 +67,8 @@ namespace relpos::train {
 inline constexpr const char* kCheckpointFormat = "relpos-checkpoint";
 inline constexpr int kCheckpointVersion = 1;
 inline constexpr const char* kCheckpointConfigFile = "config.json";
+inline constexpr const char* kVocabularyFile = "sentencepiece.model";
+inline constexpr int64_t kMaxVocabularyBytes = int64_t{64} << 20;
 
 struct Checkpoint {
   model::ModelConfig model_config;

@@ -1,10 +1,12 @@
 #include "train/data_source.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "core/check.h"
 #include "tasks/pair_tasks.h"
 #include "tasks/text_corpus.h"
+#include "translate/translation_task.h"
 
 namespace relpos::train {
 
@@ -69,7 +71,7 @@ class LmData final : public DataSource {
 // Source-target pairs under teacher forcing.
 class PairData final : public DataSource {
  public:
-  explicit PairData(std::unique_ptr<tasks::PairSource> pairs)
+  explicit PairData(std::shared_ptr<const tasks::PairSource> pairs)
       : pairs_(std::move(pairs)) {}
   std::string name() const override { return pairs_->name(); }
   int32_t vocab_size() const override { return pairs_->vocab_size(); }
@@ -93,6 +95,7 @@ class PairData final : public DataSource {
         pairs_->SampleTrain(min_length, max_length, rng), pairs_->tokens());
   }
   const tasks::PairSource* pairs() const override { return pairs_.get(); }
+  std::string vocabulary() const override { return pairs_->vocabulary(); }
   std::string metric_description() const override {
     return pairs_->metric_description();
   }
@@ -101,8 +104,41 @@ class PairData final : public DataSource {
   }
 
  private:
-  std::unique_ptr<tasks::PairSource> pairs_;
+  std::shared_ptr<const tasks::PairSource> pairs_;
 };
+
+// Task translate. Reading the corpus and training the vocabulary take
+// seconds, and one run builds its data several times (resolving the config,
+// the trainer, decoding), so the last one built is kept: the same corpus
+// settings with no vocabulary bytes, or with the bytes it holds, share it.
+std::unique_ptr<DataSource> MakeTranslationData(const DataConfig& config) {
+  static std::mutex mutex;
+  static DataConfig cached_config;
+  static std::shared_ptr<const translate::TranslationTask> cached;
+  const std::string path =
+      config.corpus_path.empty() ? "/usr/share/locale" : config.corpus_path;
+  std::lock_guard<std::mutex> lock(mutex);
+  const bool same = cached && cached_config.corpus_path == path &&
+                    cached_config.src_lang == config.src_lang &&
+                    cached_config.tgt_lang == config.tgt_lang &&
+                    cached_config.sentencepiece_size ==
+                        config.sentencepiece_size &&
+                    (config.vocabulary.empty() ||
+                     config.vocabulary == cached->vocabulary());
+  if (!same) {
+    cached.reset();
+    cached = std::make_shared<const translate::TranslationTask>(
+        translate::TranslationTaskOptions{
+            .corpus = {.path = path,
+                       .source_language = config.src_lang,
+                       .target_language = config.tgt_lang},
+            .vocabulary_size = config.sentencepiece_size,
+            .vocabulary = config.vocabulary});
+    cached_config = config;
+    cached_config.corpus_path = path;
+  }
+  return std::make_unique<PairData>(cached);
+}
 
 }  // namespace
 
@@ -110,6 +146,7 @@ std::vector<std::string> DataTaskNames() {
   std::vector<std::string> names = tasks::TaskNames();
   for (const std::string& n : tasks::PairTaskNames()) names.push_back(n);
   names.push_back(kLanguageModelTask);
+  names.push_back(translate::kTranslateTask);
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -135,6 +172,7 @@ std::unique_ptr<DataSource> MakeDataSource(const DataConfig& config) {
     return std::make_unique<LmData>(
         tasks::TextCorpus::Generated(config.corpus_seed, config.corpus_bytes));
   }
+  if (config.task == translate::kTranslateTask) return MakeTranslationData(config);
   const std::vector<std::string> pair_tasks = tasks::PairTaskNames();
   const bool pair = std::find(pair_tasks.begin(), pair_tasks.end(),
                               config.task) != pair_tasks.end();
@@ -149,7 +187,7 @@ std::unique_ptr<DataSource> MakeDataSource(const DataConfig& config) {
                                                    << ")");
   }
   RELPOS_CHECK_ARG(config.corpus_path.empty(),
-                   "a corpus file is only used by task 'lm' (task is '"
+                   "a corpus is only used by tasks 'lm' and 'translate' (task is '"
                        << config.task << "')");
   if (pair) return MakePairDataSource(tasks::MakePairTask(config.task));
   return std::make_unique<TaskData>(tasks::MakeTask(config.task));

@@ -36,6 +36,15 @@ struct DataConfig {
   int64_t corpus_max_bytes = int64_t{64} << 20;
   uint64_t corpus_seed = 0;
   int64_t corpus_bytes = int64_t{1} << 20;
+  // Task "translate" (translate/translation_task.h): corpus_path is a locale
+  // tree, a folder of .mo / .po files or a TSV file (empty:
+  // /usr/share/locale); the languages; the SentencePiece vocabulary's size.
+  std::string src_lang = "en", tgt_lang = "de";
+  int32_t sentencepiece_size = 8000;
+  // Task "translate": the SentencePiece model's bytes, not a setting (not in
+  // the JSON): a checkpoint stores them as the file sentencepiece.model.
+  // Empty: the vocabulary is trained on the training split.
+  std::string vocabulary;
 };
 
 // Every accepted task name: tasks::TaskNames(), tasks::PairTaskNames() and
@@ -73,6 +82,9 @@ class DataSource {
   // The pairs behind a seq2seq data source (their special tokens, the
   // decoding lengths a source may need); null for the other data.
   virtual const tasks::PairSource* pairs() const { return nullptr; }
+  // Task "translate": the vocabulary's serialised SentencePiece model, which
+  // a checkpoint stores; empty for the other data.
+  virtual std::string vocabulary() const { return {}; }
   // "per-token accuracy over output positions" or "next-byte accuracy".
   virtual std::string metric_description() const = 0;
   // Where the examples come from: the task's name, or the corpus's summary

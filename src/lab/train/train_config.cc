@@ -23,13 +23,15 @@ std::vector<Setting<TrainConfig>> MakeTrainSettings() {
   return {
       Field<C>("task", "--task",
                "A synthetic task, a source-target task s2s_* (seq2seq; "
-               "docs/tasks.md) or 'lm' (byte-level "
-               "language modelling)",
+               "docs/tasks.md), 'lm' (byte-level "
+               "language modelling) or 'translate' (docs/translation.md)",
                [](C& c) -> auto& { return c.data.task; }),
       io::WithDefaultNote(
           Field<C>("corpus_path", "--corpus",
                    "Task lm: a text file, or a directory walked recursively "
-                   "(held-out split by file; docs/tasks.md)",
+                   "(held-out split by file; docs/tasks.md). Task translate: "
+                   "a locale tree (default /usr/share/locale), a folder of "
+                   ".mo/.po files or a TSV file",
                    [](C& c) -> auto& { return c.data.corpus_path; }),
           "generated text"),
       Field<C>("corpus_pattern", "--corpus-pattern",
@@ -49,6 +51,18 @@ std::vector<Setting<TrainConfig>> MakeTrainSettings() {
                [](C& c) -> auto& { return c.data.corpus_bytes; },
                Range{static_cast<double>(tasks::TextCorpus::kMinBytes),
                      double(int64_t{1} << 30)}),
+      Field<C>("src_lang", "--src-lang",
+               "Task translate: the source language ('en' is a catalog's "
+               "msgid side; docs/translation.md)",
+               [](C& c) -> auto& { return c.data.src_lang; }),
+      Field<C>("tgt_lang", "--tgt-lang",
+               "Task translate: the target language",
+               [](C& c) -> auto& { return c.data.tgt_lang; }),
+      Field<C>("sentencepiece_size", "--sentencepiece-size",
+               "Task translate: pieces of the SentencePiece vocabulary "
+               "trained on the training split (the model's vocab_size)",
+               [](C& c) -> auto& { return c.data.sentencepiece_size; },
+               Range{16, double(1 << 20)}),
       Field<C>("train_min_length", "", "Shortest training length",
                &C::train_min_length, Range{1, max_size}),
       Field<C>("train_max_length", "", "Longest training length",
@@ -168,7 +182,8 @@ void CheckModelAndData(const model::ModelConfig& m, const TrainConfig& t,
                             << model::ToString(m.arch) << ")");
   RELPOS_CHECK_ARG(pairs || m.arch != model::Arch::kSeq2seq,
                    "arch seq2seq needs a source-target task (s2s_copy, "
-                   "s2s_reverse, s2s_duplicate, s2s_difference); task '"
+                   "s2s_reverse, s2s_duplicate, s2s_difference, translate); "
+                   "task '"
                        << data.name() << "' is not one");
   RELPOS_CHECK_ARG(t.train_min_length >= data.min_length() &&
                        t.train_max_length <= data.max_length(),

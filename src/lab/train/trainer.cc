@@ -102,6 +102,9 @@ Trainer::Trainer(const model::ModelConfig& model_config,
     : config_(config) {
   Validate(config_);
   data_ = MakeDataSource(config_.data);
+  // Task translate: the vocabulary just trained (or given) goes into every
+  // checkpoint as sentencepiece.model.
+  config_.data.vocabulary = data_->vocabulary();
   model::ModelConfig m = model_config;
   m.vocab_size = data_->vocab_size();
   m.seed = DeriveSeed(config_.seed, kInitStream);
