@@ -16,10 +16,11 @@ the chosen hypotheses to 1e-4 (float32 sums of a dozen log-softmax terms).
 Two CTranslate2 defaults differ from relpos's decoding and are switched off
 here: ``min_decoding_length = 1`` (CTranslate2 masks EOS at the first
 step, so its first-step probabilities are renormalised; relpos allows an
-empty output), and its length penalty ``(|y| + 1)^alpha`` counts the EOS
-(relpos's "power" penalty is ``|y|^alpha``), so both sides rank finished
+empty output), and the length penalty: the main comparison ranks finished
 beam hypotheses by plain log-probability (``length_penalty = 0`` /
-``"none"``).
+``"none"``); a second one checks relpos's "power" penalty against
+CTranslate2's ``length_penalty = 0.6`` (both divide by ``|y|^alpha`` with
+the EOS counted).
 
 Needs the optional dependency ctranslate2; without it every test here is
 skipped with that reason.
@@ -80,13 +81,14 @@ def _sources(n=24, seed=1):
     return [[int(t) for t in rng.integers(0, 8, k)] for k in lengths]
 
 
-def _ct2(out, sources, beam):
+def _ct2(out, sources, beam, length_penalty=0):
     tr = ctranslate2.Translator(out, device="cpu", compute_type="float32",
                                 inter_threads=1, intra_threads=1)
     tok = rc.vocabulary(10)
     res = tr.translate_batch(
         [[tok[t] for t in s] for s in sources], beam_size=beam,
-        length_penalty=0, min_decoding_length=0, max_decoding_length=64,
+        length_penalty=length_penalty, min_decoding_length=0,
+        max_decoding_length=64,
         return_scores=True)
     ids = {t: i for i, t in enumerate(tok)}
     return [([ids[t] for t in r.hypotheses[0]], r.scores[0]) for r in res]
@@ -103,6 +105,19 @@ def test_translator_matches_relpos(exported, beam):
     assert [m[0] for m in mine] == [t[0] for t in theirs]
     for m, t in zip(mine, theirs):  # log P(tokens, EOS | source)
         assert m[1] == pytest.approx(t[1], rel=1e-4, abs=1e-4)
+
+
+def test_power_length_penalty_matches_ctranslate2(exported):
+    """relpos's "power" penalty is CTranslate2's length_penalty: the same
+    beam-4 hypotheses and the same normalised scores at alpha 0.6."""
+    model, out = exported
+    sources = _sources(seed=2)
+    mine = model.translate(sources, beam_size=4, length_penalty="power",
+                           alpha=0.6, max_length_ratio=4.0, max_length=64)
+    theirs = _ct2(out, sources, 4, length_penalty=0.6)
+    assert [m[0] for m in mine] == [t[0] for t in theirs]
+    for m, t in zip(mine, theirs):  # log P / (|y| + EOS)^0.6
+        assert m[2] == pytest.approx(t[1], rel=1e-4, abs=1e-4)
 
 
 def test_export_files(exported):

@@ -57,7 +57,7 @@ struct ModelOutputs {
 struct DecodeOptions {
   int64_t beam_size = 4;  // 1: greedy
   // "wu": ((5 + |y|) / 6)^alpha, |y| with EOS (Wu et al. 2016, OpenNMT-py);
-  // "power": |y|^alpha without EOS (CTranslate2); "none".
+  // "power": |y|^alpha with the EOS (CTranslate2); "none".
   std::string length_penalty = "wu";
   double alpha = 0.6;
   // At most max(1, ceil(max_length_ratio * source tokens)) tokens, and at

@@ -46,7 +46,8 @@ double LengthPenaltyOf(const BeamSearchOptions& o, int64_t tokens,
       return std::pow((5.0 + n) / 6.0, o.alpha);
     }
     case LengthPenalty::kPower:
-      return std::pow(static_cast<double>(tokens), o.alpha);
+      return std::pow(static_cast<double>(tokens + (ended_by_eos ? 1 : 0)),
+                      o.alpha);
     case LengthPenalty::kNone:
       break;
   }

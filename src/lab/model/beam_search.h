@@ -21,8 +21,9 @@
 //   kWu     lp(y) = ((5 + |y|) / 6)^alpha, |y| counting the EOS token
 //           (OpenNMT-py's length_penalty "wu", which divides each step's
 //           candidates by lp(step + 1), EOS included);
-//   kPower  lp(y) = |y|^alpha, |y| without the EOS token (CTranslate2's
-//           length_penalty = alpha; OpenNMT-py's "avg");
+//   kPower  lp(y) = |y|^alpha, |y| counting the EOS token (CTranslate2
+//           4.8's length_penalty = alpha: a finished 6-token hypothesis
+//           of log-probability -1.1216 scored -0.3489 = -1.1216 / 7^0.6);
 //   kNone   lp(y) = 1 (as alpha = 0 for either).
 // The penalty only compares finished hypotheses of different lengths: the
 // candidates of one step all have the same length, so ranking them by

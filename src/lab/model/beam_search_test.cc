@@ -193,9 +193,10 @@ TEST(BeamSearchTest, LengthPenaltiesAndLimits) {
   // Wu et al.: ((5 + |y|) / 6)^alpha, |y| with the EOS (OpenNMT-py).
   EXPECT_NEAR(LengthPenaltyOf(wu, 3, true), std::pow(9.0 / 6.0, 0.6), 1e-15);
   EXPECT_NEAR(LengthPenaltyOf(wu, 3, false), std::pow(8.0 / 6.0, 0.6), 1e-15);
-  // CTranslate2: |y|^alpha without the EOS.
+  // CTranslate2: |y|^alpha with the EOS.
   const BeamSearchOptions power = Options(4, LengthPenalty::kPower, 0.6);
-  EXPECT_NEAR(LengthPenaltyOf(power, 3, true), std::pow(3.0, 0.6), 1e-15);
+  EXPECT_NEAR(LengthPenaltyOf(power, 3, true), std::pow(4.0, 0.6), 1e-15);
+  EXPECT_NEAR(LengthPenaltyOf(power, 3, false), std::pow(3.0, 0.6), 1e-15);
   EXPECT_EQ(LengthPenaltyOf(Options(4, LengthPenalty::kNone, 0.6), 7, true),
             1.0);
   BeamSearchOptions o = wu;

@@ -258,7 +258,6 @@ namespace {
 struct CheckpointHead {
   Checkpoint ck;  // configs and state; no tensors
   std::string model_file, optimizer_file, signal_file;  // signal: optional
-  bool has_vocabulary = false;  // task translate: sentencepiece.model
   std::string source;                                   // config.json's path
 };
 
@@ -345,14 +344,18 @@ CheckpointHead ReadHead(const std::string& dir) {
   h.optimizer_file = FileEntry(files, "optimizer", source);
   // Optional (older checkpoints have none): the training signal.
   if (files.contains("signal")) h.signal_file = FileEntry(files, "signal", source);
-  // Task translate: the vocabulary (read by ReadCheckpoint, checked by the
-  // data when it is used).
+  // Task translate: the vocabulary (checked by the data when it is used).
   if (files.contains("vocabulary")) {
     if (files["vocabulary"] != kVocabularyFile) {
       ThrowBadDocument(source, std::string("files.vocabulary must be \"") +
                                    kVocabularyFile + "\"");
     }
-    h.has_vocabulary = true;
+    const std::string path = (d / kVocabularyFile).string();
+    h.ck.train_config.data.vocabulary =
+        io::ReadFileBounded(path, kMaxVocabularyBytes);
+    if (h.ck.train_config.data.vocabulary.empty()) {
+      ThrowBadDocument(path, "is empty");
+    }
   } else if (h.ck.train_config.data.task == "translate") {
     ThrowBadDocument(source,
                      std::string("a translation checkpoint without its "
@@ -430,14 +433,6 @@ Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer,
     ck.signal = DecodeSignalStats(
         io::ReadFileBounded(path, MaxSignalFileBytes(layout)), path, layout,
         ck.state.step);
-  }
-  if (h.has_vocabulary) {
-    const std::string path = (d / kVocabularyFile).string();
-    ck.train_config.data.vocabulary =
-        io::ReadFileBounded(path, kMaxVocabularyBytes);
-    if (ck.train_config.data.vocabulary.empty()) {
-      ThrowBadDocument(path, "is empty");
-    }
   }
   return std::move(ck);
 }
