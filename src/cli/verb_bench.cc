@@ -15,6 +15,7 @@
 #include "relpos/lab/bench.h"
 #include "cli/cli_common.h"
 #include "relpos/error.h"
+#include "relpos/schemes.h"
 
 namespace relpos::cli {
 namespace {
@@ -35,8 +36,8 @@ struct BenchFlags {
   std::vector<int64_t> n = {256, 512, 1024, 2048, 4096, 8192};
   std::vector<int64_t> k = {16, 64};
   std::vector<std::string> variants = {"vanilla", "relative", "reference"};
-  // Non-empty: one row per relative scheme (relpos/lab/bench.h, bench::Scheme)
-  // instead of the variants above.
+  // Non-empty: one row per relative scheme (relpos/schemes.h; "vanilla" is
+  // plain attention, always timed) instead of the variants above.
   std::vector<std::string> positions;
   int64_t batch = 1;
   int64_t heads = 8;
@@ -91,10 +92,21 @@ bool Selected(const BenchFlags& f, const char* variant) {
 void Validate(const BenchFlags& f) {
   RELPOS_CLI_CHECK(!f.n.empty(), "--n must list at least one size");
   RELPOS_CLI_CHECK(!f.k.empty(), "--k must list at least one distance");
+  // Each scheme's own conditions (RoPE's even --dim), before anything runs.
   for (const std::string& name : f.positions) {
-    RELPOS_CLI_CHECK(name != "rope" || f.dim % 2 == 0,
-                     "--positions rope needs an even --dim (got " << f.dim
-                                                                  << ")");
+    if (name == "vanilla") continue;
+    for (int64_t k : f.k) {
+      const bench::WorkloadShape shape{
+          .heads = f.heads, .dim = f.dim, .max_distance = k};
+      try {
+        FindScheme(name).Validate(bench::SchemeBenchLayer(shape));
+      } catch (const InvalidArgument& e) {
+        RELPOS_CLI_CHECK(false, "--positions " << name << " (--heads "
+                                               << f.heads << ", --dim " << f.dim
+                                               << ", --k " << k
+                                               << "): " << MessageBody(e));
+      }
+    }
   }
   for (int64_t n : f.n) {
     // Each factor is at most 2^16, so the product cannot overflow.
@@ -232,11 +244,26 @@ nlohmann::json RowJson(const Row& r) {
   return j;
 }
 
-Row MeasureScheme(bench::Scheme scheme, const bench::WorkloadShape& shape,
+// The row name of a scheme: "vanilla" for plain attention (none).
+std::string RowName(const Scheme& scheme) {
+  return scheme.id == SchemeId::kNone ? "vanilla" : scheme.name;
+}
+
+// --positions' choices: vanilla, then every scheme that acts inside
+// attention, in the registry's order.
+std::vector<std::string> BenchSchemeNames() {
+  std::vector<std::string> names = {"vanilla"};
+  for (const Scheme& s : Schemes()) {
+    if (s.InsideAttention()) names.push_back(s.name);
+  }
+  return names;
+}
+
+Row MeasureScheme(const Scheme& scheme, const bench::WorkloadShape& shape,
                   int threads, int repeats) {
   bench::SchemeWorkload w(scheme, shape, threads);
   Row row;
-  row.name = bench::SchemeName(scheme);
+  row.name = RowName(scheme);
   row.has_k = bench::SchemeUsesMaxDistance(scheme);
   row.path = w.Fused() ? "fused" : "reference";
   row.shape = shape;
@@ -255,33 +282,34 @@ Row MeasureScheme(bench::Scheme scheme, const bench::WorkloadShape& shape,
 // --reference-repeats, and only up to --reference-max-n.
 void RunSchemes(const BenchFlags& f, int threads, double sgemm_gflops,
                 std::vector<Row>* rows, std::ostream& out) {
-  std::vector<bench::Scheme> schemes;
+  std::vector<const Scheme*> schemes;
   for (const std::string& name : f.positions) {
-    const bench::Scheme s = bench::SchemeFromName(name);
-    if (s != bench::Scheme::kVanilla) schemes.push_back(s);
+    if (name != "vanilla") schemes.push_back(&FindScheme(name));
   }
+  const Scheme& vanilla_scheme = FindScheme(SchemeId::kNone);
   for (int64_t n : f.n) {
     bench::WorkloadShape shape{.batch = f.batch, .heads = f.heads, .n = n,
                                .dim = f.dim, .max_distance = 0};
     const Row vanilla =
-        MeasureScheme(bench::Scheme::kVanilla, shape, threads, f.repeats);
+        MeasureScheme(vanilla_scheme, shape, threads, f.repeats);
     rows->push_back(vanilla);
     if (!f.json) PrintRow(rows->back(), sgemm_gflops, out);
-    for (bench::Scheme scheme : schemes) {
+    for (const Scheme* scheme : schemes) {
       const std::vector<int64_t> ks =
-          bench::SchemeUsesMaxDistance(scheme) ? f.k : std::vector<int64_t>{0};
+          bench::SchemeUsesMaxDistance(*scheme) ? f.k : std::vector<int64_t>{0};
       for (int64_t k : ks) {
         shape.max_distance = k;
-        const bool fused = bench::SchemeWorkload(scheme, shape, threads).Fused();
+        const bool fused =
+            bench::SchemeWorkload(*scheme, shape, threads).Fused();
         if (!fused && n > f.reference_max_n) {
           if (!f.json) {
-            out << bench::SchemeName(scheme) << " at n=" << n
+            out << RowName(*scheme) << " at n=" << n
                 << ": skipped (reference path beyond --reference-max-n "
                 << f.reference_max_n << ")\n";
           }
           continue;
         }
-        Row r = MeasureScheme(scheme, shape, threads,
+        Row r = MeasureScheme(*scheme, shape, threads,
                               fused ? f.repeats : f.reference_repeats);
         r.overhead_pct =
             100.0 * (r.TotalSeconds() / vanilla.TotalSeconds() - 1.0);
@@ -522,19 +550,20 @@ void AddBenchVerb(CLI::App& app, std::ostream& out) {
       ->delimiter(',')
       ->check(CLI::IsMember({"vanilla", "relative", "reference"}))
       ->capture_default_str();
-  sub->add_option("--positions", f->positions,
-                  "Time these relative schemes instead of --variants: any of " +
-                      [] {
-                        std::string all;
-                        for (const std::string& n : bench::SchemeNames()) {
-                          all += all.empty() ? "" : ",";
-                          all += n;
-                        }
-                        return all;
-                      }() +
-                      " (vanilla is always timed; overhead_pct is over it)")
+  sub->add_option(
+         "--positions", f->positions,
+         "Time these relative schemes instead of --variants: any of " +
+             [] {
+               std::string all;
+               for (const std::string& n : BenchSchemeNames()) {
+                 all += all.empty() ? "" : ",";
+                 all += n;
+               }
+               return all;
+             }() +
+             " (vanilla is always timed; overhead_pct is over it)")
       ->delimiter(',')
-      ->check(CLI::IsMember(bench::SchemeNames()))
+      ->check(CLI::IsMember(BenchSchemeNames()))
       ->excludes(variants_opt);
   sub->add_option("--batch", f->batch, "Batch size B")
       ->check(CLI::Range(int64_t{1}, kMaxHeadsOrDim))

@@ -26,6 +26,7 @@
 #include "relpos/lab/files.h"
 #include "relpos/lab/model.h"
 #include "relpos/lab/training.h"
+#include "relpos/schemes.h"
 
 namespace relpos::cli {
 namespace {
@@ -342,10 +343,9 @@ void AddDemoVerb(CLI::App& app, std::ostream& out) {
   AddProgressFlag(sub, &flags->progress);
   sub->add_option("--positions", flags->positions,
                   "Position schemes to compare, comma-separated (default "
-                  "sinusoidal,relative; any --position scheme: none, "
-                  "sinusoidal, learned, shaw (relative), shaw-asym, shaw-log, "
-                  "t5, alibi, rope, xl; learned and none are slower to "
-                  "train)");
+                  "sinusoidal,relative; any --position scheme: " +
+                      SchemeNameList() +
+                      "; learned and none are slower to train)");
   sub->add_option("--sequences", flags->sequences,
                   "Evaluation sequences per length (default 256)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

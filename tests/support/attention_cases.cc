@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "relpos/schemes.h"
+
 namespace relpos {
 
 AttentionCase MakeCase(std::string name, int64_t batch, int64_t heads,
@@ -401,52 +403,26 @@ std::vector<AttentionCase> SchemeCases() {
 
 std::vector<AttentionCase> SchemeSweepCases() {
   std::vector<AttentionCase> cases;
-  struct Scheme {
-    const char* name;
-    void (*set)(AttentionOptions&);
-  };
-  static const Scheme kSchemes[] = {
-      {"asym64_8",
-       [](AttentionOptions& o) {
-         o.buckets.kind = BucketKind::kClip;
-         o.buckets.clip = {64, 8};
-       }},
-      {"shawlog32_128",
-       [](AttentionOptions& o) {
-         o.buckets.kind = BucketKind::kT5;
-         o.buckets.t5 = {32, 128, true};
-       }},
-      {"t5_32_128",
-       [](AttentionOptions& o) {
-         o.buckets.kind = BucketKind::kT5;
-         o.buckets.t5 = {32, 128, true};
-         o.score_term = ScoreTerm::kScalarTable;
-         o.value_term = false;
-       }},
-      {"t5causal_32_128",
-       [](AttentionOptions& o) {
-         o.buckets.kind = BucketKind::kT5;
-         o.buckets.t5 = {32, 128, false};
-         o.score_term = ScoreTerm::kScalarTable;
-         o.value_term = false;
-       }},
-      {"alibi",
-       [](AttentionOptions& o) {
-         o.score_term = ScoreTerm::kAlibi;
-         o.value_term = false;
-       }},
-      {"xl",
-       [](AttentionOptions& o) {
-         o.max_distance = 256;  // >= every distance below: nothing clipped
-         o.position_query_bias = true;
-         o.value_term = false;
-       }},
-  };
-  for (const Scheme& s : kSchemes) {
+  for (const Scheme& s : Schemes()) {
+    // The registry's schemes with a relative term inside attention (RoPE
+    // rotates q and k outside it and runs plain attention), each at its
+    // paper's default settings and with the call the model makes.
+    const AttentionOptions probe = s.Call(SchemeLayer{}, 1).attention;
+    if (!probe.key_term && !probe.value_term) continue;
+    std::string name = s.name;
+    std::replace(name.begin(), name.end(), '-', '_');
     auto add = [&](AttentionCase c, bool causal) {
-      c.name = std::string(s.name) + "_" + c.name;
-      c.options.causal = causal;
-      s.set(c.options);
+      SchemeLayer layer;
+      layer.heads = c.heads;
+      layer.head_dim = c.dk;
+      layer.causal = causal;  // causal T5 buckets with the causal mask
+      layer.settings.per_head_tables = c.options.per_head_tables;
+      // Transformer-XL: every distance of the case has its own row.
+      AttentionOptions o = s.Call(layer, c.q_len + c.k_len).attention;
+      o.key_lengths = c.options.key_lengths;
+      o.query_offset = c.options.query_offset;
+      c.options = o;
+      c.name = name + "_" + c.name;
       cases.push_back(std::move(c));
     };
     add(MakeCase("sq63", 1, 2, 63, 63, 64, 64, 16), false);

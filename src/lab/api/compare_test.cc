@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "relpos/error.h"
+#include "relpos/schemes.h"
 
 namespace relpos {
 namespace {
@@ -272,20 +273,18 @@ TEST(RunCompare, BadGridsAreRefusedBeforeAnyTraining) {
   EXPECT_THROW(RunCompare(spec), InvalidArgument);
 }
 
-TEST(PositionSchemeNames, ListsEverySchemeOnce) {
-  const std::vector<std::string> names = PositionSchemeNames();
-  for (const char* name : {"none", "sinusoidal", "learned"}) {
-    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end())
-        << name;
-  }
-  std::vector<std::string> sorted = names;
-  std::sort(sorted.begin(), sorted.end());
-  EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end());
-  // Every name is accepted as it is listed.
-  for (const std::string& name : names) {
+// `relpos compare` runs every scheme of the registry by default: each name
+// (and alias) is a value of the model's `position` setting, written back
+// as its scheme's name.
+TEST(Positions, EveryRegistrySchemeIsAPositionSetting) {
+  for (const Scheme& s : Schemes()) {
     ExperimentConfig c;
-    c.Set("model", "position", name);
-    EXPECT_EQ(c.Get("model", "position"), name);
+    c.Set("model", "position", s.name);
+    EXPECT_EQ(c.Get("model", "position"), s.name);
+    for (const std::string& alias : s.aliases) {
+      c.Set("model", "position", alias);
+      EXPECT_EQ(c.Get("model", "position"), s.name) << alias;
+    }
   }
 }
 

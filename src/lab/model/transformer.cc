@@ -30,6 +30,7 @@
 #include "nn/multi_head_attention.h"
 #include "relpos/attention.h"
 #include "relpos/params.h"
+#include "relpos/schemes.h"
 
 namespace relpos::model {
 namespace {
@@ -50,6 +51,7 @@ uint64_t ParamSeed(uint64_t model_seed, const std::string& name) {
   return mix.NextU64();
 }
 
+// kRelativeTable: relpos::InitRelativeTable (Xavier normal) times `std`.
 enum class Init { kZeros, kOnes, kNormal, kRelativeTable };  // see BuildSpecs
 
 // Every tensor of the model, in checkpoint order, with its initialisation
@@ -59,17 +61,9 @@ struct ParamSpec {
   std::vector<int64_t> shape;
   bool decay;
   Init init;
-  double std = 0.0;  // for kNormal
+  double std = 0.0;  // kNormal: the std; kRelativeTable: the Xavier scale
 };
 constexpr bool kDecay = true, kNoDecay = false;
-
-// One of Shaw's vector tables of this model: nb rows of width dh, shared by
-// the heads or per head (nn::RelativeTableView spells the layout).
-template <typename T>
-TensorView<T> RelativeTableView(T* data, const ModelConfig& c) {
-  return nn::RelativeTableView(data, c.heads, RelativeTableRows(c),
-                               c.d_model / c.heads, c.per_head_tables);
-}
 
 // Indices into the parameter vector for one block.
 struct BlockParams {
@@ -87,6 +81,30 @@ struct ParamIndex {
   int64_t final_gamma = -1, final_beta = -1, head_w = -1, head_b = -1;
 };
 
+// The parameter slot of a per-layer scheme table (the layer reads each
+// role from its own MhaWeights field; nn::PositionInputs maps them to the
+// attention inputs).
+int64_t* Slot(BlockParams* b, TableRole role) {
+  switch (role) {
+    case TableRole::kKeyTable:
+      return &b->rel_k;
+    case TableRole::kValueTable:
+      return &b->rel_v;
+    case TableRole::kScoreBias:
+      return &b->t5_bias;
+    case TableRole::kXlProjection:
+      return &b->xl_w;
+    case TableRole::kXlContentBias:
+      return &b->xl_u;
+    case TableRole::kXlPositionBias:
+      return &b->xl_v;
+    case TableRole::kInputTable:
+      break;
+  }
+  RELPOS_THROW(InvalidArgument,
+               "a per-layer table cannot have role " << RoleName(role));
+}
+
 ParamIndex BuildSpecs(const ModelConfig& c, std::vector<ParamSpec>* specs) {
   ParamIndex idx;
   auto add = [&](std::string name, std::vector<int64_t> shape, bool decay,
@@ -94,6 +112,18 @@ ParamIndex BuildSpecs(const ModelConfig& c, std::vector<ParamSpec>* specs) {
     specs->push_back({std::move(name), std::move(shape), decay, init, std});
     return static_cast<int64_t>(specs->size()) - 1;
   };
+  // The position scheme's tensors come from the registry (names, shapes,
+  // initialisation; docs/model.md, "Position schemes"), never decayed:
+  // decaying rarely-seen position rows would pull them to zero for no
+  // benefit.
+  auto add_table = [&](const std::string& prefix, const SchemeTable& t) {
+    return add(prefix + t.name, t.shape, kNoDecay,
+               t.init == TableInitKind::kXavierNormal ? Init::kRelativeTable
+                                                      : Init::kNormal,
+               t.scale);
+  };
+  const std::vector<SchemeTable> tables =
+      FindScheme(c.position).Tables(SchemeLayerOf(c));
   const int64_t d = c.d_model;
   // LeCun normal for every weight matrix (std 1/sqrt(fan_in)): with the
   // LayerNorm in front, each projection then keeps unit-variance activations.
@@ -101,25 +131,14 @@ ParamIndex BuildSpecs(const ModelConfig& c, std::vector<ParamSpec>* specs) {
   const double lecun_ff = 1.0 / std::sqrt(static_cast<double>(c.d_ff));
   // Weight decay goes to the weight matrices and the token embedding; biases,
   // LayerNorm gains and every position table (absolute or relative) are left
-  // alone, as in common practice: decaying rarely-seen position rows would
-  // pull them to zero for no benefit.
+  // alone, as in common practice.
   //
   // Token embeddings N(0, 1), on the scale of the sinusoidal table (RMS
   // 1/sqrt(2)); the learned absolute table uses the same scale.
   idx.token = add("embed.token", {c.vocab_size, d}, kDecay, Init::kNormal, 1.0);
-  if (c.position == PositionScheme::kLearned) {
-    idx.position =
-        add("embed.position", {c.max_len, d}, kNoDecay, Init::kNormal, 1.0);
+  for (const SchemeTable& t : tables) {
+    if (!t.per_layer()) idx.position = add_table("", t);
   }
-  // Position tensors inside attention (docs/model.md, "Position schemes"),
-  // never decayed: Shaw's tables (Xavier normal times rel_init_scale), T5's
-  // scalar table (N(0, d_model^-1/2), Hugging Face T5's rule with factor 1),
-  // XL's projection W (LeCun, as the other projections) and biases u, v
-  // (N(0, 0.02), Hugging Face Transformer-XL's init_std).
-  const bool shaw = HasShawTables(c.position);
-  const std::vector<int64_t> table_shape =
-      shaw ? RelativeTableShape(c) : std::vector<int64_t>{};
-  const int64_t dh = d / c.heads;
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
     // A LayerNorm's gain and bias; a linear layer's weight and bias.
@@ -138,24 +157,8 @@ ParamIndex BuildSpecs(const ModelConfig& c, std::vector<ParamSpec>* specs) {
     linear("attn.k", d, d, lecun_d, &b.wk, &b.bk);
     linear("attn.v", d, d, lecun_d, &b.wv, &b.bv);
     linear("attn.out", d, d, lecun_d, &b.wo, &b.bo);
-    if (shaw && c.key_term) {
-      b.rel_k =
-          add(p + "attn.rel_k", table_shape, kNoDecay, Init::kRelativeTable);
-    }
-    if (shaw && c.value_term) {
-      b.rel_v =
-          add(p + "attn.rel_v", table_shape, kNoDecay, Init::kRelativeTable);
-    }
-    if (c.position == PositionScheme::kT5) {
-      b.t5_bias = add(p + "attn.t5_bias", {c.heads, RelativeTableRows(c)},
-                      kNoDecay, Init::kNormal, lecun_d);
-    }
-    if (c.position == PositionScheme::kXl) {
-      b.xl_w = add(p + "attn.xl_w", {d, d}, kNoDecay, Init::kNormal, lecun_d);
-      b.xl_u =
-          add(p + "attn.xl_u", {c.heads, dh}, kNoDecay, Init::kNormal, 0.02);
-      b.xl_v =
-          add(p + "attn.xl_v", {c.heads, dh}, kNoDecay, Init::kNormal, 0.02);
+    for (const SchemeTable& t : tables) {
+      if (t.per_layer()) *Slot(&b, t.role) = add_table(p + "attn.", t);
     }
     norm("ln2", &b.ln2_gamma, &b.ln2_beta);
     linear("ff.in", c.d_ff, d, lecun_d, &b.ff_in_w, &b.ff_in_b);
@@ -191,9 +194,14 @@ std::vector<float> InitialValues(const ParamSpec& spec, const ModelConfig& c) {
     case Init::kRelativeTable: {
       TableInitOptions o;
       o.kind = TableInit::kXavierNormal;
-      o.scale = c.rel_init_scale;
+      o.scale = spec.std;
       o.seed = seed;
-      InitRelativeTable(RelativeTableView(v.data(), c), o);
+      // Shaw's [nb, dh] or [H, nb, dh] (the registry's shape).
+      const std::vector<int64_t>& e = spec.shape;
+      InitRelativeTable(e.size() == 3
+                            ? TensorView<float>(v.data(), {e[0], e[1], e[2]})
+                            : TensorView<float>(v.data(), {e[0], e[1]}),
+                        o);
       break;
     }
   }
@@ -221,7 +229,7 @@ void ValidateBatch(const Batch& b, const ModelConfig& c) {
       static_cast<int64_t>(b.lengths.size()) == b.batch,
       "batch.lengths must have batch = " << b.batch << " entries (got "
                                          << b.lengths.size() << ")");
-  if (c.position == PositionScheme::kLearned) {
+  if (FindScheme(c.position).input == SchemeInput::kLearnedTable) {
     RELPOS_CHECK_ARG(b.length <= c.max_len,
                      "batch.length " << b.length
                                      << " exceeds the learned position "
@@ -577,10 +585,10 @@ void BasicTransformer<T>::Backward() {
   }
   nn::EmbeddingBackward<T>(st.tokens.data(), st.dresid.data(), G(pi.token),
                            {rows, V, d});
-  if (c.position == PositionScheme::kLearned) {
-    // Differentiates `x[b, i] += table[i]` for the valid positions i <
-    // lengths[b]: dtable[i] sums dresid over the sequences that reach i, in
-    // sequence order; rows no sequence reaches get zero.
+  if (pi.position >= 0) {
+    // Differentiates `x[b, i] += table[i]` (the learned input table) for the
+    // valid positions i < lengths[b]: dtable[i] sums dresid over the sequences
+    // that reach i, in sequence order; rows no sequence reaches get zero.
     std::vector<T>& dpos = params_[pi.position].grad;
     std::fill(dpos.begin(), dpos.end(), T(0));
     const T* dx = st.dresid.data();

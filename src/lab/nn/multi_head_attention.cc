@@ -11,18 +11,6 @@
 
 namespace relpos::nn {
 
-int64_t AttentionTableRows(const AttentionOptions& o) {
-  switch (o.buckets.kind) {
-    case BucketKind::kClip:
-      return ClipBucketCount(o.buckets.clip);
-    case BucketKind::kT5:
-      return o.buckets.t5.num_buckets;
-    case BucketKind::kSymmetricClip:
-      break;
-  }
-  return 2 * o.max_distance + 1;
-}
-
 template <typename T>
 void RopeHeads(bool backward, T* heads, int64_t count, int64_t h, int64_t n,
                int64_t dh, int64_t position_offset, const MhaPositions& p) {
@@ -49,7 +37,7 @@ template <typename T>
 void PositionInputs(const MhaWeights<T>& w, const MhaCache<T>& c,
                     int64_t heads, int64_t dh, const AttentionOptions& o,
                     const MhaPositions& p, AttentionInputs<T>* in) {
-  const int64_t rows = AttentionTableRows(o);
+  const int64_t rows = TableRows(o);
   auto table = [&](const T* t) {
     if (t == nullptr) return ConstView<T>();
     return RelativeTableView(t, heads, rows, dh, o.per_head_tables);
@@ -382,7 +370,7 @@ void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
   // Differentiates `a = Attention(q, k, v; AK, AV, bias, pb)`, group by
   // group. The first group writes the table gradients, later ones add
   // theirs.
-  const int64_t table_rows = AttentionTableRows(options);
+  const int64_t table_rows = TableRows(options);
   const int64_t table_size =
       (options.per_head_tables ? s.heads : 1) * table_rows * dh;
   const int64_t bias_size = s.heads * table_rows, pb_size = s.heads * dh;
