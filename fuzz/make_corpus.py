@@ -3,7 +3,8 @@
 
 Independent of the C++ code: the safetensors files are assembled here from
 the format description (8-byte little-endian header length, JSON header,
-data). Valid files and near-valid ones (one rule broken each) give libFuzzer
+data), the gettext .mo files from the GNU gettext manual's layout (28-byte
+header, tables of (length, offset) pairs, NUL-terminated strings). Valid files and near-valid ones (one rule broken each) give libFuzzer
 good starting points. Rerun after changing it: python3 fuzz/make_corpus.py
 """
 import json
@@ -26,6 +27,73 @@ def f32(*values):
 
 def entry(shape, begin, end, dtype="F32"):
     return {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
+
+
+def mo(entries, big_endian=False, revision=0):
+    """A .mo file of (original, translation) byte strings, laid out as msgfmt
+    does: header, sorted originals table, translations table, strings."""
+    entries = sorted(entries)
+    n, e = len(entries), ">" if big_endian else "<"
+    originals, translations = 28, 28 + 8 * n
+    offset = translations + 8 * n
+    strings, tables = b"", ([], [])
+    for side in (0, 1):
+        for entry_ in entries:
+            text = entry_[side]
+            tables[side].append(struct.pack(e + "2I", len(text),
+                                            offset + len(strings)))
+            strings += text + b"\0"
+    header = struct.pack(e + "7I", 0x950412DE, revision, n, originals,
+                         translations, 0, offset)
+    return header + b"".join(tables[0]) + b"".join(tables[1]) + strings
+
+
+def mo_header(charset):
+    return (b"", b"Language: de\nContent-Type: text/plain; charset=" + charset +
+            b"\nPlural-Forms: nplurals=2; plural=(n != 1);\n")
+
+
+PO = b"""# comment
+msgid ""
+msgstr ""
+"Language: de\\n"
+"Content-Type: text/plain; charset=UTF-8\\n"
+
+#, fuzzy, c-format
+msgid "Open %s\\n"
+msgstr "%s \\303\\266ffnen\\n"
+
+msgctxt "menu"
+msgid "Quit"
+msgstr "Beenden \\x41 \\"q\\""
+
+msgid "%d file"
+msgid_plural "%d files"
+msgstr[0] "%d Datei"
+msgstr[1] "%d Dateien"
+
+#~ msgid "old"
+#~ msgstr "alt"
+"""
+
+
+def catalogs():
+    cat = "catalog"
+    base = [mo_header(b"UTF-8"), (b"File", b"Datei"),
+            (b"Open %s", "%s öffnen".encode()), (b"menu\x04Quit", b"Beenden"),
+            (b"%d file\x00%d files", b"%d Datei\x00%d Dateien")]
+    good = mo(base)
+    write(cat, "valid_le.mo", good)
+    write(cat, "valid_be.mo", mo(base, big_endian=True))
+    write(cat, "valid_rev1.mo", mo(base, revision=1))
+    write(cat, "valid_latin1.mo", mo([mo_header(b"ISO-8859-1"),
+                                      (b"Open file", "Datei öffnen".encode("latin-1"))]))
+    write(cat, "valid_empty.mo", mo([]))
+    write(cat, "valid.po", PO)
+    write(cat, "bad_utf8.mo", mo([mo_header(b"UTF-8"), (b"x", b"\xff\xfe")]))
+    write(cat, "bad_count.mo", good[:8] + struct.pack("<I", 0xFFFFFFFF) + good[12:])
+    write(cat, "bad_truncated.mo", good[:60])
+    write(cat, "bad_unterminated.po", b'msgid "a\nmsgstr "b"\n')
 
 
 def write(target, name, content):
@@ -73,6 +141,8 @@ def main():
     write(cfg, "bad_negative.json", '{"vocab_size": 4, "heads": -2}')
     write(cfg, "bad_position.json", '{"vocab_size": 4, "position": "rotary"}')
     write(cfg, "bad_not_object.json", "[1, 2, 3]")
+
+    catalogs()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 #
 # Usage: bash scripts/fuzz.sh [SECONDS_PER_TARGET]      (default 60)
 # Environment: FUZZ_BUILD_DIR (default build/fuzz), FUZZ_TARGETS (default
-# "safetensors_fuzzer config_fuzzer"), CC/CXX (default clang/clang++).
+# "safetensors_fuzzer config_fuzzer catalog_fuzzer"), CC/CXX (default clang/clang++).
 #
 # Only the sources the readers need are compiled (fuzz/CMakeLists.txt as a
 # standalone project). The seed corpora in fuzz/corpus/ are read, never
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 seconds="${1:-60}"
 build_dir="${FUZZ_BUILD_DIR:-build/fuzz}"
-targets="${FUZZ_TARGETS:-safetensors_fuzzer config_fuzzer}"
+targets="${FUZZ_TARGETS:-safetensors_fuzzer config_fuzzer catalog_fuzzer}"
 export CC="${CC:-clang}" CXX="${CXX:-clang++}"
 
 echo "== configuring and building fuzzers in $build_dir ($CXX)"

@@ -12,8 +12,10 @@ packages=(
   ocl-icd-opencl-dev                           # oneDNN's CMake config requires OpenCL;
                                                # libdnnl-dev only recommends it
   libcli11-dev nlohmann-json3-dev              # command line, JSON
+  libsentencepiece-dev                         # subword vocabularies (translation)
   python3 python3-dev python3-venv python3-numpy python3-pytest  # golden files, Python package
   clang libclang-rt-14-dev                     # fuzzers and sanitizers
+  librsvg2-bin                                 # rsvg-convert: the plot tests render SVG
 )
 if [[ -n "${RELPOS_EXTRA_PACKAGES:-}" ]]; then
   read -r -a extra <<<"${RELPOS_EXTRA_PACKAGES}"

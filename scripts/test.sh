@@ -2,15 +2,18 @@
 # Builds relpos and runs every test:
 #   1. release build, all C++ unit tests (CTest);
 #   2. the Python package (pip install into .venv) and its pytest suite;
-#   3. AddressSanitizer + UBSan build, the C++ unit tests again;
-#   4. the libFuzzer targets under ASan, 60 s each.
+#   3. end to end (tests/e2e, on the builds of 1 and 2): every sh / python /
+#      cpp example of README.md and docs/*.md, and the verbs' SVG plots;
+#   4. AddressSanitizer + UBSan build, the C++ unit tests again;
+#   5. the libFuzzer targets under ASan, 60 s each.
 # Usage: bash scripts/test.sh      (after scripts/install-deps.sh)
-# RELPOS_TEST_STAGES="release python sanitize fuzz" selects stages;
+# RELPOS_TEST_STAGES="release python e2e sanitize fuzz" selects stages (e2e
+# needs the release and python stages' results);
 # RELPOS_FUZZ_SECONDS sets the fuzzing time per target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-stages=${RELPOS_TEST_STAGES:-release python sanitize fuzz}
+stages=${RELPOS_TEST_STAGES:-release python e2e sanitize fuzz}
 start=$SECONDS
 
 stage() { echo; echo "=== [$((SECONDS - start))s] $*"; }
@@ -26,6 +29,10 @@ for s in $stages; do
     python)
       stage "Python package and pytest"
       bash scripts/test-python.sh
+      ;;
+    e2e)
+      stage "end to end: the docs' examples and the plots"
+      bash scripts/test-e2e.sh
       ;;
     sanitize)
       stage "ASan + UBSan build and C++ unit tests"

@@ -20,7 +20,9 @@
 #include "relpos/lab/generate.h"
 #include "relpos/lab/inspect.h"
 #include "relpos/lab/layer.h"
+#include "relpos/lab/metrics.h"
 #include "relpos/lab/model.h"
+#include "relpos/lab/parallel_text.h"
 #include "relpos/lab/training.h"
 
 #endif  // RELPOS_RELPOS_H_

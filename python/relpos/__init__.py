@@ -22,6 +22,10 @@ Functions:
     inspect             per-row statistics of a checkpoint's relative tables (docs/inspect.md)
     schemes, scheme     the registry of named position schemes (relpos/_registry.py)
 
+Translation data and scores (BLEU / chrF as sacrebleu computes them, gettext
+catalogs, the parallel corpus) are in the submodule ``relpos.translate``
+(docs/translation.md).
+
 float32 arrays run on relpos's fast path (the fused kernel where it is
 built), float64 arrays on the reference path (used for gradient checks).
 The GIL is released while relpos computes. The PyTorch interface is the
@@ -364,3 +368,6 @@ __all__ += ["alibi_slopes", "clip_bucket", "rope", "rope_backward",
 from ._inspect import inspect  # noqa: E402
 
 __all__ += ["inspect"]
+
+# Translation data and scores (relpos/translate.py, docs/translation.md).
+from . import translate  # noqa: E402

@@ -26,6 +26,7 @@
 #include "position_schemes_ext.h"
 #include "schemes_ext.h"
 #include "inspect_ext.h"
+#include "translate_ext.h"
 #include "array_view.h"
 
 namespace nb = nanobind;
@@ -262,4 +263,5 @@ NB_MODULE(_relpos_ext, m) {
   relpos::BindSchemes(m);
   relpos::BindModel(m);
   relpos::BindInspect(m);
+  relpos::BindTranslate(m);
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "relpos/error.h"
 #include "relpos/version.h"
@@ -31,6 +33,52 @@ std::string SelectedPath(const CLI::App& app) {
   return path;
 }
 
+// Every verb's name, comma-separated, for "unknown verb" messages.
+std::string VerbNames(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub :
+       app.get_subcommands([](const CLI::App*) { return true; })) {
+    names.push_back(sub->get_name());
+  }
+  std::sort(names.begin(), names.end());
+  std::string joined;
+  for (const std::string& n : names) joined += (joined.empty() ? "" : ", ") + n;
+  return joined;
+}
+
+// args[1] when it names no verb (and is not a top-level flag), else "".
+std::string UnknownVerb(const CLI::App& app,
+                        const std::vector<std::string>& args) {
+  if (args.size() < 2 || args[1].empty() || args[1][0] == '-') return "";
+  for (const CLI::App* sub :
+       app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->check_name(args[1])) return "";
+  }
+  return args[1];
+}
+
+// CLI11 prints a captured default as "--steps INT=1000"; the help reads
+// better with "(default: 1000)" at the end of the description, and a list
+// as "256,512" rather than "[256,512]". Flags without a value, required
+// options and empty lists have none.
+void MoveDefaultsIntoDescriptions(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    for (CLI::Option* opt :
+         sub->get_options([](CLI::Option*) { return true; })) {
+      std::string value = opt->get_default_str();
+      if (value.size() >= 2 && value.front() == '[' && value.back() == ']') {
+        value = value.substr(1, value.size() - 2);
+      }
+      opt->default_str("");
+      if (value.empty() || opt->get_expected_max() == 0 ||
+          opt->get_required()) {
+        continue;
+      }
+      opt->description(opt->get_description() + " (default: " + value + ")");
+    }
+  }
+}
+
 }  // namespace
 
 int RunCli(const std::vector<std::string>& args, std::ostream& out,
@@ -40,6 +88,9 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
   app.set_version_flag("--version", RELPOS_VERSION_STRING);
   app.require_subcommand(1);
   app.fallthrough(false);
+  // Every option shows the value it starts with (verbs override it with
+  // ->default_str where the variable's start value is a sentinel).
+  app.option_defaults()->always_capture_default();
   AddParamsVerb(app, out);
   AddBenchVerb(app, out);
   AddTrainVerb(app, out);
@@ -50,6 +101,15 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
   AddSettingsVerb(app, out);
   AddGenerateVerb(app, out);
   AddInspectVerb(app, out);
+  MoveDefaultsIntoDescriptions(app);
+
+  // An unknown verb (also with --help after it) is a usage error that lists
+  // the verbs; CLI11 would only say that a subcommand is required.
+  if (const std::string verb = UnknownVerb(app, args); !verb.empty()) {
+    err << "relpos: error: unknown verb '" << verb << "' (verbs: "
+        << VerbNames(app) << "; see 'relpos --help')\n";
+    return kExitUsage;
+  }
 
   std::vector<std::string> rest(args.rbegin(), args.rend() - 1);  // CLI11 wants reversed
   try {

@@ -48,7 +48,8 @@ void AddInspectVerb(CLI::App& app, std::ostream& out);
 
 // Runs `fn`; an InvalidArgument about the library setting `setting` (its
 // message starts with the setting's name) is reported under the flag that
-// gave it: "steps 5 is below ..." -> "--steps 5 is below ...".
+// gave it: "steps 5 is below ..." -> "--steps 5 is below ...". A message
+// that already names a flag ("--share ...", from an inner AsFlag) is kept.
 template <typename Fn>
 decltype(auto) AsFlag(const std::string& flag, const std::string& setting,
                       Fn&& fn) {
@@ -58,7 +59,7 @@ decltype(auto) AsFlag(const std::string& flag, const std::string& setting,
     std::string message = MessageBody(e);
     if (message.rfind(setting, 0) == 0) {
       message.replace(0, setting.size(), flag);
-    } else {
+    } else if (message.rfind("--", 0) != 0) {
       message = flag + ": " + message;
     }
     throw InvalidArgument(message);

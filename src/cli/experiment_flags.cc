@@ -55,7 +55,8 @@ std::string PositionLabel(const ExperimentConfig& c) {
   return s;
 }
 
-void ExperimentFlags::Add(CLI::App* sub, FlagGroups groups) {
+void ExperimentFlags::Add(CLI::App* sub, FlagGroups groups,
+                          const ExperimentConfig& defaults) {
   static const char* kTypeNames[] = {"INT", "UINT", "FLOAT", "TEXT"};
   // Train settings first: --task and --train-lengths lead the help.
   for (const char* section : {"train", "model"}) {
@@ -74,7 +75,11 @@ void ExperimentFlags::Add(CLI::App* sub, FlagGroups groups) {
                          : s.type == "integer >= 0" ? kTypeNames[1]
                          : s.type == "number"       ? kTypeNames[2]
                                                     : kTypeNames[3];
-      b.option = sub->add_option(s.flag, b.text, s.help)->type_name(type);
+      b.option = sub->add_option(s.flag, b.text, s.help)
+                     ->type_name(type)
+                     ->default_str(s.default_note.empty()
+                                       ? defaults.Get(s.section, b.key)
+                                       : s.default_note);
       // Checked while parsing, on a scratch config, so a bad value is a
       // usage error naming the flag before anything runs.
       const Bound* bound = &b;
@@ -104,6 +109,13 @@ void ExperimentFlags::Add(CLI::App* sub, FlagGroups groups) {
         "config.json works); flags given on the command line win");
   }
   AddProgressFlag(sub, &progress_);
+}
+
+void ExperimentFlags::ShowDefault(const std::string& flag,
+                                  const std::string& text) {
+  const Bound* b = Find(flag);
+  RELPOS_CLI_CHECK(b != nullptr, "no flag " << flag);
+  b->option->default_str(text);
 }
 
 const ExperimentFlags::Bound* ExperimentFlags::Find(

@@ -27,8 +27,13 @@ struct FlagGroups {
 class ExperimentFlags {
  public:
   // Registers the flags on `sub`; each value is checked while parsing
-  // against its setting's declared type and range.
-  void Add(CLI::App* sub, FlagGroups groups = {});
+  // against its setting's declared type and range. The help shows each
+  // flag's default: its setting's default note, or its value in `defaults`
+  // (the verb's own defaults, as it passes them to Build).
+  void Add(CLI::App* sub, FlagGroups groups = {},
+           const ExperimentConfig& defaults = ExperimentConfig{});
+  // Replaces the default the help shows for `flag` ("--steps").
+  void ShowDefault(const std::string& flag, const std::string& text);
 
   // `defaults`, then the --config file, then every flag that was given;
   // resolved (vocabulary and, unless given, arch and warm-up from the data

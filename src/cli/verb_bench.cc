@@ -2,9 +2,12 @@
 // reference on self-attention problems and reports medians, GFLOP/s, extra
 // memory and the machine's own SGEMM rate measured in the same run
 // (docs/math.md section 7; docs/benchmarks.md explains the methodology).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +17,7 @@
 
 #include "relpos/lab/bench.h"
 #include "cli/cli_common.h"
+#include "cli/experiment_flags.h"
 #include "relpos/error.h"
 #include "relpos/schemes.h"
 
@@ -52,7 +56,53 @@ struct BenchFlags {
   // inference forward, per --positions variant (vanilla, shaw).
   bool layer = false;
   int64_t d_ff = 2048;
+  std::string progress = "auto";
 };
+
+// What is being timed, on stderr, so that a long run (the reference at
+// n = 2048 takes most of a minute; --json prints only at the end) is never
+// silent. "bar" (auto on a terminal): one line redrawn in place and erased
+// before each table row; "lines" (auto otherwise): one line per
+// measurement as it starts; "none": nothing.
+class BenchProgress {
+ public:
+  BenchProgress(const std::string& mode, int64_t total) : total_(total) {
+    mode_ = mode == "auto" ? (isatty(STDERR_FILENO) ? "bar" : "lines") : mode;
+  }
+  ~BenchProgress() { Clear(); }
+  BenchProgress(const BenchProgress&) = delete;
+  BenchProgress& operator=(const BenchProgress&) = delete;
+
+  // Before measurement `what` ("relative n=1024 k=16").
+  void Start(const std::string& what) {
+    ++done_;
+    const std::string line = "bench: [" + std::to_string(done_) + "/" +
+                             std::to_string(total_) + "] timing " + what;
+    if (mode_ == "lines") std::cerr << line << "\n" << std::flush;
+    if (mode_ == "bar") {
+      std::cerr << "\r" << line << " ...\033[K" << std::flush;
+      shown_ = true;
+    }
+  }
+  // A planned measurement that is not run.
+  void Skip() { ++done_; }
+  // Erases the redrawn line (before a row goes to stdout).
+  void Clear() {
+    if (shown_) std::cerr << "\r\033[K" << std::flush;
+    shown_ = false;
+  }
+
+ private:
+  std::string mode_;
+  int64_t total_ = 0, done_ = 0;
+  bool shown_ = false;
+};
+
+std::string Describe(const std::string& name, int64_t n, bool has_k,
+                     int64_t k) {
+  return name + " n=" + std::to_string(n) +
+         (has_k ? " k=" + std::to_string(k) : "");
+}
 
 // --layer's default lengths (when --n is not given).
 const std::vector<int64_t> kLayerDefaultN = {512, 1024, 2048, 4096};
@@ -280,18 +330,37 @@ Row MeasureScheme(const Scheme& scheme, const bench::WorkloadShape& shape,
 // then each listed scheme; shaw and shaw-asym once per --k. Schemes the
 // fused kernel does not run yet take the reference path, with
 // --reference-repeats, and only up to --reference-max-n.
-void RunSchemes(const BenchFlags& f, int threads, double sgemm_gflops,
-                std::vector<Row>* rows, std::ostream& out) {
+std::vector<const Scheme*> ListedSchemes(const BenchFlags& f) {
   std::vector<const Scheme*> schemes;
   for (const std::string& name : f.positions) {
     if (name != "vanilla") schemes.push_back(&FindScheme(name));
   }
+  return schemes;
+}
+
+// How many measurements RunSchemes plans (for the progress count).
+int64_t SchemeMeasurements(const BenchFlags& f) {
+  int64_t per_n = 1;  // vanilla
+  for (const Scheme* s : ListedSchemes(f)) {
+    per_n += bench::SchemeUsesMaxDistance(*s)
+                 ? static_cast<int64_t>(f.k.size())
+                 : 1;
+  }
+  return per_n * static_cast<int64_t>(f.n.size());
+}
+
+void RunSchemes(const BenchFlags& f, int threads, double sgemm_gflops,
+                std::vector<Row>* rows, BenchProgress& progress,
+                std::ostream& out) {
+  const std::vector<const Scheme*> schemes = ListedSchemes(f);
   const Scheme& vanilla_scheme = FindScheme(SchemeId::kNone);
   for (int64_t n : f.n) {
     bench::WorkloadShape shape{.batch = f.batch, .heads = f.heads, .n = n,
                                .dim = f.dim, .max_distance = 0};
+    progress.Start(Describe("vanilla", n, false, 0));
     const Row vanilla =
         MeasureScheme(vanilla_scheme, shape, threads, f.repeats);
+    progress.Clear();
     rows->push_back(vanilla);
     if (!f.json) PrintRow(rows->back(), sgemm_gflops, out);
     for (const Scheme* scheme : schemes) {
@@ -302,6 +371,7 @@ void RunSchemes(const BenchFlags& f, int threads, double sgemm_gflops,
         const bool fused =
             bench::SchemeWorkload(*scheme, shape, threads).Fused();
         if (!fused && n > f.reference_max_n) {
+          progress.Skip();
           if (!f.json) {
             out << RowName(*scheme) << " at n=" << n
                 << ": skipped (reference path beyond --reference-max-n "
@@ -309,8 +379,11 @@ void RunSchemes(const BenchFlags& f, int threads, double sgemm_gflops,
           }
           continue;
         }
+        progress.Start(Describe(RowName(*scheme), n,
+                                bench::SchemeUsesMaxDistance(*scheme), k));
         Row r = MeasureScheme(*scheme, shape, threads,
                               fused ? f.repeats : f.reference_repeats);
+        progress.Clear();
         r.overhead_pct =
             100.0 * (r.TotalSeconds() / vanilla.TotalSeconds() - 1.0);
         rows->push_back(r);
@@ -422,6 +495,12 @@ void RunLayer(const BenchFlags& f, std::ostream& out) {
                   "variant", "n", "k", "fwd ms", "peak mem", "note");
     out << line << std::flush;
   }
+  int64_t per_n = 0;
+  for (const std::string& name : positions) {
+    per_n += name == "shaw" ? static_cast<int64_t>(f.k.size()) : 1;
+  }
+  BenchProgress progress(f.progress,
+                         per_n * static_cast<int64_t>(f.n.size()));
   std::vector<LayerRow> rows;
   for (int64_t n : f.n) {
     bench::LayerShape shape{.batch = f.batch, .n = n,
@@ -431,7 +510,9 @@ void RunLayer(const BenchFlags& f, std::ostream& out) {
     std::optional<double> vanilla_s;
     for (const std::string& name : positions) {
       if (name != "vanilla") continue;
+      progress.Start("layer " + Describe(name, n, false, 0));
       rows.push_back(MeasureLayer(name, shape, threads, f.repeats));
+      progress.Clear();
       vanilla_s = rows.back().fwd_s;
       if (!f.json) PrintLayerRow(rows.back(), out);
     }
@@ -440,7 +521,9 @@ void RunLayer(const BenchFlags& f, std::ostream& out) {
       for (int64_t k : f.k) {
         shape.relative = true;
         shape.max_distance = k;
+        progress.Start("layer " + Describe(name, n, true, k));
         LayerRow r = MeasureLayer(name, shape, threads, f.repeats);
+        progress.Clear();
         if (vanilla_s) r.overhead_pct = 100.0 * (r.fwd_s / *vanilla_s - 1.0);
         rows.push_back(r);
         if (!f.json) PrintLayerRow(rows.back(), out);
@@ -457,6 +540,19 @@ void RunLayer(const BenchFlags& f, std::ostream& out) {
   }
 }
 
+// How many measurements RunBench plans (for the progress count).
+int64_t PlannedMeasurements(const BenchFlags& f) {
+  if (!f.positions.empty()) return SchemeMeasurements(f);
+  int64_t planned = 0;
+  const int64_t ks = static_cast<int64_t>(f.k.size());
+  for (int64_t n : f.n) {
+    planned += (Selected(f, "vanilla") ? 1 : 0) +
+               (Selected(f, "relative") ? ks : 0) +
+               (Selected(f, "reference") && n <= f.reference_max_n ? ks : 0);
+  }
+  return planned;
+}
+
 void RunBench(const BenchFlags& f, std::ostream& out) {
   if (f.layer) {
     RunLayer(f, out);
@@ -470,14 +566,19 @@ void RunBench(const BenchFlags& f, std::ostream& out) {
       bench::SgemmGflops(f.sgemm_size, std::max(f.repeats, 3));
   if (!f.json) PrintHeader(f, threads, sgemm_gflops, out);
 
+  BenchProgress progress(f.progress, PlannedMeasurements(f));
   std::vector<Row> rows;
-  if (!f.positions.empty()) RunSchemes(f, threads, sgemm_gflops, &rows, out);
+  if (!f.positions.empty()) {
+    RunSchemes(f, threads, sgemm_gflops, &rows, progress, out);
+  }
   for (int64_t n : f.positions.empty() ? f.n : std::vector<int64_t>{}) {
     bench::WorkloadShape shape{.batch = f.batch, .heads = f.heads, .n = n,
                                .dim = f.dim, .max_distance = 0};
     std::optional<Row> vanilla;
     if (Selected(f, "vanilla")) {
+      progress.Start(Describe("vanilla", n, false, 0));
       vanilla = Measure(Variant::kVanilla, shape, threads, f.repeats);
+      progress.Clear();
       rows.push_back(*vanilla);
       if (!f.json) PrintRow(rows.back(), sgemm_gflops, out);
     }
@@ -485,7 +586,9 @@ void RunBench(const BenchFlags& f, std::ostream& out) {
     if (Selected(f, "relative")) {
       for (int64_t k : f.k) {
         shape.max_distance = k;
+        progress.Start(Describe("relative", n, true, k));
         Row r = Measure(Variant::kRelative, shape, threads, f.repeats);
+        progress.Clear();
         if (vanilla) {
           r.overhead_pct =
               100.0 * (r.TotalSeconds() / vanilla->TotalSeconds() - 1.0);
@@ -500,8 +603,10 @@ void RunBench(const BenchFlags& f, std::ostream& out) {
     if (Selected(f, "reference") && n <= f.reference_max_n) {
       for (size_t t = 0; t < f.k.size(); ++t) {
         shape.max_distance = f.k[t];
+        progress.Start(Describe("reference", n, true, f.k[t]));
         Row r = Measure(Variant::kReference, shape, threads,
                         f.reference_repeats);
+        progress.Clear();
         if (!relative.empty()) {
           r.fused_speedup = r.TotalSeconds() / relative[t].TotalSeconds();
         }
@@ -595,6 +700,11 @@ void AddBenchVerb(CLI::App& app, std::ostream& out) {
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
   sub->add_flag("--json", f->json, "Print one JSON object");
+  AddProgressFlag(sub, &f->progress)
+      ->description(
+          "What is being timed, on stderr: auto (a line redrawn in place on "
+          "a terminal, a line per measurement otherwise), bar, lines or "
+          "none");
   sub->add_flag("--layer", f->layer,
                 "Time one pre-LayerNorm encoder layer (d_model = --heads x "
                 "--dim, FFN --d-ff, GELU), inference forward, for "

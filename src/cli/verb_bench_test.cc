@@ -3,6 +3,7 @@
 // timing is asserted beyond "positive and finite": this is not a speed test.
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -137,6 +138,69 @@ TEST(BenchVerb, VariantFilterAndReferenceCap) {
     EXPECT_FALSE(row.contains("fused_speedup"));  // no relative row to compare
     ExpectFlopConvention(row);
   }
+}
+
+// Runs the command line with std::cerr captured (the verbs report progress
+// there directly, as the training verbs do).
+CliResult RunCapturingCerr(const std::vector<std::string>& args,
+                           std::string* cerr_text) {
+  std::ostringstream captured;
+  std::streambuf* old = std::cerr.rdbuf(captured.rdbuf());
+  CliResult r = RunRelpos(args);
+  std::cerr.rdbuf(old);
+  *cerr_text = captured.str();
+  return r;
+}
+
+// With --json nothing reaches stdout before the end, so stderr says what is
+// being timed, one line per measurement ("lines" is what auto picks off a
+// terminal), numbered against the planned count; --progress none is silent.
+TEST(BenchVerb, ProgressOnStderrOneLinePerMeasurement) {
+  std::vector<std::string> args = {"bench", "--n", "16,33", "--k", "0,3",
+                                   "--heads", "1", "--dim", "4", "--repeats",
+                                   "1", "--sgemm-size", "16",
+                                   "--reference-max-n", "16", "--json",
+                                   "--progress", "lines"};
+  std::string progress;
+  CliResult r = RunCapturingCerr(args, &progress);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  // n = 16: vanilla, relative x 2, reference x 2; n = 33: no reference.
+  ASSERT_EQ(j["rows"].size(), 8u);
+  EXPECT_EQ(std::count(progress.begin(), progress.end(), '\n'), 8) << progress;
+  EXPECT_NE(progress.find("bench: [1/8] timing vanilla n=16\n"),
+            std::string::npos)
+      << progress;
+  EXPECT_NE(progress.find("bench: [5/8] timing reference n=16 k=3\n"),
+            std::string::npos)
+      << progress;
+  EXPECT_NE(progress.find("bench: [8/8] timing relative n=33 k=3\n"),
+            std::string::npos)
+      << progress;
+
+  // --positions and --layer count their own rows.
+  r = RunCapturingCerr({"bench", "--positions", "shaw,alibi", "--n", "16",
+                        "--k", "2,3", "--heads", "1", "--dim", "4",
+                        "--repeats", "1", "--sgemm-size", "16", "--json",
+                        "--progress", "lines"},
+                       &progress);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(progress.find("[4/4] timing alibi n=16\n"), std::string::npos)
+      << progress;
+  r = RunCapturingCerr({"bench", "--layer", "--n", "8", "--k", "16",
+                        "--heads", "1",
+                        "--dim", "4", "--d-ff", "8", "--repeats", "1",
+                        "--json", "--progress", "lines"},
+                       &progress);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(progress.find("[2/2] timing layer shaw n=8 k=16\n"),
+            std::string::npos)
+      << progress;
+
+  args.back() = "none";
+  r = RunCapturingCerr(args, &progress);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(progress.empty()) << progress;
 }
 
 TEST(BenchVerb, TextTable) {

@@ -157,7 +157,7 @@ void PrintTable(const CompareResult& r, std::ostream& out) {
 // One panel per task, stacked: each is RenderSvg's plot nested in one SVG.
 std::string ComparePlot(const CompareResult& r) {
   std::vector<std::string> panels;
-  int width = 0, height = 0;
+  const PlotOptions size;
   for (const CompareTask& t : r.tasks) {
     std::vector<PlotSeries> series;
     double lo = 0, hi = 1;
@@ -186,22 +186,19 @@ std::string ComparePlot(const CompareResult& r) {
       po.y_max = std::max(po.y_min + 0.5, std::ceil(hi * 2) / 2);
     }
     po.train_max_x = static_cast<double>(t.train_max_length);
-    std::string svg = RenderSvg(series, po);
-    svg.erase(0, svg.find("<svg"));  // drop the XML declaration
-    svg.insert(4, " x=\"0\" y=\"" + std::to_string(height) + "\"");
-    panels.push_back(std::move(svg));
-    width = std::max(width, po.width);
-    height += po.height;
+    panels.push_back(RenderSvg(series, po));
   }
   if (panels.empty()) return "";
-  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
-         std::to_string(width) + "\" height=\"" + std::to_string(height) +
-         "\" viewBox=\"0 0 " + std::to_string(width) + " " +
-         std::to_string(height) + "\">\n";
-  for (const std::string& p : panels) out += p;
-  out += "</svg>\n";
-  return out;
+  return StackSvg(panels, size.width, size.height);
+}
+
+// The grid's training defaults (the task is set per grid).
+ExperimentConfig CompareDefaults(bool quick) {
+  ExperimentConfig defaults;
+  defaults.SetDefault("train", "steps", quick ? kQuickSteps : kDefaultSteps);
+  defaults.SetDefault("train", "lr", "2e-3");
+  defaults.SetDefault("train", "checkpoint_every", "0");
+  return defaults;
 }
 
 // Errors about the grid's lists name the flags that gave them ("positions
@@ -233,10 +230,7 @@ void RunCompareVerb(CompareFlags& f, std::ostream& out) {
     RELPOS_CLI_CHECK(f.exp.GivenText(flag).empty(),
                      "compare takes " << instead << " LIST, not " << flag);
   }
-  ExperimentConfig defaults;
-  defaults.SetDefault("train", "steps", f.quick ? kQuickSteps : kDefaultSteps);
-  defaults.SetDefault("train", "lr", "2e-3");
-  defaults.SetDefault("train", "checkpoint_every", "0");
+  ExperimentConfig defaults = CompareDefaults(f.quick);
   CompareSpec spec;
   spec.tasks = SplitList(f.tasks.empty() ? (f.quick ? kQuickTasks
                                                     : kDefaultTasks)
@@ -278,30 +272,28 @@ void RunCompareVerb(CompareFlags& f, std::ostream& out) {
   options.out_dir = f.out;
   options.progress = {.out = &std::cerr, .mode = f.exp.progress()};
   options.stop_flag = signals.flag();
-  // One line per finished cell, with the grid's time so far and a rough
-  // estimate of what is left (the mean time of the cells trained so far).
+  // One line per finished cell, with the grid's time so far and an
+  // estimate of what is left: each trained cell's wall time (from the end
+  // of the previous cell: building the model, training, evaluating,
+  // saving), fitted per task and scheme (CompareTimeEstimate).
   const auto start = std::chrono::steady_clock::now();
-  auto trained = std::make_shared<int64_t>(0);
-  auto trained_seconds = std::make_shared<double>(0);
-  options.on_cell = [start, trained, trained_seconds](
+  auto estimate = std::make_shared<CompareTimeEstimate>(spec);
+  auto last_end = std::make_shared<double>(0);
+  options.on_cell = [start, estimate, last_end](
                         const CompareCell& c, int64_t done, int64_t total) {
     const double elapsed = std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - start)
                                .count();
-    if (!c.reused) {
-      ++*trained;
-      *trained_seconds += c.train_seconds + c.eval_seconds;
-    }
+    if (!c.reused) estimate->Add(done - 1, elapsed - *last_end);
+    *last_end = elapsed;
+    const double left = estimate->SecondsLeft(done);
     std::cerr << "compare: [" << done << "/" << total << "] " << c.task << " "
               << c.position << " seed " << c.seed
               << (c.reused ? ": reused from compare.json"
                            : ": trained in " + FormatDuration(c.train_seconds))
               << " (elapsed " << FormatDuration(elapsed);
-    if (*trained > 0 && done < total) {
-      std::cerr << ", about "
-                << FormatDuration(*trained_seconds / *trained *
-                                  static_cast<double>(total - done))
-                << " left";
+    if (std::isfinite(left) && done < total) {
+      std::cerr << ", about " << FormatDuration(left) << " left";
     }
     std::cerr << ")\n";
   };
@@ -334,20 +326,23 @@ void AddCompareVerb(CLI::App& app, std::ostream& out) {
       "compare",
       "Grid of tasks x position schemes x seeds: score inside, at 2x and at "
       "4x the training lengths, parameters, time");
-  flags->exp.Add(sub, FlagGroups{.position = true, .config_file = true});
+  flags->exp.Add(sub, FlagGroups{.position = true, .config_file = true},
+                 CompareDefaults(false));
+  flags->exp.ShowDefault("--steps", std::string(kDefaultSteps) +
+                                        "; --quick: " + kQuickSteps);
   // The grid gives these per cell (--tasks, --positions, --seeds): hidden
   // from the help, refused if given.
   for (const char* name : {"--task", "--position", "--seed"}) {
     sub->get_option(name)->group("");
   }
   sub->add_option("--tasks", flags->tasks,
-                  std::string("Comma list of tasks (default ") +
+                  std::string("Comma list of tasks (default: ") +
                       kDefaultTasks + "; --quick: " + kQuickTasks + ")");
   sub->add_option("--positions", flags->positions,
                   "Comma list of position schemes (default: every scheme)");
   sub->add_option("--seeds", flags->seeds,
                   std::string("N (seeds 0..N-1), A-B or a comma list "
-                              "(default ") +
+                              "(default: ") +
                       kDefaultSeeds + "; --quick: " + kQuickSeeds + ")");
   sub->add_option("--eval-lengths", flags->eval_lengths,
                   "Lengths to evaluate besides the defaults (3 inside the "

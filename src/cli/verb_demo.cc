@@ -60,12 +60,14 @@ struct DemoModel {
   ExperimentConfig config;
 };
 
+// The table's name of a scheme, by where the registry says it acts: at the
+// input (absolute), inside attention (relative) or nowhere.
 std::string DemoName(const std::string& position) {
-  if (position == "none") return "no positions";
-  if (position == "relative" || position == "shaw") return "relative (k=16)";
-  if (position == "sinusoidal" || position == "learned") {
-    return "absolute (" + position + ")";
-  }
+  const Scheme& scheme = FindScheme(position);
+  if (scheme.sides.empty()) return "no positions";
+  // Shaw's scheme as the demo's model has it (k = 16).
+  if (scheme.id == SchemeId::kShaw) return "relative (k=16)";
+  if (scheme.ActsOn(SchemeSide::kInput)) return "absolute (" + position + ")";
   return "relative (" + position + ")";
 }
 
@@ -334,20 +336,21 @@ void AddDemoVerb(CLI::App& app, std::ostream& out) {
       "demo",
       "Train absolute- and relative-position models on short sequences, test "
       "them on longer ones, print the table, write results.json + plot");
-  sub->add_option("--out", flags->out, "Output folder (default: relpos-demo)");
+  sub->add_option("--out", flags->out, "Output folder");
   sub->add_option("--steps", flags->steps, "Training steps per model")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}));
   sub->add_option("--seed", flags->seed, "Seed of initialisation and data");
-  sub->add_option("--threads", flags->threads, "OpenMP threads (default 1)")
-      ->check(CLI::Range(1, 1024));
+  sub->add_option("--threads", flags->threads, "OpenMP threads")
+      ->check(CLI::Range(1, 1024))
+      ->default_str("1");
   AddProgressFlag(sub, &flags->progress);
   sub->add_option("--positions", flags->positions,
-                  "Position schemes to compare, comma-separated (default "
-                  "sinusoidal,relative; any --position scheme: " +
+                  "Position schemes to compare, comma-separated (any "
+                  "--position scheme: " +
                       SchemeNameList() +
                       "; learned and none are slower to train)");
   sub->add_option("--sequences", flags->sequences,
-                  "Evaluation sequences per length (default 256)")
+                  "Evaluation sequences per length")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->callback([flags, &out] { RunDemo(*flags, out); });
 }

@@ -116,11 +116,12 @@ void AddEvalVerb(CLI::App& app, std::ostream& out) {
   sub->add_option("--batch-size", flags->batch_size, "Sequences per batch")
       ->check(CLI::Range(int64_t{1}, int64_t{65536}));
   sub->add_option("--seed", flags->seed,
-                  "Seed of the evaluation examples (default: the fixed "
-                  "evaluation seed, the same for every model)");
+                  "Seed of the evaluation examples (the default is the "
+                  "fixed evaluation seed, the same for every model)");
   sub->add_option("--threads", flags->threads,
-                  "OpenMP threads (default: the checkpoint's)")
-      ->check(CLI::Range(1, 1024));
+                  "OpenMP threads")
+      ->check(CLI::Range(1, 1024))
+      ->default_str("the checkpoint's");
   AddProgressFlag(sub, &flags->progress);
   sub->callback([flags, &out] { RunEval(*flags, out); });
 }

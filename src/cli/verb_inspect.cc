@@ -92,26 +92,6 @@ void PrintTable(const TableInspection& t, bool with_signal, std::ostream& out) {
   }
 }
 
-// One SVG document holding the panels one above the other.
-std::string StackSvg(const std::vector<std::string>& panels, int width,
-                     int height) {
-  std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
-         std::to_string(width) + "\" height=\"" +
-         std::to_string(height * static_cast<int>(panels.size())) + "\">\n";
-  for (size_t i = 0; i < panels.size(); ++i) {
-    std::string p = panels[i];
-    const size_t decl = p.find("?>\n");
-    if (p.rfind("<?xml", 0) == 0 && decl != std::string::npos) {
-      p.erase(0, decl + 3);
-    }
-    // Place the panel: <svg ...> -> <svg y="..." ...>.
-    p.replace(0, 4, "<svg y=\"" + std::to_string(height * i) + "\"");
-    svg += p;
-  }
-  return svg + "</svg>\n";
-}
-
 // Per role (AK, AV, ...): signal (relative to the table's largest row) and
 // movement against distance, one line per layer.
 std::string InspectSvg(const Inspection& in) {
@@ -244,12 +224,19 @@ void AddInspectVerb(CLI::App& app, std::ostream& out) {
   sub->add_option("--svg", flags->svg,
                   "Write signal and movement against distance to this SVG");
   sub->add_option("--share", flags->options.share,
-                  "Verdict: smallest k holding this share of the signal "
-                  "(default 0.99)")
-      ->check(CLI::Range(0.0, 1.0));
+                  "Verdict: smallest k holding this share of the signal")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            double v = 0;
+            if (!CLI::detail::lexical_cast(text, v) || !(v > 0 && v <= 1)) {
+              return "must be a number in (0, 1] (got " + text + ")";
+            }
+            return "";
+          },
+          "FLOAT in (0, 1]"));
   sub->add_option("--untrained-fraction", flags->options.untrained_fraction,
                   "Verdict: a row below this fraction of the median row's "
-                  "signal is untrained (default 0.001; docs/inspect.md)")
+                  "signal is untrained (docs/inspect.md)")
       ->check(CLI::Range(0.0, 1.0));
   sub->callback([flags, &out] { RunInspect(*flags, out); });
 }

@@ -111,8 +111,10 @@ TEST_F(VerbInspectTest, OldCheckpointsAndBadInput) {
   EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
   r = RunRelpos({"inspect", dir, "--share", "0"});
   EXPECT_EQ(r.code, kExitUsage);
-  EXPECT_NE(r.err.find("--share must be in (0, 1]"), std::string::npos)
+  EXPECT_NE(r.err.find("--share: must be a number in (0, 1] (got 0)"),
+            std::string::npos)
       << r.err;
+  EXPECT_EQ(r.err.find("untrained"), std::string::npos) << r.err;
   r = RunRelpos({"inspect", dir, "--untrained-fraction", "3"});
   EXPECT_EQ(r.code, kExitUsage);
   std::ofstream(dir + "/" + j["files"]["model"].get<std::string>()) << "x";

@@ -93,10 +93,12 @@ void AddParamsVerb(CLI::App& app, std::ostream& out) {
                   "Clipping distance k")
       ->required()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  sub->add_option("--dk", flags->shape.dk, "Key/query width (default d_model/heads)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  sub->add_option("--dv", flags->shape.dv, "Value width (default d_model/heads)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  sub->add_option("--dk", flags->shape.dk, "Key/query width")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->default_str("d_model/heads");
+  sub->add_option("--dv", flags->shape.dv, "Value width")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->default_str("d_model/heads");
   sub->add_flag("--per-head", flags->shape.per_head_tables,
                 "One table pair per head (default: shared, as Shaw et al.)");
   sub->add_flag("--json", flags->json, "Print one JSON object");

@@ -185,13 +185,18 @@ double UntrainedShare(const Model& model) {
              : -1.0;
 }
 
-void RunSweep(SweepFlags& f, std::ostream& out) {
+// The sweep's own defaults (docs/training.md): shorter runs than train's.
+ExperimentConfig SweepDefaults() {
   ExperimentConfig defaults;
   defaults.SetDefault("train", "steps", "400");
   defaults.SetDefault("train", "warmup_steps", "40");
   defaults.SetDefault("train", "lr", "2e-3");
   defaults.SetDefault("model", "position", "relative");
-  const ExperimentConfig base = f.exp.Build(defaults);
+  return defaults;
+}
+
+void RunSweep(SweepFlags& f, std::ostream& out) {
+  const ExperimentConfig base = f.exp.Build(SweepDefaults());
   const DataInfo data = DescribeData(base);
 
   const std::vector<Run> runs = SweepRuns(f);
@@ -299,7 +304,9 @@ void AddSweepVerb(CLI::App& app, std::ostream& out) {
   CLI::App* sub = app.add_subcommand(
       "sweep",
       "Shaw et al.'s ablations: clipping distance k and key/value terms");
-  flags->exp.Add(sub, FlagGroups{.position = false, .config_file = true});
+  flags->exp.Add(sub, FlagGroups{.position = false, .config_file = true},
+                 SweepDefaults());
+  flags->exp.ShowDefault("--warmup-steps", "min(40, steps/10)");
   sub->add_option("--ks", flags->ks, "Clipping distances to try (both terms)");
   sub->add_option("--terms-list", flags->terms,
                   "Term settings to try at --terms-k: both,key,value,neither");

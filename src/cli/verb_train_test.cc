@@ -110,6 +110,36 @@ TEST_F(VerbTrainTest, TrainEvalAndResume) {
   EXPECT_EQ(train::ReadCheckpoint(dir, true).state.step, 9);
 }
 
+// A source-target task trains a seq2seq model end to end (the arch and
+// label smoothing resolved from the task, the decoder's depth of its own),
+// evaluates by source length, and resumes; an encoder on it exits 2.
+TEST_F(VerbTrainTest, Seq2seqTaskTrainsEvaluatesAndResumes) {
+  const std::string dir = P("s2s");
+  std::vector<std::string> flags = Tiny();
+  flags[1] = "s2s_reverse";
+  CliResult r = RunRelpos(Cat({"train", "--out", dir, "--steps", "5",
+                               "--decoder-layers", "2", "--position", "t5"},
+                              flags));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const train::Checkpoint ck = train::ReadCheckpoint(dir, false);
+  EXPECT_EQ(ck.model_config.arch, model::Arch::kSeq2seq);
+  EXPECT_EQ(ck.model_config.decoder_layers, 2);
+  EXPECT_EQ(ck.train_config.label_smoothing, 0.1);
+  r = RunRelpos({"eval", dir, "--lengths", "2,6", "--json", "--sequences", "4",
+                 "--progress", "none"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["accuracy_by_length"].size(), 2u);
+  r = RunRelpos({"train", "--resume", dir, "--steps", "7", "--progress",
+                 "none"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(train::ReadCheckpoint(dir, false).state.step, 7);
+  r = RunRelpos(Cat({"train", "--out", P("enc"), "--steps", "1", "--arch",
+                     "encoder"},
+                    flags));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("needs arch seq2seq"), std::string::npos) << r.err;
+}
+
 TEST_F(VerbTrainTest, ConfigFileThenFlags) {
   Write("cfg.json",
         R"({"model": {"d_model": 16, "heads": 2, "layers": 1, "d_ff": 32,

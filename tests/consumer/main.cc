@@ -80,6 +80,22 @@ bool TrainingWorks() {
   return true;
 }
 
+// Scores a tiny corpus: a perfect translation is 100 BLEU and 100 chrF, a
+// wrong one less.
+bool MetricsWork() {
+  const std::vector<std::string> refs = {"Die Datei wurde gespeichert.",
+                                         "Fehler: %s"};
+  const std::vector<std::string> bad = {"Datei gespeichert.", "Fehler"};
+  // (exp(log(100)) is 100 to rounding, as in sacrebleu.)
+  if (std::fabs(relpos::CorpusBleu(refs, refs).score - 100.0) > 1e-9 ||
+      std::fabs(relpos::CorpusChrf(refs, refs) - 100.0) > 1e-9 ||
+      !(relpos::CorpusBleu(bad, refs).score < 100.0)) {
+    std::printf("consumer: BLEU / chrF of a perfect corpus is not 100\n");
+    return false;
+  }
+  return true;
+}
+
 int main() {
   const int64_t B = 1, H = 2, N = 40, d = 16, k = 4, rows = 2 * k + 1;
   std::vector<float> q(B * H * N * d), kk(q.size()), v(q.size());
@@ -127,7 +143,7 @@ int main() {
       return 1;
     }
   }
-  if (!LayerWorks() || !TrainingWorks()) return 1;
+  if (!LayerWorks() || !TrainingWorks() || !MetricsWork()) return 1;
   std::printf("relpos %s: consumer ok\n", RELPOS_VERSION_STRING);
   return 0;
 }

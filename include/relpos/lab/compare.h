@@ -104,9 +104,37 @@ struct CompareOptions {
   // Polled during training and between cells: nonzero stops the grid; the
   // cell being trained is dropped, the finished ones are kept.
   const volatile std::sig_atomic_t* stop_flag = nullptr;
-  // Called after every finished (or reused) cell with its index in the grid.
+  // Called after every finished (or reused) cell with its index in the grid
+  // (grid order: task by task as spec.tasks lists them, within a task scheme
+  // by scheme, within a scheme seed by seed; `done` is the cell's index + 1).
   std::function<void(const CompareCell&, int64_t done, int64_t total)>
       on_cell;
+};
+
+// Estimates how long the rest of a grid will take from the wall time of the
+// cells trained so far. Cells differ by task (sequence lengths, data) and by
+// scheme (xl's attention does about twice the work of none's), and a grid
+// runs task by task, so a plain mean of the first cells misjudges the rest.
+// The model: a cell of task t and scheme p costs T_t * P_p, both factors
+// fitted to the finished cells; a task or scheme not seen yet gets the mean
+// factor of those seen.
+class CompareTimeEstimate {
+ public:
+  explicit CompareTimeEstimate(const CompareSpec& spec);
+  // The cell at grid index `index` (0-based) was trained and took `seconds`
+  // of wall time (training, evaluation and saving).
+  void Add(int64_t index, double seconds);
+  // Estimated seconds for the cells at indices [next, total); NaN before
+  // any cell was added.
+  double SecondsLeft(int64_t next) const;
+
+ private:
+  struct Observation {
+    size_t task, position;
+    double seconds;
+  };
+  size_t tasks_, positions_, seeds_;
+  std::vector<Observation> seen_;
 };
 
 // The configuration of one cell (resolved): `spec.base` with the task,

@@ -27,6 +27,9 @@ struct SettingInfo {
                         // "string"
   std::string valid;    // "[1, 65536]", "none, sinusoidal, ...", "" = any
   std::string group;    // "position" for the position settings, else ""
+  // The default in words where it is not a fixed value ("from the data",
+  // "min(100, steps/10)"); empty: the default is the built-in value.
+  std::string default_note;
   bool is_switch = false;  // boolean: a flag without a value
 };
 
@@ -69,7 +72,9 @@ class ExperimentConfig {
 
   // Completes and checks the configuration: vocab_size comes from the data,
   // the architecture too unless given (encoder for the formal tasks, decoder
-  // for lm), the warm-up unless given is min(its default, steps / 10); then
+  // for lm, seq2seq for the source-target tasks), the label smoothing unless
+  // given is 0.1 for seq2seq models, the warm-up unless given is min(its
+  // default, steps / 10); then
   // every setting, the pair and the pair against the data are validated
   // (InvalidArgument naming the setting).
   void Resolve();

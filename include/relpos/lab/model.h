@@ -23,6 +23,13 @@ struct TokenBatch {
   // Valid length of each sequence (positions beyond are padding, their
   // targets must be -1); empty = every sequence is `length` long.
   std::vector<int64_t> lengths;
+  // Seq2seq models only (empty for the others): each sequence's source
+  // sentence, padded to source_length, and their valid lengths (empty =
+  // every source is source_length long). The sequences above are then the
+  // decoder's: BOS y_1 .. y_m, targets y_1 .. y_m EOS.
+  int64_t source_length = 0;
+  std::vector<int32_t> source_tokens;   // [batch, source_length]
+  std::vector<int64_t> source_lengths;  // [batch]
 };
 
 // Sums over the batch (the loss is the mean over scored tokens).
@@ -42,6 +49,29 @@ struct ModelOutputs {
   std::vector<float> hidden;  // [batch, length, d_model]
   // Output head on them: a decoder's next-token logits.
   std::vector<float> logits;  // [batch, length, vocab_size]
+};
+
+// How a seq2seq model decodes (docs/model.md, "Decoding").
+struct DecodeOptions {
+  int64_t beam_size = 4;  // 1: greedy
+  // "wu": ((5 + |y|) / 6)^alpha, |y| with EOS (Wu et al. 2016, OpenNMT-py);
+  // "power": |y|^alpha without EOS (CTranslate2); "none".
+  std::string length_penalty = "wu";
+  double alpha = 0.6;
+  // At most max(1, ceil(max_length_ratio * source tokens)) tokens, and at
+  // most max_length.
+  double max_length_ratio = 2.0;
+  int64_t max_length = 1024;
+  // The vocabulary's BOS and EOS; -1: those of the model's training data.
+  int32_t bos = -1, eos = -1;
+};
+
+// One decoded sentence.
+struct Translation {
+  std::vector<int32_t> tokens;  // without BOS and EOS
+  double log_prob = 0;          // log P(tokens, EOS | source)
+  double score = 0;             // log_prob / length penalty
+  bool ended_by_eos = false;    // false: stopped at the length limit
 };
 
 class Model {
@@ -81,6 +111,12 @@ class Model {
   // Forward, mean loss, backward: every gradient is overwritten. Dropout (if
   // configured) draws from `dropout_seed`. Returns the mean loss.
   double ForwardBackward(const TokenBatch& batch, uint64_t dropout_seed = 0);
+  // Seq2seq models: the best decoding of each source sentence (token ids),
+  // greedy or by beam search, the sentences batched. InvalidArgument for
+  // another architecture, bad options, ids out of range.
+  std::vector<Translation> Translate(
+      const std::vector<std::vector<int32_t>>& sources,
+      const DecodeOptions& options = {});
 
   struct Impl;  // defined in src/lab/api/
   Impl& impl() { return *impl_; }

@@ -87,6 +87,34 @@ TEST(ExperimentConfig, JsonMergeAndResolve) {
   EXPECT_EQ(back.ToJson(), c.ToJson());
 }
 
+// A source-target task resolves to a seq2seq model trained with label
+// smoothing 0.1 unless the smoothing is given; the other tasks keep 0.
+TEST(ExperimentConfig, Seq2seqTasksResolveArchAndLabelSmoothing) {
+  ExperimentConfig c;
+  c.Set("train", "task", "s2s_reverse");
+  c.Resolve();
+  EXPECT_EQ(c.Get("model", "arch"), "seq2seq");
+  EXPECT_EQ(c.Get("train", "label_smoothing"), "0.1");
+  EXPECT_EQ(c.Get("model", "vocab_size"), "10");
+  ExperimentConfig given;
+  given.Set("train", "task", "s2s_reverse");
+  given.Set("train", "label_smoothing", "0");
+  given.Resolve();
+  EXPECT_EQ(given.Get("train", "label_smoothing"), "0");
+  ExperimentConfig formal;
+  formal.Set("train", "task", "reverse");
+  formal.Resolve();
+  EXPECT_EQ(formal.Get("model", "arch"), "encoder");
+  EXPECT_EQ(formal.Get("train", "label_smoothing"), "0");
+  // Written only where it is not 0: a formal task's config has no key.
+  EXPECT_EQ(formal.ToJson().find("label_smoothing"), std::string::npos);
+  EXPECT_NE(c.ToJson().find("\"label_smoothing\":0.1"), std::string::npos);
+  ExperimentConfig wrong;
+  wrong.Set("train", "task", "reverse");
+  wrong.Set("model", "arch", "seq2seq");
+  EXPECT_THROW(wrong.Resolve(), InvalidArgument);
+}
+
 TEST(Training, TrainSaveLoadEvaluate) {
   const std::string dir = TempDir("run");
   Training run(Tiny());
@@ -144,6 +172,47 @@ TEST(Model, ForwardBackwardAndSaveRoundTrip) {
   Model back = Model::Load(dir);
   EXPECT_EQ(back.Forward(b).loss, f.loss);
   EXPECT_THROW(m.Parameter("nosuch"), InvalidArgument);
+}
+
+// A seq2seq model through the public API: the batch carries the sources;
+// Forward, ForwardBackward and a saved copy agree; a missing source is an
+// InvalidArgument.
+TEST(Model, Seq2seqTakesSourcesInTheBatch) {
+  ExperimentConfig c;
+  c.Set("train", "task", "s2s_copy");
+  c.Set("model", "d_model", "16");
+  c.Set("model", "d_ff", "32");
+  c.Set("model", "layers", "1");
+  Model m(c);
+  EXPECT_EQ(m.config().Get("model", "arch"), "seq2seq");
+  // Pairs (3 1 -> 3 1) and (5 -> 5): BOS 8, EOS 9.
+  TokenBatch b{.batch = 2, .length = 3, .tokens = {8, 3, 1, 8, 5, 0},
+               .targets = {3, 1, 9, 5, 9, -1}, .lengths = {3, 2},
+               .source_length = 2, .source_tokens = {3, 1, 5, 0},
+               .source_lengths = {2, 1}};
+  const ForwardResult f = m.Forward(b);
+  EXPECT_EQ(f.tokens, 5);
+  EXPECT_EQ(f.predictions[5], -1);
+  EXPECT_NEAR(m.ForwardBackward(b), f.loss, 0.5);  // label-smoothed
+  const std::string dir = TempDir("seq2seq");
+  m.Save(dir);
+  EXPECT_EQ(Model::Load(dir).Forward(b).loss, m.Forward(b).loss);
+  // Decoding through the public API: greedy and beam search, BOS / EOS
+  // from the task; an unknown penalty and an encoder are refused.
+  const std::vector<Translation> greedy =
+      m.Translate({{3, 1}, {5}}, {.beam_size = 1});
+  ASSERT_EQ(greedy.size(), 2u);
+  EXPECT_LE(greedy[0].tokens.size(), 4u);  // ratio 2
+  EXPECT_LE(greedy[0].score, 0.0);
+  EXPECT_EQ(m.Translate({{3, 1}}, {.beam_size = 4}).size(), 1u);
+  EXPECT_THROW(m.Translate({{3}}, {.length_penalty = "avg"}), InvalidArgument);
+  Model encoder(Tiny());
+  EXPECT_THROW(encoder.Translate({{1}}), InvalidArgument);
+  TokenBatch no_source = b;
+  no_source.source_length = 0;
+  no_source.source_tokens.clear();
+  no_source.source_lengths.clear();
+  EXPECT_THROW(m.Forward(no_source), InvalidArgument);
 }
 
 // Outputs: logits are the head applied to the hidden states, their argmax is

@@ -357,6 +357,65 @@ std::string CompareResult::ToJson() const {
   return j.dump(2) + "\n";
 }
 
+CompareTimeEstimate::CompareTimeEstimate(const CompareSpec& spec)
+    : tasks_(spec.tasks.size()),
+      positions_(spec.positions.size()),
+      seeds_(spec.seeds.size()) {}
+
+void CompareTimeEstimate::Add(int64_t index, double seconds) {
+  const size_t i = static_cast<size_t>(index);
+  RELPOS_CHECK_ARG(index >= 0 && i < tasks_ * positions_ * seeds_,
+                   "grid index " << index << " is outside the grid");
+  seen_.push_back({.task = i / (positions_ * seeds_),
+                   .position = i / seeds_ % positions_,
+                   .seconds = seconds});
+}
+
+double CompareTimeEstimate::SecondsLeft(int64_t next) const {
+  if (seen_.empty()) return std::numeric_limits<double>::quiet_NaN();
+  // Alternating least-squares-like fit of cost = T[task] * P[position]:
+  // each factor the mean of its cells' seconds over the other factor. Exact
+  // data (every cell its T * P) is fitted exactly after a few rounds.
+  std::vector<double> t(tasks_, 1.0), p(positions_, 1.0);
+  std::vector<bool> t_seen(tasks_, false), p_seen(positions_, false);
+  for (const Observation& o : seen_) t_seen[o.task] = p_seen[o.position] = true;
+  auto refit = [&](std::vector<double>& factor, const std::vector<double>& other,
+                   bool by_task) {
+    std::vector<double> sum(factor.size(), 0.0), count(factor.size(), 0.0);
+    for (const Observation& o : seen_) {
+      const size_t mine = by_task ? o.task : o.position;
+      sum[mine] += o.seconds / other[by_task ? o.position : o.task];
+      count[mine] += 1;
+    }
+    for (size_t k = 0; k < factor.size(); ++k) {
+      if (count[k] > 0) factor[k] = sum[k] / count[k];
+    }
+  };
+  for (int round = 0; round < 20; ++round) {
+    refit(t, p, /*by_task=*/true);
+    refit(p, t, /*by_task=*/false);
+  }
+  auto fill_unseen = [](std::vector<double>& factor,
+                        const std::vector<bool>& seen) {
+    double sum = 0, n = 0;
+    for (size_t k = 0; k < factor.size(); ++k) {
+      if (seen[k]) sum += factor[k], n += 1;
+    }
+    for (size_t k = 0; k < factor.size(); ++k) {
+      if (!seen[k]) factor[k] = sum / n;
+    }
+  };
+  fill_unseen(t, t_seen);
+  fill_unseen(p, p_seen);
+  double left = 0;
+  const size_t total = tasks_ * positions_ * seeds_;
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(next, 0)); i < total;
+       ++i) {
+    left += t[i / (positions_ * seeds_)] * p[i / seeds_ % positions_];
+  }
+  return left;
+}
+
 CompareResult RunCompare(const CompareSpec& spec,
                          const CompareOptions& options) {
   const auto start = std::chrono::steady_clock::now();

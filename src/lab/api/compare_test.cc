@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -120,6 +121,43 @@ TEST(AggregateCells, MeanMinMaxOverSeedsInsideAndBeyond) {
   EXPECT_DOUBLE_EQ(lm[0].at_4x.mean, 2.5);
   EXPECT_DOUBLE_EQ(lm[0].at_4x.min, 2.0);
   EXPECT_DOUBLE_EQ(lm[0].at_4x.max, 3.0);
+}
+
+// Cells cost T[task] * P[scheme]; the grid runs task by task. The estimate
+// must follow the cheap first cells' scheme costs and, once a cell of the
+// second task is in, that task's factor: here exactly, since the data is
+// exactly multiplicative. A mean over the first cells (the old estimate)
+// would be off by the task factor and the scheme mix.
+TEST(CompareTimeEstimate, FitsTaskAndSchemeFactors) {
+  CompareSpec spec;
+  spec.tasks = {"a", "b"};
+  spec.positions = {"none", "shaw", "xl"};
+  spec.seeds = {0, 1};
+  const double task[] = {1.0, 3.0}, scheme[] = {2.0, 2.5, 5.0};
+  auto cost = [&](int64_t i) { return task[i / 6] * scheme[i / 2 % 3]; };
+  double total = 0;
+  for (int64_t i = 0; i < 12; ++i) total += cost(i);
+
+  CompareTimeEstimate e(spec);
+  EXPECT_TRUE(std::isnan(e.SecondsLeft(0)));
+  e.Add(0, cost(0));  // one cell: every other cell is assumed to cost it
+  EXPECT_DOUBLE_EQ(e.SecondsLeft(1), 11 * cost(0));
+  double done = cost(0);
+  for (int64_t i = 1; i < 7; ++i) {
+    e.Add(i, cost(i));
+    done += cost(i);
+  }
+  // Every scheme seen on task a, one cell of task b: the rest is exact.
+  EXPECT_NEAR(e.SecondsLeft(7), total - done, 1e-9 * total);
+  // Before task b starts, its cells are estimated at task a's cost.
+  CompareTimeEstimate first_task(spec);
+  double a_sum = 0;
+  for (int64_t i = 0; i < 6; ++i) {
+    first_task.Add(i, cost(i));
+    a_sum += cost(i);
+  }
+  EXPECT_NEAR(first_task.SecondsLeft(6), a_sum, 1e-9 * a_sum);
+  EXPECT_THROW(e.Add(12, 1.0), InvalidArgument);
 }
 
 TEST(RunCompare, TrainsEveryCellWritesJsonAndReusesFinishedCells) {

@@ -50,6 +50,7 @@ void AddInfos(const char* section, const std::vector<io::Setting<C>>& table,
     SettingInfo& info = (*out)[out->size() - table.size() + i];
     info.group = table[i].group;
     info.is_switch = table[i].type == io::SettingType::kBool;
+    info.default_note = table[i].default_note;
   }
 }
 
@@ -243,6 +244,9 @@ void ExperimentConfig::Resolve() {
   const std::unique_ptr<train::DataSource> data = train::MakeDataSource(t.data);
   m.vocab_size = data->vocab_size();
   if (!Given(kModel, "arch")) m.arch = data->default_arch();
+  if (!Given(kTrain, "label_smoothing") && m.arch == model::Arch::kSeq2seq) {
+    t.label_smoothing = train::kSeq2seqLabelSmoothing;
+  }
   model::Validate(m);
   train::CheckModelAndData(m, t, *data);
 }

@@ -6,7 +6,9 @@
 #include "api/internal.h"
 #include "core/check.h"
 #include "core/rng.h"
+#include "model/beam_search.h"
 #include "train/checkpoint.h"
+#include "train/data_source.h"
 
 namespace relpos {
 namespace {
@@ -22,6 +24,13 @@ model::Batch ToBatch(const TokenBatch& b) {
   if (out.lengths.empty()) {
     out.lengths.assign(static_cast<size_t>(std::max<int64_t>(b.batch, 0)),
                        b.length);
+  }
+  out.source_length = b.source_length;
+  out.source_tokens = b.source_tokens;
+  out.source_lengths = b.source_lengths;
+  if (out.source_lengths.empty() && !out.source_tokens.empty()) {
+    out.source_lengths.assign(
+        static_cast<size_t>(std::max<int64_t>(b.batch, 0)), b.source_length);
   }
   return out;
 }
@@ -161,6 +170,44 @@ ModelOutputs Model::Outputs(const TokenBatch& batch) {
 double Model::ForwardBackward(const TokenBatch& batch, uint64_t dropout_seed) {
   Rng rng(dropout_seed);
   return impl_->transformer->ForwardBackward(ToBatch(batch), rng, nullptr);
+}
+
+std::vector<Translation> Model::Translate(
+    const std::vector<std::vector<int32_t>>& sources,
+    const DecodeOptions& options) {
+  model::BeamSearchOptions o;
+  o.beam_size = options.beam_size;
+  if (options.length_penalty == "wu") {
+    o.length_penalty = model::LengthPenalty::kWu;
+  } else if (options.length_penalty == "power") {
+    o.length_penalty = model::LengthPenalty::kPower;
+  } else {
+    RELPOS_CHECK_ARG(options.length_penalty == "none",
+                     "length penalty must be wu, power or none (got '"
+                         << options.length_penalty << "')");
+    o.length_penalty = model::LengthPenalty::kNone;
+  }
+  o.alpha = options.alpha;
+  o.max_length_ratio = options.max_length_ratio;
+  o.max_length = options.max_length;
+  o.bos = options.bos;
+  o.eos = options.eos;
+  const model::Transformer& t = *impl_->transformer;
+  RELPOS_CHECK_ARG(t.config().arch == model::Arch::kSeq2seq,
+                   "translation needs a seq2seq model; this model's arch is "
+                       << model::ToString(t.config().arch));
+  if (o.bos < 0 || o.eos < 0) {
+    const auto data = train::MakeDataSource(impl_->config.impl().train.data);
+    RELPOS_CHECK_ARG(data->pairs() != nullptr,
+                     "the model's data has no BOS / EOS; give them");
+    if (o.bos < 0) o.bos = data->pairs()->tokens().bos;
+    if (o.eos < 0) o.eos = data->pairs()->tokens().eos;
+  }
+  std::vector<Translation> out;
+  for (model::Hypothesis& h : model::Translate(t, sources, o)) {
+    out.push_back({std::move(h.tokens), h.log_prob, h.score, h.ended_by_eos});
+  }
+  return out;
 }
 
 bool HasCheckpoint(const std::string& dir) { return train::HasCheckpoint(dir); }

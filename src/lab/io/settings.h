@@ -45,6 +45,12 @@ struct Setting {
   std::vector<std::string> choices;  // kString: the accepted values (if any)
   std::string group;                 // flag group a verb may leave out
   std::string default_note;          // docs: replaces the printed default
+  // Written to JSON only when its value differs from a default-constructed
+  // C's: a setting added after checkpoints existed then leaves their
+  // config.json byte for byte as it was wherever it keeps its default (and
+  // readers that refuse keys they do not know keep reading them). Reading
+  // is unchanged: a missing key keeps the default.
+  bool omit_default = false;
   std::function<SettingValue(const C&)> get;
   // Stores a value that passed CheckSetting; `name` (the key or the flag) is
   // for the errors of shorthands that parse their value further.
@@ -180,16 +186,24 @@ Setting<C> WithDefaultNote(Setting<C> s, std::string note) {
   s.default_note = std::move(note);
   return s;
 }
+template <typename C>
+Setting<C> OmitAtDefault(Setting<C> s) {
+  s.omit_default = true;
+  return s;
+}
 
 // -------------------------------------------------------- derived behaviour
 
-// Every keyed setting of `c` as one JSON object.
+// Every keyed setting of `c` as one JSON object (an OmitAtDefault setting
+// only when it differs from C{}'s value).
 template <typename C>
 nlohmann::json SettingsToJson(const std::vector<Setting<C>>& settings,
                               const C& c) {
   nlohmann::json j = nlohmann::json::object();
+  const C defaults{};
   for (const Setting<C>& s : settings) {
     if (s.key.empty()) continue;
+    if (s.omit_default && s.get(c) == s.get(defaults)) continue;
     std::visit([&](const auto& x) { j[s.key] = x; }, s.get(c));
   }
   return j;

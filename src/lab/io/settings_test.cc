@@ -72,6 +72,24 @@ TEST(Settings, JsonRoundTrip) {
   EXPECT_EQ(back.threads, 3);
 }
 
+// An OmitAtDefault setting is written only when it is not the default, and
+// a JSON object without it reads back to the default.
+TEST(Settings, OmitAtDefaultWritesOnlyChangedValues) {
+  std::vector<Setting<Toy>> settings = ToySettings();
+  settings[0] = OmitAtDefault(settings[0]);  // "size"
+  Toy t;
+  nlohmann::json j = SettingsToJson(settings, t);
+  EXPECT_FALSE(j.contains("size"));
+  EXPECT_TRUE(j.contains("seed"));
+  Toy back;
+  back.size = 99;
+  SettingsFromJson(settings, j, "toy", &back);
+  EXPECT_EQ(back.size, 99);  // missing: left as it was
+  t.size = 5;
+  j = SettingsToJson(settings, t);
+  EXPECT_EQ(j["size"], 5);
+}
+
 TEST(Settings, StrictTypesAndRanges) {
   EXPECT_NE(Rejected<FormatError>({{"size", 2.5}}).find("'size'"),
             std::string::npos);

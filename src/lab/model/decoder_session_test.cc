@@ -83,11 +83,13 @@ void Perturb(BasicTransformer<T>* model) {
 }
 
 // Logits of the last token of each sequence's prefix seqs[b][0, lens[b]),
-// by the model's inference forward over the padded batch: [B, V].
+// by the model's inference forward over the padded batch: [B, V]. A seq2seq
+// model's sequence b has the source sources[b].
 template <typename T>
 std::vector<T> Recompute(BasicTransformer<T>& model,
                          const std::vector<std::vector<int32_t>>& seqs,
-                         const std::vector<int64_t>& lens) {
+                         const std::vector<int64_t>& lens,
+                         const std::vector<std::vector<int32_t>>& sources = {}) {
   const int64_t B = static_cast<int64_t>(seqs.size());
   const int64_t V = model.config().vocab_size;
   Batch batch;
@@ -99,6 +101,18 @@ std::vector<T> Recompute(BasicTransformer<T>& model,
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t i = 0; i < lens[b]; ++i) {
       batch.tokens[b * batch.length + i] = seqs[b][i];
+    }
+  }
+  if (!sources.empty()) {
+    batch.source_length = 1;
+    for (const auto& src : sources) {
+      batch.source_length = std::max<int64_t>(batch.source_length, src.size());
+    }
+    batch.source_tokens.assign(B * batch.source_length, 0);
+    for (int64_t b = 0; b < B; ++b) {
+      std::copy(sources[b].begin(), sources[b].end(),
+                batch.source_tokens.begin() + b * batch.source_length);
+      batch.source_lengths.push_back(static_cast<int64_t>(sources[b].size()));
     }
   }
   model.Forward(batch, ForwardMode::kInference, nullptr);
@@ -233,6 +247,144 @@ TEST(DecoderSessionErrors, BadAppendsChangeNothing) {
                 {"sequence 0", "capacity 4"});
   EXPECT_EQ(session.length(0), 4);
   EXPECT_EQ(session.length(1), 1);
+}
+
+}  // namespace
+}  // namespace relpos::model
+
+namespace relpos::model {
+namespace {
+
+// ---- Seq2seq sessions ----
+
+ModelConfig Seq2seqConfigFor(const Case& k) {
+  ModelConfig c = ConfigFor(k);
+  c.arch = Arch::kSeq2seq;
+  c.decoder_layers = 2;
+  c.layers = 1;
+  return c;
+}
+
+// Sources of lengths 5, 2, 7 and 0 (one hypothesis each): a prompt of 3
+// tokens each, then steps; then Reorder to 5 hypotheses (source 1 dropped,
+// sources 0 and 2 duplicated) and steps to the capacity; every result
+// against recomputation with each hypothesis's source.
+template <typename T>
+void CheckSeq2seqAgainstRecomputation(const Case& k, double tol) {
+  BasicTransformer<T> model(Seq2seqConfigFor(k));
+  Perturb(&model);
+  const int64_t V = model.config().vocab_size, capacity = 12;
+  Rng rng(17);
+  std::vector<std::vector<int32_t>> sources(4);
+  const int64_t source_lengths[4] = {5, 2, 7, 0};
+  for (int64_t s = 0; s < 4; ++s) {
+    for (int64_t i = 0; i < source_lengths[s]; ++i) {
+      sources[s].push_back(rng.Below(V));
+    }
+  }
+  std::vector<std::vector<int32_t>> seqs(4);
+  for (auto& s : seqs) {
+    for (int64_t i = 0; i < capacity; ++i) s.push_back(rng.Below(V));
+  }
+  BasicDecoderSession<T> session(model, sources, capacity);
+  std::vector<int64_t> lens(4, 3);
+  std::vector<T> logits;
+  std::vector<std::vector<int32_t>> prompt(4);
+  for (int64_t b = 0; b < 4; ++b) {
+    prompt[b].assign(seqs[b].begin(), seqs[b].begin() + 3);
+  }
+  session.Append(prompt, &logits);
+  std::vector<std::vector<int32_t>> srcs = sources;
+  ExpectClose(logits, Recompute(model, seqs, lens, srcs), V, tol,
+              "prompt");
+  auto steps = [&](int64_t n) {
+    for (int64_t s = 0; s < n; ++s) {
+      std::vector<int32_t> next;
+      for (size_t b = 0; b < seqs.size(); ++b) next.push_back(seqs[b][lens[b]++]);
+      session.Step(next, &logits);
+      ExpectClose(logits, Recompute(model, seqs, lens, srcs), V,
+                  tol, "step");
+    }
+  };
+  steps(3);
+  const std::vector<int64_t> parents = {2, 0, 0, 3, 2};
+  session.Reorder(parents);
+  std::vector<std::vector<int32_t>> seqs2;
+  std::vector<int64_t> lens2;
+  srcs.clear();
+  for (int64_t p : parents) {
+    seqs2.push_back(seqs[p]);
+    lens2.push_back(lens[p]);
+    srcs.push_back(sources[p]);
+  }
+  // The reordered hypotheses diverge from here: new random continuations.
+  for (auto& s : seqs2) {
+    for (int64_t i = 6; i < capacity; ++i) s[i] = rng.Below(V);
+  }
+  seqs = seqs2;
+  lens = lens2;
+  ASSERT_EQ(session.batch(), 5);
+  for (int64_t j = 0; j < 5; ++j) {
+    EXPECT_EQ(session.source_of(j), parents[j]);
+    EXPECT_EQ(session.length(j), 6);
+  }
+  steps(capacity - 6);
+}
+
+TEST_P(DecoderSessionTest, Seq2seqFloatMatchesRecomputation) {
+  CheckSeq2seqAgainstRecomputation<float>(GetParam(), 1e-5);
+}
+
+TEST_P(DecoderSessionTest, Seq2seqDoubleMatchesRecomputation) {
+  CheckSeq2seqAgainstRecomputation<double>(GetParam(), 1e-12);
+}
+
+// Reorder on a decoder-only session: sequences copied, dropped and
+// duplicated continue as the copies would.
+TEST(DecoderSessionReorder, DecoderOnlyContinuesFromThePrefixes) {
+  BasicTransformer<double> model(ConfigFor(Cases()[3]));
+  Perturb(&model);
+  const int64_t V = model.config().vocab_size;
+  BasicDecoderSession<double> session(model, 3, 8);
+  std::vector<std::vector<int32_t>> seqs = {{1, 2, 3, 4, 5},
+                                            {6, 7, 8, 9, 10},
+                                            {0, 1}};
+  std::vector<double> logits;
+  session.Append({{1, 2, 3}, {6, 7, 8, 9}, {0}}, &logits);
+  session.Reorder({1, 1, 0});
+  EXPECT_EQ(session.length(0), 4);
+  EXPECT_EQ(session.length(2), 3);
+  session.Step({10, 3, 4}, &logits);
+  const std::vector<std::vector<int32_t>> want = {
+      {6, 7, 8, 9, 10}, {6, 7, 8, 9, 3}, {1, 2, 3, 4}};
+  ExpectClose(logits, Recompute(model, want, {5, 5, 4}), V, 1e-12, "reorder");
+}
+
+TEST(DecoderSessionErrors, Seq2seqArguments) {
+  ModelConfig c = Seq2seqConfigFor(Cases()[2]);  // learned, max_len 20
+  Transformer model(c);
+  ExpectInvalid([&] { DecoderSession s(model, 2, 4); },
+                {"decoder", "seq2seq", "source"});
+  ExpectInvalid(
+      [&] { DecoderSession s(model, std::vector<std::vector<int32_t>>{}, 4); },
+      {"no source"});
+  ExpectInvalid([&] { DecoderSession s(model, {{1, 11}}, 4); },
+                {"[0][1]", "vocab_size = 11"});
+  ExpectInvalid([&] { DecoderSession s(model, {{1}}, 21); },
+                {"capacity 21", "max_len = 20"});
+  Transformer decoder(ConfigFor(Cases()[3]));
+  ExpectInvalid([&] { DecoderSession s(decoder, {{1}}, 4); },
+                {"seq2seq", "decoder"});
+  DecoderSession session(model, {{1, 2}, {3}}, 4);
+  std::vector<float> logits;
+  session.Step({1, 1}, &logits);
+  ExpectInvalid([&] { session.Reorder({}); }, {"no sequence"});
+  ExpectInvalid([&] { session.Reorder({0, 2}); }, {"parents[1]", "2"});
+  EXPECT_EQ(session.batch(), 2);
+  session.Reorder({1});
+  EXPECT_EQ(session.source_of(0), 1);
+  session.Step({2}, &logits);
+  EXPECT_EQ(logits.size(), 11u);
 }
 
 }  // namespace

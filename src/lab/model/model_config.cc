@@ -62,15 +62,16 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
   const std::string pos = kPositionGroup;
   return {
       io::WithDefaultNote(
-          Words<C>(
-              "arch", "--arch",
-              "Bidirectional encoder or causal decoder-only model",
-              {"encoder", "decoder"},
-              [](const C& c) { return ToString(c.arch); },
-              [](C& c, const std::string& s, const std::string&) {
-                c.arch = ParseArch(s);
-              }),
-          "encoder for tasks, decoder for lm"),
+          Words<C>("arch", "--arch",
+                   "Bidirectional encoder, causal decoder-only model, or "
+                   "encoder-decoder (seq2seq: source -> target, "
+                   "docs/model.md)",
+                   {"encoder", "decoder", "seq2seq"},
+                   [](const C& c) { return ToString(c.arch); },
+                   [](C& c, const std::string& s, const std::string&) {
+                     c.arch = ParseArch(s);
+                   }),
+          "encoder for tasks, decoder for lm, seq2seq for the s2s_* tasks"),
       io::WithDefaultNote(
           Field<C>("vocab_size", "", "Token ids (the data decides)",
                    &C::vocab_size, Range{1, kMaxVocab}),
@@ -79,8 +80,15 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
                Range{1, kMaxDModel}),
       Field<C>("heads", "--heads", "Attention heads (must divide d_model)",
                &C::heads, Range{1, kMaxDModel}),
-      Field<C>("layers", "--layers", "Transformer blocks", &C::layers,
+      Field<C>("layers", "--layers",
+               "Transformer blocks (seq2seq: the encoder's)", &C::layers,
                Range{0, kMaxLayers}),
+      io::WithDefaultNote(
+          io::OmitAtDefault(Field<C>(
+              "decoder_layers", "--decoder-layers",
+              "seq2seq: the decoder's blocks (-1: as many as layers)",
+              &C::decoder_layers, Range{-1, kMaxLayers})),
+          "`-1` (= layers)"),
       Field<C>("d_ff", "--d-ff", "Feed-forward width", &C::d_ff,
                Range{1, kMaxDff}),
       Field<C>("max_len", "--max-len",
@@ -179,15 +187,48 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
 }  // namespace
 
 std::string ToString(Arch arch) {
-  return arch == Arch::kEncoder ? "encoder" : "decoder";
+  switch (arch) {
+    case Arch::kEncoder:
+      return "encoder";
+    case Arch::kDecoder:
+      return "decoder";
+    case Arch::kSeq2seq:
+      return "seq2seq";
+  }
+  return "unknown";
 }
 
 Arch ParseArch(const std::string& name) {
-  if (name == "encoder") return Arch::kEncoder;
-  if (name == "decoder") return Arch::kDecoder;
-  RELPOS_THROW(InvalidArgument, "unknown arch '"
-                                    << name
-                                    << "' (expected one of: encoder, decoder)");
+  for (Arch a : {Arch::kEncoder, Arch::kDecoder, Arch::kSeq2seq}) {
+    if (ToString(a) == name) return a;
+  }
+  RELPOS_THROW(InvalidArgument,
+               "unknown arch '" << name
+                                << "' (expected one of: encoder, decoder, "
+                                   "seq2seq)");
+}
+
+int64_t DecoderLayers(const ModelConfig& c) {
+  return c.decoder_layers < 0 ? c.layers : c.decoder_layers;
+}
+
+namespace {
+ModelConfig SideOf(const ModelConfig& c, Arch side, int64_t layers) {
+  if (c.arch != Arch::kSeq2seq) return c;
+  ModelConfig s = c;
+  s.arch = side;
+  s.layers = layers;
+  s.decoder_layers = -1;
+  return s;
+}
+}  // namespace
+
+ModelConfig EncoderSide(const ModelConfig& c) {
+  return SideOf(c, Arch::kEncoder, c.layers);
+}
+
+ModelConfig DecoderSide(const ModelConfig& c) {
+  return SideOf(c, Arch::kDecoder, DecoderLayers(c));
 }
 
 const std::vector<io::Setting<ModelConfig>>& ModelSettings() {
@@ -246,6 +287,37 @@ void CheckUnreadSwitches(const Scheme& scheme, const ModelConfig& c) {
   }
 }
 
+// The checks that depend on the position scheme, for one side of the model
+// (its arch decides T5's bucket direction): the registry's, after refusing
+// the switches of settings the scheme does not read.
+void ValidateScheme(const ModelConfig& c) {
+  const Scheme& scheme = FindScheme(c.position);
+  CheckUnreadSwitches(scheme, c);
+  scheme.Validate(SchemeLayerOf(c));
+}
+
+// The parameters of a side's scheme and blocks, in double (every factor is
+// capped, so this cannot overflow): per_block those of one block's
+// self-attention and feed-forward sublayers with the scheme's per-layer
+// tables (from the registry), once the tables held once (the input table).
+struct SideParameters {
+  double per_block = 0.0, once = 0.0;
+};
+
+SideParameters BlockParameters(const ModelConfig& c) {
+  const double d = static_cast<double>(c.d_model);
+  SideParameters p;
+  p.per_block = 4.0 * (d * d + d) + 2.0 * d * static_cast<double>(c.d_ff) +
+                static_cast<double>(c.d_ff) + d + 4.0 * d;
+  for (const SchemeTable& t :
+       FindScheme(c.position).Tables(SchemeLayerOf(c))) {
+    double n = 1.0;
+    for (int64_t e : t.shape) n *= static_cast<double>(e);
+    (t.per_layer() ? p.per_block : p.once) += n;
+  }
+  return p;
+}
+
 }  // namespace
 
 void Validate(const ModelConfig& c) {
@@ -253,25 +325,33 @@ void Validate(const ModelConfig& c) {
   RELPOS_CHECK_ARG(c.heads <= c.d_model && c.d_model % c.heads == 0,
                    "model config field 'heads' must divide d_model="
                        << c.d_model << " (got " << c.heads << ")");
-  const Scheme& scheme = FindScheme(c.position);
-  CheckUnreadSwitches(scheme, c);
-  const SchemeLayer layer = SchemeLayerOf(c);
-  scheme.Validate(layer);
-  // Parameter count in double: every factor is capped above, so this cannot
-  // overflow, and the cap keeps the allocation reasonable. The scheme's
-  // tables come from the registry: per layer, or once (the input table).
+  RELPOS_CHECK_ARG(c.arch == Arch::kSeq2seq || c.decoder_layers == -1,
+                   "model config field 'decoder_layers' applies to arch "
+                   "seq2seq; arch '"
+                       << ToString(c.arch) << "' has one stack, 'layers' (got "
+                       << c.decoder_layers << ")");
   const double d = static_cast<double>(c.d_model);
-  double per_layer = 4.0 * (d * d + d) + 2.0 * d * static_cast<double>(c.d_ff) +
-                     static_cast<double>(c.d_ff) + d + 4.0 * d;
-  double once = 0.0;
-  for (const SchemeTable& t : scheme.Tables(layer)) {
-    double n = 1.0;
-    for (int64_t e : t.shape) n *= static_cast<double>(e);
-    (t.per_layer() ? per_layer : once) += n;
-  }
   const double vocab = static_cast<double>(c.vocab_size);
-  const double total = static_cast<double>(c.layers) * per_layer +
-                       2.0 * vocab * d + vocab + 2.0 * d + once;
+  double total = 0;
+  if (c.arch == Arch::kSeq2seq) {
+    // Each side's scheme (T5's buckets: bidirectional in the encoder,
+    // causal in the decoder); a decoder block adds the cross-attention
+    // sublayer (projections and its LayerNorm). One tied embedding, the
+    // output bias, two final LayerNorms and each side's tables held once.
+    const ModelConfig enc = EncoderSide(c), dec = DecoderSide(c);
+    ValidateScheme(enc);
+    ValidateScheme(dec);
+    const SideParameters e = BlockParameters(enc), t = BlockParameters(dec);
+    const double cross = 4.0 * (d * d + d) + 2.0 * d;
+    total = static_cast<double>(enc.layers) * e.per_block +
+            static_cast<double>(dec.layers) * (t.per_block + cross) +
+            vocab * d + vocab + 4.0 * d + e.once + t.once;
+  } else {
+    ValidateScheme(c);
+    const SideParameters p = BlockParameters(c);
+    total = static_cast<double>(c.layers) * p.per_block + 2.0 * vocab * d +
+            vocab + 2.0 * d + p.once;
+  }
   RELPOS_CHECK_ARG(total <= kMaxParams, "model config asks for "
                                             << total
                                             << " parameters (more than 2^31); "

@@ -43,6 +43,7 @@ void ExpectEqual(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.d_model, b.d_model);
   EXPECT_EQ(a.heads, b.heads);
   EXPECT_EQ(a.layers, b.layers);
+  EXPECT_EQ(a.decoder_layers, b.decoder_layers);
   EXPECT_EQ(a.d_ff, b.d_ff);
   EXPECT_EQ(a.max_len, b.max_len);
   EXPECT_EQ(a.position, b.position);
@@ -68,6 +69,35 @@ TEST(ModelConfigTest, JsonRoundTripThroughText) {
   EXPECT_EQ(ToJson(c)["position"], "shaw-asym");
   EXPECT_EQ(ToJson(c)["arch"], "decoder");
   EXPECT_EQ(ToJson(c)["rope_layout"], "interleaved");
+  // decoder_layers is written only when it is not its default (-1), so
+  // configs of encoders and decoders read exactly as before it existed.
+  EXPECT_FALSE(ToJson(c).contains("decoder_layers"));
+}
+
+TEST(ModelConfigTest, Seq2seqRoundTripAndSides) {
+  ModelConfig c = NonDefault();
+  c.arch = Arch::kSeq2seq;
+  c.position = PositionScheme::kT5;
+  c.key_term = c.value_term = true;
+  c.per_head_tables = false;
+  c.decoder_layers = 2;
+  const nlohmann::json j = ToJson(c);
+  EXPECT_EQ(j["arch"], "seq2seq");
+  EXPECT_EQ(j["decoder_layers"], 2);
+  ExpectEqual(ModelConfigFromJson(nlohmann::json::parse(j.dump())), c);
+  // Each side as the position functions see it.
+  const ModelConfig enc = EncoderSide(c), dec = DecoderSide(c);
+  EXPECT_EQ(enc.arch, Arch::kEncoder);
+  EXPECT_EQ(enc.layers, 5);
+  EXPECT_EQ(dec.arch, Arch::kDecoder);
+  EXPECT_EQ(dec.layers, 2);
+  EXPECT_EQ(DecoderLayers(c), 2);
+  c.decoder_layers = -1;
+  EXPECT_EQ(DecoderSide(c).layers, 5);
+  // The other architectures are their own single side.
+  const ModelConfig d = NonDefault();
+  EXPECT_EQ(EncoderSide(d).arch, Arch::kDecoder);
+  EXPECT_EQ(DecoderSide(d).layers, d.layers);
 }
 
 // A config.json written before the scheme family (position "relative", none
@@ -117,8 +147,10 @@ TEST(ModelConfigTest, EnumNames) {
   EXPECT_EQ(ToString(PositionScheme::kRelative), "shaw");
   EXPECT_EQ(ParseArch("encoder"), Arch::kEncoder);
   EXPECT_EQ(ParseArch("decoder"), Arch::kDecoder);
+  EXPECT_EQ(ParseArch("seq2seq"), Arch::kSeq2seq);
+  EXPECT_EQ(ToString(Arch::kSeq2seq), "seq2seq");
   EXPECT_THROW(ParsePositionScheme("rotary"), InvalidArgument);
-  EXPECT_THROW(ParseArch("seq2seq"), InvalidArgument);
+  EXPECT_THROW(ParseArch("encoder-decoder"), InvalidArgument);
 }
 
 // Expects `json` to be rejected with exception type E whose message contains
@@ -162,7 +194,7 @@ TEST(ModelConfigTest, BadValuesNameTheField) {
                                   {"rel_init_scale"});
   ExpectRejected<InvalidArgument>(with("position", "rotary"),
                                   {"position", "rotary", "relative"});
-  ExpectRejected<InvalidArgument>(with("arch", "seq2seq"), {"arch", "seq2seq"});
+  ExpectRejected<InvalidArgument>(with("arch", "encdec"), {"arch", "encdec"});
   ExpectRejected<InvalidArgument>(with("k_left", -1), {"k_left", "-1"});
   ExpectRejected<InvalidArgument>(with("k_right", -2), {"k_right", "-2"});
   ExpectRejected<InvalidArgument>(with("num_buckets", 1), {"num_buckets", "1"});
@@ -217,6 +249,39 @@ TEST(ModelConfigTest, BadValuesNameTheField) {
   huge["heads"] = 1;
   huge["layers"] = 1024;
   ExpectRejected<InvalidArgument>(huge, {"parameters"});
+}
+
+// The checks a seq2seq config adds: decoder_layers (seq2seq only, -1 or a
+// block count), each side's scheme (the encoder's bidirectional T5 buckets
+// need 4), and a parameter count of both stacks and the cross-attention.
+TEST(ModelConfigTest, Seq2seqChecks) {
+  const nlohmann::json base = ToJson(NonDefault());
+  nlohmann::json j = base;
+  j["decoder_layers"] = 2;
+  ExpectRejected<InvalidArgument>(j, {"decoder_layers", "seq2seq", "decoder"});
+  j["arch"] = "seq2seq";
+  j["decoder_layers"] = -2;
+  ExpectRejected<InvalidArgument>(j, {"decoder_layers", "-2"});
+  nlohmann::json t5 = base;
+  t5["arch"] = "seq2seq";
+  t5["position"] = "t5";
+  t5["key_term"] = t5["value_term"] = true;
+  t5["per_head_tables"] = false;
+  t5["num_buckets"] = 3;
+  ExpectRejected<InvalidArgument>(t5, {"num_buckets", "3", "4"});
+  t5["num_buckets"] = 4;
+  EXPECT_NO_THROW(ModelConfigFromJson(t5));
+  nlohmann::json big = t5;
+  big["position"] = "none";
+  big["arch"] = "encoder";
+  big["d_model"] = 2048;  // ~25M parameters per encoder block, ~42M per
+  big["heads"] = 8;       // decoder block: 60 blocks are ~1.5G as an
+  big["d_ff"] = 2048;     // encoder, ~4G as seq2seq (cap 2^31)
+  big["layers"] = 60;
+  big["vocab_size"] = 16;
+  EXPECT_NO_THROW(ModelConfigFromJson(big));
+  big["arch"] = "seq2seq";
+  ExpectRejected<InvalidArgument>(big, {"parameters"});
 }
 
 TEST(ModelConfigTest, WrongTypesAndUnknownFieldsAreFormatErrors) {

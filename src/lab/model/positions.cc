@@ -35,6 +35,10 @@ AttentionOptions AttentionOptionsFor(const ModelConfig& c,
       .attention;
 }
 
+bool HasLearnedInputTable(const ModelConfig& c) {
+  return FindScheme(c.position).input == SchemeInput::kLearnedTable;
+}
+
 nn::MhaPositions MhaPositionsFor(const ModelConfig& c) {
   const SchemeCall call = FindScheme(c.position).Call(SchemeLayerOf(c), 1);
   nn::MhaPositions p;

@@ -37,6 +37,11 @@ SchemeLayer SchemeLayerOf(const ModelConfig& config);
 AttentionOptions AttentionOptionsFor(const ModelConfig& config,
                                      int64_t max_key_length);
 
+// Whether the configured scheme adds a learned input table (SchemeInput::
+// kLearnedTable, `learned`): it has no row beyond max_len, so no sequence
+// (source, target, decoding cache) may be longer.
+bool HasLearnedInputTable(const ModelConfig& config);
+
 // The layer's RoPE / XL switches for the configured scheme.
 nn::MhaPositions MhaPositionsFor(const ModelConfig& config);
 

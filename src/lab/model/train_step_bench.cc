@@ -1,5 +1,6 @@
 // One training step (Transformer::ForwardBackward) of the reference
-// model, relative position representations vs none:
+// model, relative position representations vs none (and, BM_Seq2seqTrainStep,
+// of a small translation model):
 //   d_model = 512, 8 heads, k = 16, sequence 512, batch 4, d_ff 2048,
 //   2 layers, byte vocabulary (256).
 // The target (docs/math.md section 6) is <= 3% overhead for the relative model.
@@ -94,6 +95,65 @@ void BM_TrainStep(benchmark::State& state, PositionScheme position) {
       static_cast<double>(b.batch * b.length), benchmark::Counter::kIsRate);
 }
 
+// One training step of the translation model the evidence runs plan:
+// seq2seq, d_model 256, 4 heads, d_ff 1024, 3 + 3 blocks, a shared
+// vocabulary of 8000 (SentencePiece's default size here), dropout 0.1,
+// label smoothing 0.1, on a batch of RELPOS_BENCH_S2S_PAIRS pairs (112)
+// whose source lengths are uniform in [4, 28] and targets 1.2 times as long
+// (about 4000 source + target tokens). RELPOS_BENCH_D_MODEL, _HEADS, _D_FF,
+// _LAYERS, _VOCAB and _K override the model as above.
+void BM_Seq2seqTrainStep(benchmark::State& state, PositionScheme position) {
+  ModelConfig c;
+  c.arch = Arch::kSeq2seq;
+  c.vocab_size = EnvOr("RELPOS_BENCH_VOCAB", 8000);
+  c.d_model = EnvOr("RELPOS_BENCH_D_MODEL", 256);
+  c.heads = EnvOr("RELPOS_BENCH_HEADS", 4);
+  c.layers = EnvOr("RELPOS_BENCH_LAYERS", 3);
+  c.d_ff = EnvOr("RELPOS_BENCH_D_FF", 1024);
+  c.position = position;
+  c.max_distance = EnvOr("RELPOS_BENCH_K", 16);
+  c.dropout = 0.1;
+  c.seed = 1;
+  Transformer model(c);
+  model.set_label_smoothing(0.1);
+  Batch b;
+  b.batch = EnvOr("RELPOS_BENCH_S2S_PAIRS", 112);
+  Rng data(7);
+  std::vector<int64_t> src(b.batch), tgt(b.batch);
+  for (int64_t s = 0; s < b.batch; ++s) {
+    src[s] = 4 + static_cast<int64_t>(data.Below(25));
+    tgt[s] = (12 * src[s] + 5) / 10;
+  }
+  b.source_length = *std::max_element(src.begin(), src.end());
+  b.length = *std::max_element(tgt.begin(), tgt.end());
+  for (int64_t s = 0; s < b.batch; ++s) {
+    for (int64_t i = 0; i < b.source_length; ++i) {
+      b.source_tokens.push_back(
+          i < src[s] ? static_cast<int32_t>(data.Below(c.vocab_size)) : 0);
+    }
+    for (int64_t i = 0; i < b.length; ++i) {
+      const bool valid = i < tgt[s];
+      b.tokens.push_back(valid ? static_cast<int32_t>(data.Below(c.vocab_size))
+                               : 0);
+      b.targets.push_back(valid ? static_cast<int32_t>(data.Below(c.vocab_size))
+                                : -1);
+    }
+  }
+  b.lengths = tgt;
+  b.source_lengths = src;
+  int64_t tokens = 0;
+  for (int64_t s = 0; s < b.batch; ++s) tokens += src[s] + tgt[s];
+  Rng rng(3);
+  model.ForwardBackward(b, rng, nullptr);  // warm-up: allocations
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(model.ForwardBackward(b, rng, nullptr));
+  }
+  state.counters["threads"] = omp_get_max_threads();
+  state.counters["tokens"] = static_cast<double>(tokens);
+  state.counters["tokens/s"] = benchmark::Counter(
+      static_cast<double>(tokens), benchmark::Counter::kIsRate);
+}
+
 // The attention part alone (forward + backward of one layer's attention at
 // the same shape, through the public API with AttentionPath::kAuto), to
 // attribute the training step's overhead: a step runs this once per layer.
@@ -172,6 +232,14 @@ BENCHMARK_CAPTURE(BM_TrainStep, rope, PositionScheme::kRope)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_TrainStep, xl, PositionScheme::kXl)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+BENCHMARK_CAPTURE(BM_Seq2seqTrainStep, seq2seq_shaw, PositionScheme::kShaw)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Seq2seqTrainStep, seq2seq_sinusoidal,
+                  PositionScheme::kSinusoidal)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -1,10 +1,13 @@
-// A small transformer for relpos's sequence-task and byte-level LM
-// experiments: a bidirectional encoder or a causal decoder-only model with
-// token embedding, pre-LayerNorm blocks (multi-head attention with a chosen
-// position scheme, GELU feed-forward, residuals), a final LayerNorm and an
-// untied output head. Forward and backward are written by hand (src/lab/nn/);
-// docs/model.md describes the architecture, initialisation and the names of
-// the parameters (which are the checkpoint tensor names).
+// A small transformer for relpos's sequence-task, byte-level LM and
+// translation experiments: a bidirectional encoder or a causal decoder-only
+// model with token embedding, pre-LayerNorm blocks (multi-head attention with
+// a chosen position scheme, GELU feed-forward, residuals), a final LayerNorm
+// and an untied output head; or an encoder-decoder (seq2seq) of the two
+// stacks, the decoder's blocks with cross-attention over the encoder's
+// output, and one embedding tied across the encoder input, the decoder input
+// and the output projection. Forward and backward are written by hand
+// (src/lab/nn/); docs/model.md describes the architectures, initialisation and
+// the names of the parameters (which are the checkpoint tensor names).
 //
 // The model is a class template on the number type: `Transformer` (float) is
 // what training uses; BasicTransformer<double> runs the same code in double
@@ -46,17 +49,23 @@ inline PositionScheme ParsePositionScheme(const std::string& name) {
 enum class Arch {
   kEncoder,  // bidirectional self-attention
   kDecoder,  // decoder-only, causal self-attention
+  // Encoder-decoder (Vaswani et al. 2017): a bidirectional encoder over the
+  // source, a causal decoder over the target whose blocks also attend to the
+  // encoder's output (cross-attention, no position term); tied embeddings.
+  kSeq2seq,
 };
-std::string ToString(Arch arch);  // "encoder" / "decoder"
+std::string ToString(Arch arch);  // "encoder" / "decoder" / "seq2seq"
 Arch ParseArch(const std::string& name);
 
 struct ModelConfig {
   Arch arch = Arch::kEncoder;
+  // layers: the blocks of the one stack (seq2seq: the encoder's).
   int64_t vocab_size = 0, d_model = 64, heads = 4, layers = 2, d_ff = 256;
+  int64_t decoder_layers = -1;  // kSeq2seq: the decoder's blocks; -1: layers
   // The position scheme and its settings (relpos::SchemeSettings says which
   // scheme reads which; the defaults are the registry's, those of the
   // papers). T5's buckets (t5, shaw-log) are bidirectional for encoders,
-  // causal for decoders.
+  // causal for decoders (seq2seq: per side, EncoderSide / DecoderSide).
   int64_t max_len = kDefaultSchemeSettings.max_len;  // rows of `learned`
   PositionScheme position = PositionScheme::kShaw;
   int64_t max_distance = kDefaultSchemeSettings.max_distance;
@@ -76,7 +85,19 @@ struct ModelConfig {
   uint64_t seed = 0;            // initialisation
 };
 
-// JSON object with every field above; enums as their names.
+// The decoder's blocks of a seq2seq model (decoder_layers, or layers when
+// it is -1); layers for the other architectures.
+int64_t DecoderLayers(const ModelConfig& config);
+// One stack of a seq2seq model as the position functions (model/positions.h)
+// and the blocks see it: the encoder side is an encoder of `layers` blocks,
+// the decoder side a decoder of DecoderLayers blocks, so that every scheme
+// gets its direction per side (T5's buckets bidirectional in the encoder
+// and causal in the decoder, as T5 has them). For the other architectures,
+// the config itself.
+ModelConfig EncoderSide(const ModelConfig& config);
+ModelConfig DecoderSide(const ModelConfig& config);
+
+// JSON object with every field above; enums as their ToString names.
 nlohmann::json ToJson(const ModelConfig& config);
 // Missing fields keep their defaults. A field of the wrong JSON type, an
 // unknown field or a non-object throws FormatError naming the field; values
@@ -86,7 +107,10 @@ ModelConfig ModelConfigFromJson(const nlohmann::json& json);
 // that an untrusted config cannot request absurd allocations.
 void Validate(const ModelConfig& config);
 
-// A batch of token sequences, padded to `length`.
+// A batch of token sequences, padded to `length`. For a seq2seq model the
+// sequences are the decoder's (the target side: tokens = BOS y_1 .. y_m,
+// targets = y_1 .. y_m EOS under teacher forcing) and each has a source
+// sentence; the other architectures take no source.
 struct Batch {
   int64_t batch = 0, length = 0;
   std::vector<int32_t> tokens;   // [batch, length]
@@ -95,6 +119,13 @@ struct Batch {
   // are padding: invisible as keys, their tokens are ignored (any value), and
   // their targets must be -1.
   std::vector<int64_t> lengths;
+  // Seq2seq only (empty otherwise): the source sentences, padded to
+  // source_length >= 1, with their valid lengths in [0, source_length]
+  // (padding tokens ignored, as on the target side). Source and target
+  // lengths differ freely per sequence.
+  int64_t source_length = 0;
+  std::vector<int32_t> source_tokens;   // [batch, source_length]
+  std::vector<int64_t> source_lengths;  // [batch]
 };
 
 // One named tensor of the model. `grad` has value's size and is overwritten
@@ -132,6 +163,20 @@ struct BlockShape;  // model/transformer_block.h
 template <typename T>
 struct BlockWeights;  // model/transformer_block.h
 
+// What incremental decoding (model/decoder_session.h) runs: the decoder
+// stack's weights (the only stack of a decoder-only model) and the output
+// head. The input is x = embed_scale * token[id] + the side's absolute
+// position term; a tied head reads head_w == token.
+template <typename T>
+struct DecoderWeights {
+  const T* token = nullptr;     // [vocab_size, d_model]
+  T embed_scale = T(1);         // sqrt(d_model) for seq2seq, else 1
+  const T* position = nullptr;  // learned table [max_len, d_model] or null
+  std::vector<BlockWeights<T>> blocks;  // cross-attention: seq2seq only
+  const T *final_gamma = nullptr, *final_beta = nullptr;
+  const T *head_w = nullptr, *head_b = nullptr;  // [V, d_model], [V]
+};
+
 // Holds its activations between the forward and backward pass, so one object
 // serves one call at a time (use one model per thread).
 template <typename T>
@@ -151,21 +196,33 @@ class BasicTransformer {
 
   // Forward pass over `batch`: logits [batch * length, vocab_size] and the
   // mean cross-entropy over targets != -1, returned (0 when there is no
-  // target). kTraining with config.dropout > 0 draws one value from *rng per
-  // dropout site (the masks themselves come from a counter-based hash, so
-  // they do not depend on the thread count); rng must not be null for
-  // kTraining and is unused for kInference. Throws InvalidArgument for an
-  // inconsistent batch (sizes, token ids out of range, targets at padded
-  // positions, length > max_len for kLearned) and changes nothing then.
+  // target; kTraining with label smoothing: the smoothed loss, which
+  // Backward differentiates). kTraining with config.dropout > 0 draws one
+  // value from *rng per dropout site (the masks themselves come from a
+  // counter-based hash, so they do not depend on the thread count); rng
+  // must not be null for kTraining and is unused for kInference. Throws
+  // InvalidArgument for an inconsistent batch (sizes, token ids out of
+  // range, targets at padded positions, length > max_len for kLearned, a
+  // source given to another model or missing from a seq2seq one) and
+  // changes nothing then.
   T Forward(const Batch& batch, ForwardMode mode, Rng* rng);
+  // Label smoothing eps of the training loss (nn/cross_entropy.h: PyTorch's
+  // CrossEntropyLoss(label_smoothing=eps) over the whole vocabulary, rows
+  // without a target excluded), applied by Forward(kTraining) and Backward
+  // only; the metrics' loss_sum and kInference stay plain cross-entropy.
+  // InvalidArgument unless 0 <= eps < 1. Default 0.
+  void set_label_smoothing(double eps);
+  double label_smoothing() const { return label_smoothing_; }
+
   // Adds the last Forward's counts to *metrics.
   void AddMetrics(Metrics* metrics) const;
   // The last Forward's argmax per position [batch, length] (ties to the
   // lowest id), -1 at padded positions.
   void Predictions(std::vector<int32_t>* predictions) const;
   // The last Forward's final hidden states LayerNormF(x_L) [rows, d_model]
-  // and logits [rows, vocab_size], rows = the valid positions packed sequence
-  // after sequence (relpos::Model::Outputs unpacks them).
+  // (seq2seq: the decoder's) and logits [rows, vocab_size], rows = the valid
+  // positions packed sequence after sequence (relpos::Model::Outputs unpacks
+  // them).
   const std::vector<T>& LastHidden() const;
   const std::vector<T>& LastLogits() const;
   // Gradients of the last Forward's loss, OVERWRITING every parameter's grad
@@ -194,8 +251,19 @@ class BasicTransformer {
   int64_t NumParameters() const;
 
   // ---- For incremental decoding (model/decoder_session.h) ----
-  // The weights block `layer` runs with (the parameters' current values).
+  // The weights block `layer` of the decoder stack (the only stack of the
+  // other architectures) runs with: the parameters' current values.
   BlockWeights<T> block_weights(int64_t layer) const;
+  // The decoder stack and output head (the parameters' current values).
+  DecoderWeights<T> decoder_weights() const;
+  // Seq2seq only: the encoder's output LayerNormE(x_L) of `sources` (one
+  // token list each, possibly empty), [rows, d_model] with the rows packed
+  // source after source, as the training forward computes it (no dropout).
+  // Keeps no state: the model may be const and shared. InvalidArgument for
+  // another architecture, no source, an id out of range or a source longer
+  // than max_len with learned positions.
+  void Encode(const std::vector<std::vector<int32_t>>& sources,
+              std::vector<T>* memory) const;
 
  private:
   struct State;  // activations and scratch, defined in transformer.cc
@@ -203,6 +271,7 @@ class BasicTransformer {
   ModelConfig config_;
   std::vector<BasicParameter<T>> params_;
   std::unique_ptr<State> state_;
+  double label_smoothing_ = 0.0;
 };
 
 // The float model used for training; double is for gradient checks.

@@ -11,6 +11,73 @@
 #include "nn/parallel.h"
 
 namespace relpos::model {
+
+AttentionOptions CrossAttentionOptions() {
+  AttentionOptions o;
+  o.path = AttentionPath::kAuto;
+  o.causal = false;
+  o.max_distance = 0;
+  o.key_term = false;
+  o.value_term = false;
+  o.per_head_tables = false;
+  return o;
+}
+
+namespace {
+
+// The cross-attention sublayer of a seq2seq decoder block, forward:
+//   hs = x + branch (the attention sublayer's), lnc = LayerNormC(hs),
+//   branch = Dropout(CrossAttention(lnc, memory)).
+template <typename T>
+void CrossSublayerForward(const T* x, const BlockWeights<T>& w,
+                          BlockActivations<T>& a, std::vector<T>& branch,
+                          const BlockShape& shape, const BlockOptions& options,
+                          const BlockMemory<T>& memory) {
+  const int64_t rows = shape.rows(), d = shape.d_model;
+  Resize(&a.hs, rows * d);
+  Resize(&a.lnc, rows * d);
+  Resize(&a.lnc_mean, rows);
+  Resize(&a.lnc_rstd, rows);
+  nn::AddLayerNormForward<T>(x, branch.data(), w.cross_ln_gamma,
+                             w.cross_ln_beta, a.hs.data(), a.lnc.data(),
+                             a.lnc_mean.data(), a.lnc_rstd.data(), {rows, d});
+  nn::CrossAttentionForward<T>(a.lnc.data(), memory.memory, w.cross,
+                               branch.data(), &a.cross, shape.mha(),
+                               memory.shape, memory.attention);
+  if (options.dropout > 0.0) {
+    RowDropout<T>(true, branch.data(), branch.data(), shape, options.dropout,
+                  a.cross_drop_seed);
+  }
+}
+
+// Differentiates `h = hs + Dropout(CrossAttention(LayerNormC(hs), memory))`:
+// dresid holds dL/dh on entry and dL/dhs on return (the identity path plus
+// LayerNormC's); memory.dmemory receives the memory's share.
+template <typename T>
+void CrossSublayerBackward(const BlockWeights<T>& w,
+                           const BlockActivations<T>& a, T* dresid,
+                           const BlockGrads<T>& grads, BlockScratch<T>& s,
+                           const BlockShape& shape, const BlockOptions& options,
+                           const BlockMemory<T>& memory) {
+  const T* dcross = dresid;
+  if (options.dropout > 0.0) {
+    RowDropout<T>(false, dresid, s.dbranch.data(), shape, options.dropout,
+                  a.cross_drop_seed);
+    dcross = s.dbranch.data();
+  }
+  nn::CrossAttentionBackward<T>(a.lnc.data(), memory.memory, w.cross, a.cross,
+                                dcross, s.dln.data(), memory.dmemory,
+                                grads.cross, &s.mha, shape.mha(), memory.shape,
+                                memory.attention);
+  nn::LayerNormBackward<T>(a.hs.data(), w.cross_ln_gamma, a.lnc_mean.data(),
+                           a.lnc_rstd.data(), s.dln.data(), dresid,
+                           grads.cross_ln_gamma, grads.cross_ln_beta,
+                           {shape.rows(), shape.d_model},
+                           {.accumulate_dx = true});
+}
+
+}  // namespace
+
 template <typename T>
 void RowDropout(bool forward, const T* in, T* out, const BlockShape& s,
                 double p, uint64_t seed) {
@@ -40,7 +107,7 @@ template <typename T>
 void BlockForward(const T* x, const BlockWeights<T>& w, T* x_next,
                   BlockActivations<T>* acts, BlockScratch<T>* scratch,
                   const BlockShape& shape, const AttentionOptions& attention,
-                  const BlockOptions& options) {
+                  const BlockOptions& options, const BlockMemory<T>* memory) {
   const int64_t rows = shape.rows(), d = shape.d_model, dff = shape.d_ff;
   const nn::LayerNormShape ln_shape{rows, d};
   const bool dropout = options.dropout > 0.0;
@@ -62,13 +129,20 @@ void BlockForward(const T* x, const BlockWeights<T>& w, T* x_next,
     RowDropout<T>(true, branch.data(), branch.data(), shape, options.dropout,
                   a.attn_drop_seed);
   }
+  // ---- Cross-attention sublayer (seq2seq decoder blocks) ----
+  // hs = x + branch; branch = Dropout(CrossAttention(LayerNormC(hs), m))
+  const T* residual = x;  // what the attention branches are added to
+  if (memory != nullptr) {
+    CrossSublayerForward<T>(x, w, a, branch, shape, options, *memory);
+    residual = a.hs.data();
+  }
   // ---- Feed-forward sublayer: x_next = h + Dropout(W2 ff_act + b2) ----
-  // h = x + branch; ln2 = LayerNorm2(h), in one pass
+  // h = x (or hs) + branch; ln2 = LayerNorm2(h), in one pass
   Resize(&a.h, rows * d);
   Resize(&a.ln2, rows * d);
   Resize(&a.ln2_mean, rows);
   Resize(&a.ln2_rstd, rows);
-  nn::AddLayerNormForward<T>(x, branch.data(), w.ln2_gamma, w.ln2_beta,
+  nn::AddLayerNormForward<T>(residual, branch.data(), w.ln2_gamma, w.ln2_beta,
                              a.h.data(), a.ln2.data(), a.ln2_mean.data(),
                              a.ln2_rstd.data(), ln_shape);
   // ff_pre = W1 ln2 + b1; ff_act = GELU(ff_pre)
@@ -95,7 +169,7 @@ void BlockBackward(const T* x, const BlockWeights<T>& w,
                    const BlockActivations<T>& acts, T* dresid,
                    const BlockGrads<T>& grads, BlockScratch<T>* scratch,
                    const BlockShape& shape, const AttentionOptions& attention,
-                   const BlockOptions& options) {
+                   const BlockOptions& options, const BlockMemory<T>* memory) {
   const int64_t rows = shape.rows(), d = shape.d_model, dff = shape.d_ff;
   const nn::LayerNormShape ln_shape{rows, d};
   const bool dropout = options.dropout > 0.0;
@@ -127,8 +201,14 @@ void BlockBackward(const T* x, const BlockWeights<T>& w,
                            grads.ln2_gamma, grads.ln2_beta, ln_shape,
                            {.accumulate_dx = true});
 
+  // ---- Cross-attention sublayer: dresid becomes dL/dhs ----
+  if (memory != nullptr) {
+    CrossSublayerBackward<T>(w, a, dresid, grads, s, shape, options, *memory);
+  }
+
   // ---- Attention sublayer ----
-  // Differentiates `h = x + Dropout(MultiHeadAttention(ln1))`.
+  // Differentiates `h = x + Dropout(MultiHeadAttention(ln1))` (cross
+  // blocks: `hs = ...`).
   const T* dattn_out = dresid;
   if (dropout) {
     RowDropout<T>(false, dresid, s.dbranch.data(), shape, options.dropout,
@@ -147,14 +227,14 @@ void BlockBackward(const T* x, const BlockWeights<T>& w,
 #define RELPOS_INSTANTIATE_BLOCK(T)                                          \
   template void RowDropout<T>(bool, const T*, T*, const BlockShape&, double, \
                               uint64_t);                                     \
-  template void BlockForward<T>(const T*, const BlockWeights<T>&, T*,        \
-                                BlockActivations<T>*, BlockScratch<T>*,      \
-                                const BlockShape&, const AttentionOptions&,  \
-                                const BlockOptions&);                        \
+  template void BlockForward<T>(                                             \
+      const T*, const BlockWeights<T>&, T*, BlockActivations<T>*,            \
+      BlockScratch<T>*, const BlockShape&, const AttentionOptions&,          \
+      const BlockOptions&, const BlockMemory<T>*);                           \
   template void BlockBackward<T>(                                            \
       const T*, const BlockWeights<T>&, const BlockActivations<T>&, T*,      \
       const BlockGrads<T>&, BlockScratch<T>*, const BlockShape&,             \
-      const AttentionOptions&, const BlockOptions&);
+      const AttentionOptions&, const BlockOptions&, const BlockMemory<T>*);
 RELPOS_INSTANTIATE_BLOCK(float)
 RELPOS_INSTANTIATE_BLOCK(double)
 #undef RELPOS_INSTANTIATE_BLOCK

@@ -3,6 +3,11 @@
 // gpt2_backward walk their layers):
 //   h       = x + Dropout(MultiHeadAttention(LayerNorm1(x)))      attention
 //   x_next  = h + Dropout(W2 GELU(W1 LayerNorm2(h) + b1) + b2)    feed-forward
+// A seq2seq decoder block has a cross-attention sublayer between the two
+// (Vaswani et al. 2017, section 3.1), over the encoder's output m:
+//   hs      = x + Dropout(MultiHeadAttention(LayerNorm1(x)))      attention
+//   h       = hs + Dropout(CrossAttention(LayerNormC(hs), m))     cross
+//   x_next  = h + Dropout(W2 GELU(W1 LayerNorm2(h) + b1) + b2)    feed-forward
 // The model owns the buffers and the parameter tensors; these functions only
 // read and write them, so the same code serves training (one
 // BlockActivations per block, kept for BlockBackward) and inference (one
@@ -40,6 +45,11 @@ struct BlockWeights {
   const T *ln2_gamma = nullptr, *ln2_beta = nullptr;
   const T *ff_in_w = nullptr, *ff_in_b = nullptr;
   const T *ff_out_w = nullptr, *ff_out_b = nullptr;
+  // Seq2seq decoder blocks only (null otherwise): LayerNormC and the
+  // cross-attention's projections (no position tensors).
+  const T *cross_ln_gamma = nullptr, *cross_ln_beta = nullptr;
+  nn::MhaWeights<T> cross;
+  bool has_cross() const { return cross.wq != nullptr; }
 };
 
 // Gradients, the same shapes as BlockWeights; all overwritten by
@@ -51,6 +61,8 @@ struct BlockGrads {
   T *ln2_gamma = nullptr, *ln2_beta = nullptr;
   T *ff_in_w = nullptr, *ff_in_b = nullptr;
   T *ff_out_w = nullptr, *ff_out_b = nullptr;
+  T *cross_ln_gamma = nullptr, *cross_ln_beta = nullptr;
+  nn::MhaGrads<T> cross;
 };
 
 // What BlockForward leaves for BlockBackward (resized as needed).
@@ -61,9 +73,13 @@ struct BlockActivations {
   std::vector<T> h;                        // x + attention branch [rows, d]
   std::vector<T> ln2, ln2_mean, ln2_rstd;  // LayerNorm2(h) [rows, d], stats
   std::vector<T> ff_pre, ff_act;  // W1 ln2 + b1, GELU of it [rows, d_ff]
-  // Dropout seeds of the two branches; the caller sets them before
-  // BlockForward (they are unused when dropout is off).
-  uint64_t attn_drop_seed = 0, ff_drop_seed = 0;
+  // Cross-attention blocks: hs = x + attention branch, LayerNormC(hs) and
+  // its statistics, the cross-attention's cache.
+  std::vector<T> hs, lnc, lnc_mean, lnc_rstd;
+  nn::MhaCache<T> cross;
+  // Dropout seeds of the branches; the caller sets them before BlockForward
+  // (they are unused when dropout is off; cross only in cross blocks).
+  uint64_t attn_drop_seed = 0, ff_drop_seed = 0, cross_drop_seed = 0;
 };
 
 // Working memory shared by every block of a pass (resized as needed).
@@ -76,6 +92,22 @@ struct BlockScratch {
   nn::MhaScratch<T> mha;
 };
 
+// What a seq2seq decoder block's cross-attention reads: the encoder's
+// output and how its rows are laid out.
+template <typename T>
+struct BlockMemory {
+  const T* memory = nullptr;   // [memory rows, d_model]
+  nn::MhaShape shape;          // the source sentences (same batch)
+  AttentionOptions attention;  // CrossAttentionOptions() (+ key lengths)
+  T* dmemory = nullptr;        // BlockBackward ADDS dL/dmemory here
+};
+
+// Cross-attention's options: plain scaled dot-product attention (no
+// position term: Shaw et al. 2018 put relative positions in self-attention
+// only; not causal: every target position sees the whole source), path
+// kAuto. A padded layout adds key_lengths.
+AttentionOptions CrossAttentionOptions();
+
 struct BlockOptions {
   // Drop probability of both branches, in [0, 1); 0 switches dropout off.
   double dropout = 0.0;
@@ -87,22 +119,26 @@ struct BlockOptions {
 // x [rows, d] -> x_next [rows, d]. `attention` carries the position scheme's
 // options, causality and the key lengths (see nn::MultiHeadAttentionForward).
 // x_next may alias x (x is last read before x_next is written); BlockBackward
-// needs the original x, so training keeps them apart.
+// needs the original x, so training keeps them apart. `memory` is given
+// exactly for the blocks with cross-attention (w.has_cross()).
 template <typename T>
 void BlockForward(const T* x, const BlockWeights<T>& w, T* x_next,
                   BlockActivations<T>* acts, BlockScratch<T>* scratch,
                   const BlockShape& shape, const AttentionOptions& attention,
-                  const BlockOptions& options);
+                  const BlockOptions& options,
+                  const BlockMemory<T>* memory = nullptr);
 
 // Differentiates BlockForward. dresid [rows, d] holds dL/dx_next on entry and
-// dL/dx on return; x, w, acts, attention and options must be those of the
-// forward call. Every gradient in `grads` is overwritten.
+// dL/dx on return; x, w, acts, attention, options and memory must be those
+// of the forward call (memory->dmemory receives the memory's gradient,
+// added). Every gradient in `grads` is overwritten.
 template <typename T>
 void BlockBackward(const T* x, const BlockWeights<T>& w,
                    const BlockActivations<T>& acts, T* dresid,
                    const BlockGrads<T>& grads, BlockScratch<T>* scratch,
                    const BlockShape& shape, const AttentionOptions& attention,
-                   const BlockOptions& options);
+                   const BlockOptions& options,
+                   const BlockMemory<T>* memory = nullptr);
 
 // Dropout (forward = true) or its backward over a [rows, d_model] buffer
 // (in may alias out) with the masks of the padded [batch, length, d_model]

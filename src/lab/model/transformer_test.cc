@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "model/model_test_util.h"
 #include "model/positions.h"
 #include "model/transformer_block.h"
 #include "nn/grad_check_test_util.h"
@@ -25,36 +26,9 @@
 namespace relpos::model {
 namespace {
 
+using testing::AllSchemes;
 ModelConfig Tiny(Arch arch, PositionScheme position) {
-  ModelConfig c;
-  c.arch = arch;
-  c.vocab_size = 7;
-  c.d_model = 8;
-  c.heads = 2;
-  c.layers = 2;
-  c.d_ff = 12;
-  c.max_len = 9;
-  c.position = position;
-  c.max_distance = 2;
-  // Small reaches and buckets, so that length-6 batches reach the clipped
-  // rows and T5's logarithmic buckets (bidirectional: exact 2, causal: 4).
-  c.k_left = 3;
-  c.k_right = 1;
-  c.num_buckets = 8;
-  c.bucket_max_distance = 5;
-  c.seed = 11;
-  return c;
-}
-
-// Every scheme of the registry (relpos/schemes.h), in its order: a scheme
-// added there is run by every test below that loops over them.
-const std::vector<PositionScheme>& AllSchemes() {
-  static const std::vector<PositionScheme> all = [] {
-    std::vector<PositionScheme> ids;
-    for (const Scheme& s : Schemes()) ids.push_back(s.id);
-    return ids;
-  }();
-  return all;
+  return testing::TinyConfig(arch, position);
 }
 
 // Two sequences padded to length 6: one full, one of length 4 whose padded
@@ -119,27 +93,13 @@ ModelConfig ConfigFor(const SchemeCase& sc) {
 
 class ModelGradTest : public ::testing::TestWithParam<SchemeCase> {};
 
-// Every parameter tensor's gradient against central differences of the
-// double-precision model's loss (the same code as the float model). With
-// dropout the masks are a function of the Rng seed, so each loss evaluation
-// uses a fresh Rng with the same seed: the function being differentiated is
-// fixed. Tolerances: see grad_check_test_util.h.
+// Every parameter tensor's gradient, up to 12 entries each
+// (model_test_util.h).
 TEST_P(ModelGradTest, EveryParameterMatchesFiniteDifferences) {
   const ModelConfig c = ConfigFor(GetParam());
   BasicTransformer<double> model(c);
-  const Batch batch = TinyBatch();
-  auto loss = [&] {
-    Rng rng(5);
-    return model.ForwardBackward(batch, rng, nullptr);
-  };
-  loss();
-  std::vector<std::vector<double>> grads;
-  for (const auto& p : model.parameters()) grads.push_back(p.grad);
-  int checked = 0;
-  for (size_t i = 0; i < model.parameters().size(); ++i) {
-    auto& p = model.parameters()[i];
-    checked += nn::testing::CheckGradient(p.name, &p.value, grads[i], loss, 12);
-  }
+  const int checked = testing::CheckEveryParameter(
+      model, TinyBatch(), [](const std::string&) { return 12; });
   EXPECT_GT(checked, 150);
   // Rows of the learned table beyond the batch length get exactly zero.
   const int64_t pos = model.FindParameter("embed.position");
@@ -155,13 +115,8 @@ INSTANTIATE_TEST_SUITE_P(Schemes, ModelGradTest,
                          ::testing::ValuesIn(SchemeCases()),
                          [](const auto& info) { return info.param.name; });
 
+// Every scheme, both architectures (model_test_util.h).
 TEST(TransformerTest, FloatModelMatchesDoubleModel) {
-  // Same config, same initial values (generated in float for both). The float
-  // model's rounding (eps 6e-8) through ~10 GEMMs and normalisations of width
-  // <= 32 stays far below 1e-4 relative to each tensor's largest gradient;
-  // a wrong float-only code path (Sgemm arguments) would be O(1).
-  // Every scheme, both architectures: the float model takes the fused
-  // kernel wherever it supports the scheme, the double one the reference.
   for (const SchemeCase& sc : SchemeCases()) {
     if (sc.dropout > 0) continue;
     ModelConfig c = ConfigFor(sc);
@@ -169,23 +124,7 @@ TEST(TransformerTest, FloatModelMatchesDoubleModel) {
     c.heads = 4;
     c.d_ff = 48;
     c.max_distance = 3;
-    BasicTransformer<double> md(c);
-    Transformer mf(c);
-    Batch batch = TinyBatch();
-    Rng r1(1), r2(1);
-    const double ld = md.ForwardBackward(batch, r1, nullptr);
-    const float lf = mf.ForwardBackward(batch, r2, nullptr);
-    EXPECT_NEAR(lf, ld, 1e-5 * std::abs(ld));
-    for (size_t i = 0; i < md.parameters().size(); ++i) {
-      const auto& gd = md.parameters()[i].grad;
-      const auto& gf = mf.parameters()[i].grad;
-      double scale = 0;
-      for (double v : gd) scale = std::max(scale, std::abs(v));
-      for (size_t j = 0; j < gd.size(); ++j) {
-        ASSERT_NEAR(gf[j], gd[j], 1e-4 * scale + 1e-7)
-            << sc.name << " " << md.parameters()[i].name << "[" << j << "]";
-      }
-    }
+    testing::ExpectFloatMatchesDouble(c, TinyBatch(), 0.0, sc.name);
   }
 }
 

@@ -25,10 +25,11 @@ void EmbeddingForward(const int32_t* tokens, const T* table, T* out,
 
 template <typename T>
 void EmbeddingBackward(const int32_t* tokens, const T* dout, T* dtable,
-                       const EmbeddingShape& s) {
+                       const EmbeddingShape& s,
+                       const EmbeddingBackwardOptions& options) {
   // Shapes: tokens [rows], dout [rows, dim], dtable [vocab, dim].
   // Differentiates `std::copy(src, src + s.dim, o)` (a gather): a scatter-add.
-  std::fill(dtable, dtable + s.vocab * s.dim, T(0));
+  if (!options.accumulate) std::fill(dtable, dtable + s.vocab * s.dim, T(0));
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (s.dim + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (s.rows * s.dim >= \
@@ -49,8 +50,10 @@ template void EmbeddingForward<float>(const int32_t*, const float*, float*,
 template void EmbeddingForward<double>(const int32_t*, const double*, double*,
                                        const EmbeddingShape&);
 template void EmbeddingBackward<float>(const int32_t*, const float*, float*,
-                                       const EmbeddingShape&);
+                                       const EmbeddingShape&,
+                                       const EmbeddingBackwardOptions&);
 template void EmbeddingBackward<double>(const int32_t*, const double*, double*,
-                                        const EmbeddingShape&);
+                                        const EmbeddingShape&,
+                                        const EmbeddingBackwardOptions&);
 
 }  // namespace relpos::nn

@@ -18,13 +18,21 @@ template <typename T>
 void EmbeddingForward(const int32_t* tokens, const T* table, T* out,
                       const EmbeddingShape& shape);
 
+struct EmbeddingBackwardOptions {
+  // true: dtable += the gradient (a table read at several places, such as
+  // a tied embedding); false: dtable = the gradient.
+  bool accumulate = false;
+};
+
 // Differentiates `out[r] = table[tokens[r]]`:
 //   dtable[v] = sum over rows r with tokens[r] == v of dout[r]
-// dtable [vocab, dim] is overwritten. Rows are added in order (each thread
-// owns a block of columns), so the result is independent of thread count.
+// dtable [vocab, dim] is overwritten (or added to). Rows are added in order
+// (each thread owns a block of columns), so the result is independent of
+// thread count.
 template <typename T>
 void EmbeddingBackward(const int32_t* tokens, const T* dout, T* dtable,
-                       const EmbeddingShape& shape);
+                       const EmbeddingShape& shape,
+                       const EmbeddingBackwardOptions& options = {});
 
 }  // namespace relpos::nn
 

@@ -308,6 +308,14 @@ TEST(EmbeddingTest, GradientsWithRepeatedAndPaddingTokens) {
   EmbeddingBackward<double>(tokens.data(), r.data(), dt.data(), s);
   CheckGradient("dtable", &table, dt, loss);
   for (int c = 0; c < 3; ++c) EXPECT_EQ(dt[1 * 3 + c], 0.0);  // unused id 1
+  // accumulate: adds the same gradient to what the table held.
+  std::vector<double> acc(table.size(), 5.0);
+  EmbeddingBackward<double>(tokens.data(), r.data(), acc.data(), s,
+                            {.accumulate = true});
+  // (The additions start from 5 instead of 0: equal up to rounding.)
+  for (size_t i = 0; i < acc.size(); ++i) {
+    EXPECT_NEAR(acc[i], dt[i] + 5.0, 1e-14);
+  }
 }
 
 TEST(PositionEncodingTest, SinusoidalValues) {
@@ -413,6 +421,46 @@ TEST(CrossEntropyTest, LossPredictionsAndGradient) {
                                s);
   CheckGradient("dlogits", &logits, d, loss);
   for (int64_t v = 0; v < s.vocab; ++v) EXPECT_EQ(d[1 * s.vocab + v], 0.0);
+}
+
+// Label smoothing against PyTorch 2.15 (double):
+//   z = torch.tensor([[0.5, -1.25, 2.0, 0.0, 0.75], [1.0] * 5,
+//                     [-0.5, 0.25, 0.0, 3.0, -2.0]], dtype=torch.float64,
+//                    requires_grad=True)
+//   l = F.cross_entropy(z, torch.tensor([2, -1, 4]), ignore_index=-1,
+//                       label_smoothing=0.1); l.backward()
+// gives l = 2.8031736887140335 and the z.grad below (the mean over the two
+// counted rows, so scale = 1/2). The plain loss_sum stays the unsmoothed
+// cross-entropy, and the gradient matches finite differences.
+TEST(CrossEntropyTest, LabelSmoothingMatchesPyTorch) {
+  const CrossEntropyShape s{3, 5};
+  std::vector<double> logits = {0.5, -1.25, 2.0, 0.0, 0.75, 1, 1, 1, 1, 1,
+                                -0.5, 0.25, 0.0, 3.0, -2.0};
+  const std::vector<int32_t> targets = {2, -1, 4};
+  const CrossEntropyOptions o{.label_smoothing = 0.1};
+  const CrossEntropyResult res = CrossEntropyForward<double>(
+      logits.data(), targets.data(), nullptr, s, o);
+  ASSERT_EQ(res.count, 2);
+  EXPECT_NEAR(res.smoothed_sum / 2, 2.8031736887140335, 1e-14);
+  const CrossEntropyResult plain =
+      CrossEntropyForward<double>(logits.data(), targets.data(), nullptr, s);
+  EXPECT_EQ(res.loss_sum, plain.loss_sum);
+  EXPECT_EQ(plain.smoothed_sum, plain.loss_sum);
+  const std::vector<double> torch_grad = {
+      0.05626010271430212,   0.0015142793420958207, -0.16304282186583474,
+      0.03018878381193251,   0.07507965599750432,   0, 0, 0, 0, 0,
+      0.0031218774601520158, 0.017779014801131296,  0.011634318480073203,
+      0.4245369026395116,    -0.45707211338086823};
+  std::vector<double> d(logits.size(), 9.0);
+  CrossEntropyBackward<double>(logits.data(), targets.data(), 0.5, d.data(), s,
+                               o);
+  for (size_t i = 0; i < d.size(); ++i) EXPECT_NEAR(d[i], torch_grad[i], 1e-15);
+  auto loss = [&] {
+    return 0.5 * CrossEntropyForward<double>(logits.data(), targets.data(),
+                                             nullptr, s, o)
+                     .smoothed_sum;
+  };
+  CheckGradient("dlogits", &logits, d, loss);
 }
 
 TEST(CrossEntropyTest, TiesGoToTheLowestIdAndLargeLogitsStayFinite) {

@@ -8,6 +8,11 @@
 //   a = Attention(q, k, v; AK, AV, bias, pb)   relpos::AttentionForward
 //                                               (docs/math.md section 2)
 //   y = merge(a) Wo^T + bo                                   [B*N, d_model]
+// Cross-attention (Vaswani et al. 2017, section 3.2.3, "encoder-decoder
+// attention") is the same layer with k and v projected from a memory (the
+// encoder's output) instead of x, and no position term (Shaw et al. 2018
+// put relative positions in self-attention only):
+//   q = x Wq^T + bq,  k = m Wk^T + bk,  v = m Wv^T + bv,  Nq != Nk
 // The layer neither knows nor cares which attention implementation runs
 // (AttentionPath::kAuto unless the caller's options say otherwise).
 #ifndef RELPOS_SRC_LAB_NN_MULTI_HEAD_ATTENTION_H_
@@ -105,7 +110,8 @@ struct MhaGrads {
 };
 
 // What the forward pass keeps for the backward pass (resized as needed).
-// Padded layout: q, k, v, attn are [B, H, N, dh] and lse [B, H, N]. Packed
+// Padded layout: q, k, v, attn are [B, H, N, dh] and lse [B, H, N]
+// (cross-attention: k and v [B, H, Nk, dh]). Packed
 // layout: the sequences sorted by length into a few groups, each padded only
 // to its own longest member ([count, H, padded, dh] one group after the
 // other, lse likewise), so attention skips most of the padding too.
@@ -174,6 +180,29 @@ void MultiHeadAttentionBackward(const T* x, const MhaWeights<T>& w,
                                 MhaScratch<T>* scratch, const MhaShape& shape,
                                 const AttentionOptions& attention,
                                 const MhaPositions& positions = {});
+
+// Cross-attention: queries from x [rows, d_model] (laid out as `queries`
+// says), keys and values from memory [memory rows, d_model] (as `keys`
+// says: the same batch, d_model and heads; its own length and lengths, and
+// packed exactly when `queries` is). `attention` must have key_term and
+// value_term off (no position term); its key_lengths are used only by the
+// padded layout (packed: the keys' lengths). y [rows, d_model].
+template <typename T>
+void CrossAttentionForward(const T* x, const T* memory, const MhaWeights<T>& w,
+                           T* y, MhaCache<T>* cache, const MhaShape& queries,
+                           const MhaShape& keys,
+                           const AttentionOptions& attention);
+
+// Differentiates CrossAttentionForward: dx [rows, d_model] is overwritten,
+// dmemory [memory rows, d_model] is ADDED to (every decoder layer reads the
+// same memory); the weight gradients are overwritten.
+template <typename T>
+void CrossAttentionBackward(const T* x, const T* memory,
+                            const MhaWeights<T>& w, const MhaCache<T>& cache,
+                            const T* dy, T* dx, T* dmemory,
+                            const MhaGrads<T>& grads, MhaScratch<T>* scratch,
+                            const MhaShape& queries, const MhaShape& keys,
+                            const AttentionOptions& attention);
 
 }  // namespace relpos::nn
 

@@ -31,10 +31,14 @@
 namespace relpos::tasks {
 
 // One training/evaluation example. tokens.size() == targets.size(); targets
-// holds the wanted token id at output positions and -1 everywhere else.
+// holds the wanted token id at output positions and -1 everywhere else. A
+// sequence-to-sequence example (tasks/pair_source.h) also has a source,
+// which the model's encoder reads; tokens and targets are then the
+// decoder's.
 struct Example {
   std::vector<int32_t> tokens;
   std::vector<int32_t> targets;
+  std::vector<int32_t> source;  // empty but for pair data
 };
 
 struct TaskInfo {

@@ -7,8 +7,29 @@ namespace relpos::train {
 
 namespace {
 
-// Pads `examples` into one batch (pad token 0, target -1).
-model::Batch Pack(std::vector<tasks::Example>& examples) {
+// The sources of pair examples, padded (pad token 0) to the longest, at
+// least 1 (a model::Batch's source_length).
+void PackSources(const std::vector<tasks::Example>& examples,
+                 model::Batch* b) {
+  b->source_length = 1;
+  for (const auto& e : examples) {
+    b->source_length =
+        std::max<int64_t>(b->source_length, static_cast<int64_t>(e.source.size()));
+  }
+  b->source_tokens.assign(static_cast<size_t>(b->batch * b->source_length), 0);
+  b->source_lengths.resize(static_cast<size_t>(b->batch));
+  for (int64_t i = 0; i < b->batch; ++i) {
+    const auto& src = examples[static_cast<size_t>(i)].source;
+    std::copy(src.begin(), src.end(),
+              b->source_tokens.begin() + i * b->source_length);
+    b->source_lengths[static_cast<size_t>(i)] =
+        static_cast<int64_t>(src.size());
+  }
+}
+
+// Pads `examples` into one batch (pad token 0, target -1); with_source for
+// pair data.
+model::Batch Pack(std::vector<tasks::Example>& examples, bool with_source) {
   model::Batch b;
   b.batch = static_cast<int64_t>(examples.size());
   for (const auto& e : examples) {
@@ -26,6 +47,7 @@ model::Batch Pack(std::vector<tasks::Example>& examples) {
               b.targets.begin() + i * b.length);
     b.lengths[static_cast<size_t>(i)] = static_cast<int64_t>(e.tokens.size());
   }
+  if (with_source) PackSources(examples, &b);
   return b;
 }
 
@@ -35,12 +57,10 @@ model::Batch MakeTrainBatch(const DataSource& data, int64_t batch_size,
                             int64_t min_length, int64_t max_length, Rng& rng) {
   std::vector<tasks::Example> examples;
   examples.reserve(static_cast<size_t>(batch_size));
-  const uint64_t span = static_cast<uint64_t>(max_length - min_length + 1);
   for (int64_t i = 0; i < batch_size; ++i) {
-    const int64_t length = min_length + static_cast<int64_t>(rng.Below(span));
-    examples.push_back(data.Sample(length, /*held_out=*/false, rng));
+    examples.push_back(data.SampleTrain(min_length, max_length, rng));
   }
-  return Pack(examples);
+  return Pack(examples, data.pairs() != nullptr);
 }
 
 model::Batch MakeFixedBatch(const DataSource& data, int64_t count,
@@ -50,7 +70,7 @@ model::Batch MakeFixedBatch(const DataSource& data, int64_t count,
   for (int64_t i = 0; i < count; ++i) {
     examples.push_back(data.Sample(length, held_out, rng));
   }
-  return Pack(examples);
+  return Pack(examples, data.pairs() != nullptr);
 }
 
 }  // namespace relpos::train

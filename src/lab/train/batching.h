@@ -1,4 +1,5 @@
-// Batches of examples from a DataSource, padded to their longest sequence.
+// Batches of examples from a DataSource, padded to their longest sequence
+// (pair data: sources and decoder sequences each to their own longest).
 #ifndef RELPOS_SRC_LAB_TRAIN_BATCHING_H_
 #define RELPOS_SRC_LAB_TRAIN_BATCHING_H_
 

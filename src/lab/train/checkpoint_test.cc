@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "relpos/error.h"
 #include "train/evaluation.h"
+#include "train/train_test_util.h"
 #include "train/trainer.h"
 
 namespace relpos::train {
@@ -141,27 +142,7 @@ TEST(Checkpoint, EverySchemeSavesLoadsAndEvaluatesIdentically) {
       RunOptions o;
       o.checkpoint_dir = dir;
       t.Run(o);
-      TrainConfig loaded_tc;
-      TrainState st;
-      model::Transformer loaded = LoadModel(dir, &loaded_tc, &st);
-      EXPECT_EQ(loaded.config().position, p);
-      EXPECT_EQ(loaded.config().arch, arch);
-      const auto& want = t.model().parameters();
-      ASSERT_EQ(loaded.parameters().size(), want.size());
-      for (size_t i = 0; i < want.size(); ++i) {
-        EXPECT_EQ(loaded.parameters()[i].name, want[i].name);
-        EXPECT_EQ(loaded.parameters()[i].value, want[i].value) << want[i].name;
-      }
-      auto data = MakeDataSource(loaded_tc.data);
-      EvalConfig ec{
-          .lengths = {3, 7}, .sequences_per_length = 8, .batch_size = 8};
-      const auto a = EvaluateByLength(t.model(), *data, ec);
-      const auto b = EvaluateByLength(loaded, *data, ec);
-      ASSERT_EQ(a.size(), b.size());
-      for (size_t i = 0; i < a.size(); ++i) {
-        EXPECT_EQ(a[i].loss, b[i].loss);
-        EXPECT_EQ(a[i].token_accuracy, b[i].token_accuracy);
-      }
+      testing::ExpectLoadsAndEvaluatesIdentically(t, dir, {3, 7});
     }
   }
 }

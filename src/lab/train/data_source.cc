@@ -3,9 +3,17 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "tasks/pair_tasks.h"
 #include "tasks/text_corpus.h"
 
 namespace relpos::train {
+
+tasks::Example DataSource::SampleTrain(int64_t min_length, int64_t max_length,
+                                       Rng& rng) const {
+  const uint64_t span = static_cast<uint64_t>(max_length - min_length + 1);
+  const int64_t length = min_length + static_cast<int64_t>(rng.Below(span));
+  return Sample(length, /*held_out=*/false, rng);
+}
 
 namespace {
 
@@ -58,13 +66,58 @@ class LmData final : public DataSource {
   tasks::TextCorpus corpus_;
 };
 
+// Source-target pairs under teacher forcing.
+class PairData final : public DataSource {
+ public:
+  explicit PairData(std::unique_ptr<tasks::PairSource> pairs)
+      : pairs_(std::move(pairs)) {}
+  std::string name() const override { return pairs_->name(); }
+  int32_t vocab_size() const override { return pairs_->vocab_size(); }
+  model::Arch default_arch() const override { return model::Arch::kSeq2seq; }
+  int64_t min_length() const override { return pairs_->min_length(); }
+  int64_t max_length() const override {
+    return std::min(pairs_->max_length(), kMaxTaskSize);
+  }
+  int64_t SequenceLength(int64_t length) const override {
+    return std::max(pairs_->MaxSourceTokens(length),
+                    pairs_->MaxTargetTokens(length) + 1);
+  }
+  tasks::Example Sample(int64_t length, bool held_out,
+                        Rng& rng) const override {
+    return tasks::TeacherForced(pairs_->Sample(length, held_out, rng),
+                                pairs_->tokens());
+  }
+  tasks::Example SampleTrain(int64_t min_length, int64_t max_length,
+                             Rng& rng) const override {
+    return tasks::TeacherForced(
+        pairs_->SampleTrain(min_length, max_length, rng), pairs_->tokens());
+  }
+  const tasks::PairSource* pairs() const override { return pairs_.get(); }
+  std::string metric_description() const override {
+    return pairs_->metric_description();
+  }
+  std::string source_description() const override {
+    return pairs_->source_description();
+  }
+
+ private:
+  std::unique_ptr<tasks::PairSource> pairs_;
+};
+
 }  // namespace
 
 std::vector<std::string> DataTaskNames() {
   std::vector<std::string> names = tasks::TaskNames();
+  for (const std::string& n : tasks::PairTaskNames()) names.push_back(n);
   names.push_back(kLanguageModelTask);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::unique_ptr<DataSource> MakePairDataSource(
+    std::unique_ptr<tasks::PairSource> pairs) {
+  RELPOS_CHECK_ARG(pairs != nullptr, "MakePairDataSource: no pair source");
+  return std::make_unique<PairData>(std::move(pairs));
 }
 
 std::unique_ptr<DataSource> MakeDataSource(const DataConfig& config) {
@@ -82,8 +135,12 @@ std::unique_ptr<DataSource> MakeDataSource(const DataConfig& config) {
     return std::make_unique<LmData>(
         tasks::TextCorpus::Generated(config.corpus_seed, config.corpus_bytes));
   }
+  const std::vector<std::string> pair_tasks = tasks::PairTaskNames();
+  const bool pair = std::find(pair_tasks.begin(), pair_tasks.end(),
+                              config.task) != pair_tasks.end();
   const std::vector<std::string> known = tasks::TaskNames();
-  if (std::find(known.begin(), known.end(), config.task) == known.end()) {
+  if (!pair &&
+      std::find(known.begin(), known.end(), config.task) == known.end()) {
     std::string list;
     for (const std::string& n : DataTaskNames())
       list += (list.empty() ? "" : ", ") + n;
@@ -94,6 +151,7 @@ std::unique_ptr<DataSource> MakeDataSource(const DataConfig& config) {
   RELPOS_CHECK_ARG(config.corpus_path.empty(),
                    "a corpus file is only used by task 'lm' (task is '"
                        << config.task << "')");
+  if (pair) return MakePairDataSource(tasks::MakePairTask(config.task));
   return std::make_unique<TaskData>(tasks::MakeTask(config.task));
 }
 

@@ -1,6 +1,8 @@
 // Where training and evaluation examples come from: a synthetic sequence
-// task (src/lab/tasks/task.h) or byte-level language modelling on a text corpus
-// (src/lab/tasks/text_corpus.h), behind one DataSource interface.
+// task (src/lab/tasks/task.h), byte-level language modelling on a text corpus
+// (src/lab/tasks/text_corpus.h), or source-target pairs for a seq2seq model
+// (src/lab/tasks/pair_source.h: the synthetic s2s_* tasks, or any other
+// PairSource through MakePairDataSource), behind one DataSource interface.
 #ifndef RELPOS_SRC_LAB_TRAIN_DATA_SOURCE_H_
 #define RELPOS_SRC_LAB_TRAIN_DATA_SOURCE_H_
 
@@ -11,6 +13,7 @@
 
 #include "core/rng.h"
 #include "model/transformer.h"
+#include "tasks/pair_source.h"
 #include "tasks/task.h"
 
 namespace relpos::train {
@@ -35,7 +38,8 @@ struct DataConfig {
   int64_t corpus_bytes = int64_t{1} << 20;
 };
 
-// Every accepted task name: tasks::TaskNames() plus "lm", sorted.
+// Every accepted task name: tasks::TaskNames(), tasks::PairTaskNames() and
+// "lm", sorted.
 std::vector<std::string> DataTaskNames();
 
 // Examples for training and evaluation, whatever their origin.
@@ -46,18 +50,29 @@ class DataSource {
   virtual int32_t vocab_size() const = 0;
   // The architecture this data needs by default: the formal tasks read
   // answers at blank positions after the input (bidirectional encoder);
-  // language modelling predicts the next byte (causal decoder).
+  // language modelling predicts the next byte (causal decoder); pairs map a
+  // source to a target (seq2seq, the only architecture they take).
   virtual model::Arch default_arch() const = 0;
   // Smallest and largest accepted size parameter `length`.
   virtual int64_t min_length() const = 0;
   virtual int64_t max_length() const = 0;
-  // Tokens in an example of size `length` (tasks: input + blanks).
+  // Tokens in an example of size `length` (tasks: input + blanks; pairs:
+  // the longer of the source and the decoder's BOS + target, what a learned
+  // position table must cover).
   virtual int64_t SequenceLength(int64_t length) const = 0;
   // One example; `held_out` selects the evaluation split where the data has
   // one (the corpus's last 10%); tasks draw from the same distribution, the
   // evaluation stream is kept apart by its seed.
   virtual tasks::Example Sample(int64_t length, bool held_out,
                                 Rng& rng) const = 0;
+  // One training example of a size in [min_length, max_length]: by default
+  // a size drawn uniformly, then Sample(size, held_out = false); pair data
+  // follows its PairSource (a corpus draws from its own distribution).
+  virtual tasks::Example SampleTrain(int64_t min_length, int64_t max_length,
+                                     Rng& rng) const;
+  // The pairs behind a seq2seq data source (their special tokens, the
+  // decoding lengths a source may need); null for the other data.
+  virtual const tasks::PairSource* pairs() const { return nullptr; }
   // "per-token accuracy over output positions" or "next-byte accuracy".
   virtual std::string metric_description() const = 0;
   // Where the examples come from: the task's name, or the corpus's summary
@@ -67,6 +82,12 @@ class DataSource {
 
 // InvalidArgument for an unknown task; IoError/FormatError for a bad corpus.
 std::unique_ptr<DataSource> MakeDataSource(const DataConfig& config);
+
+// A seq2seq DataSource over `pairs` (examples: tasks::TeacherForced). What
+// MakeDataSource builds for the s2s_* tasks; a translation corpus plugs in
+// the same way.
+std::unique_ptr<DataSource> MakePairDataSource(
+    std::unique_ptr<tasks::PairSource> pairs);
 
 }  // namespace relpos::train
 

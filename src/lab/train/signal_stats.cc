@@ -48,14 +48,20 @@ BucketMap T5BucketMap(const T5Buckets& buckets) {
   return m;
 }
 
-// The distance-indexed tables of a model: the registry's tables of the
-// roles kKeyTable, kValueTable and kScoreBias (relpos/schemes.h), under the
-// bucket map of the model's attention (model::AttentionOptionsFor), so rows
-// here are the rows the kernel indexes. Transformer-XL's distance rows are
-// computed from fixed sinusoids on every forward; what it learns (W, u, v)
-// is not indexed by distance, and neither is an input table.
-std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
-  std::vector<RelativeTable> tables;
+namespace {
+
+// The distance-indexed tables of one stack configured as `c` (the model, or
+// a side of a seq2seq model) whose parameters are named `prefix` +
+// "blocks.L.attn...": the registry's tables of the roles kKeyTable,
+// kValueTable and kScoreBias (relpos/schemes.h), under the bucket map of the
+// model's attention (model::AttentionOptionsFor), so rows here are the rows
+// the kernel indexes. Transformer-XL's distance rows are computed from fixed
+// sinusoids on every forward; what it learns (W, u, v) is not indexed by
+// distance, and neither is an input table. `source`: the stack reads the
+// batch's sources.
+void StackTables(const model::ModelConfig& c, const std::string& prefix,
+                 bool source, std::vector<RelativeTable>* out) {
+  std::vector<RelativeTable>& tables = *out;
   const AttentionOptions o = model::AttentionOptionsFor(c, 1);
   // The bucket map of the model's attention (built once: every table of a
   // model shares it).
@@ -77,12 +83,15 @@ std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
       // [rows, width] shared, [heads, rows, width] per head; the scalar
       // bias [H, nb] is H heads of width 1.
       RelativeTable rt{
-          .parameter = "blocks." + std::to_string(l) + ".attn." + t.name,
+          .parameter = prefix + "blocks." + std::to_string(l) + ".attn." +
+                       t.name,
           .layer = l,
           .role = "",
           .heads = t.shape.size() == 3 ? t.shape[0] : 1,
           .width = t.shape.back(),
-          .map = map};
+          .map = map,
+          .causal = o.causal,
+          .source = source};
       if (t.role == TableRole::kKeyTable) {
         rt.role = "key";
       } else if (t.role == TableRole::kValueTable) {
@@ -96,6 +105,18 @@ std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
       }
       tables.push_back(std::move(rt));
     }
+  }
+}
+
+}  // namespace
+
+std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
+  std::vector<RelativeTable> tables;
+  if (c.arch == model::Arch::kSeq2seq) {
+    StackTables(model::EncoderSide(c), "encoder.", /*source=*/true, &tables);
+    StackTables(model::DecoderSide(c), "decoder.", false, &tables);
+  } else {
+    StackTables(c, "", false, &tables);
   }
   return tables;
 }
@@ -175,11 +196,11 @@ void AccumulateSignal(const model::Batch& batch,
                    "signal statistics hold " << stats->tables.size()
                                              << " tables, the model "
                                              << tables.size());
-  const bool causal = model.config().arch == model::Arch::kDecoder;
   for (size_t t = 0; t < tables.size(); ++t) {
     const RelativeTable& table = tables[t];
     TableSignal& ts = stats->tables[t];
-    AddPairCounts(batch.lengths, causal, table.map, &ts.pair_count);
+    AddPairCounts(table.source ? batch.source_lengths : batch.lengths,
+                  table.causal, table.map, &ts.pair_count);
     const int64_t index = model.FindParameter(table.parameter);
     RELPOS_CHECK_ARG(index >= 0, "the model has no parameter '"
                                      << table.parameter << "'");

@@ -63,14 +63,19 @@ RowDistances DescribeRows(const BucketMap& map);
 // [H, nb]: width = 1).
 struct RelativeTable {
   std::string parameter;  // "blocks.0.attn.rel_k" (docs/model.md)
-  int64_t layer = 0;
+  int64_t layer = 0;      // within its stack
   std::string role;  // "key" (AK), "value" (AV), "bias" (a scalar table)
   int64_t heads = 1, width = 0;
   BucketMap map;
+  // Its attention: causal (a decoder's) or not; over the batch's sources (a
+  // seq2seq encoder's) or its sequences.
+  bool causal = false, source = false;
 };
 
 // The relative tables of a model with this config, in parameter order (none
-// for schemes without distance-indexed tables).
+// for schemes without distance-indexed tables); a seq2seq model's encoder
+// tables ("encoder.blocks.L...", their own bidirectional map) come before
+// its decoder's ("decoder.blocks.L...", causal).
 std::vector<RelativeTable> RelativeTables(const model::ModelConfig& config);
 
 // Pairs per row of `map` in a batch of sequences of these valid lengths,

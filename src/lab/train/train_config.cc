@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "model/positions.h"
 #include "tasks/text_corpus.h"
 #include "train/lengths.h"
 
@@ -22,14 +23,14 @@ std::vector<Setting<TrainConfig>> MakeTrainSettings() {
   const double max_size = static_cast<double>(kMaxTaskSize);
   return {
       Field<C>("task", "--task",
-               "A synthetic task (docs/tasks.md) or 'lm' (byte-level "
+               "A synthetic task, a source-target task s2s_* (seq2seq; "
+               "docs/tasks.md) or 'lm' (byte-level "
                "language modelling)",
                [](C& c) -> auto& { return c.data.task; }),
       io::WithDefaultNote(
           Field<C>("corpus_path", "--corpus",
                    "Task lm: a text file, or a directory walked recursively "
-                   "(held-out split by file; docs/tasks.md) (default: "
-                   "generated text)",
+                   "(held-out split by file; docs/tasks.md)",
                    [](C& c) -> auto& { return c.data.corpus_path; }),
           "generated text"),
       Field<C>("corpus_pattern", "--corpus-pattern",
@@ -76,7 +77,7 @@ std::vector<Setting<TrainConfig>> MakeTrainSettings() {
           Field<C>("warmup_steps", "--warmup-steps",
                    "Linear warm-up updates (at most steps)", &C::warmup_steps,
                    Range{0, kMaxSteps}),
-          "100 (command line: min(100, steps/10))"),
+          "min(100, steps/10)"),
       Field<C>("min_lr_ratio", "--min-lr-ratio",
                "Final learning rate as a fraction of the peak (cosine floor)",
                &C::min_lr_ratio, Range{0, 1}),
@@ -97,6 +98,13 @@ std::vector<Setting<TrainConfig>> MakeTrainSettings() {
       Field<C>("clip_norm", "--clip-norm",
                "Global gradient-norm clip (0: off)", &C::clip_norm,
                Range{.lo = 0}),
+      io::WithDefaultNote(
+          io::OmitAtDefault(Field<C>(
+              "label_smoothing", "--label-smoothing",
+              "Label smoothing eps of the training loss, as PyTorch's "
+              "CrossEntropyLoss(label_smoothing) (docs/model.md)",
+              &C::label_smoothing, Range{.lo = 0, .hi = 1, .hi_open = true})),
+          "0.1 for seq2seq, else 0"),
       Field<C>("seed", "--seed",
                "Seed of initialisation, data order and dropout", &C::seed),
       Field<C>("threads", "--threads",
@@ -153,6 +161,16 @@ void CheckModelAndData(const model::ModelConfig& m, const TrainConfig& t,
                    "model vocab_size "
                        << m.vocab_size << " does not match task '"
                        << data.name() << "' (" << data.vocab_size() << ")");
+  const bool pairs = data.pairs() != nullptr;
+  RELPOS_CHECK_ARG(!pairs || m.arch == model::Arch::kSeq2seq,
+                   "task '" << data.name()
+                            << "' maps a source to a target and needs arch "
+                               "seq2seq (got "
+                            << model::ToString(m.arch) << ")");
+  RELPOS_CHECK_ARG(pairs || m.arch != model::Arch::kSeq2seq,
+                   "arch seq2seq needs a source-target task (s2s_copy, "
+                   "s2s_reverse, s2s_duplicate, s2s_difference); task '"
+                       << data.name() << "' is not one");
   RELPOS_CHECK_ARG(t.train_min_length >= data.min_length() &&
                        t.train_max_length <= data.max_length(),
                    "train lengths "
@@ -162,7 +180,7 @@ void CheckModelAndData(const model::ModelConfig& m, const TrainConfig& t,
                        << "'");
   const int64_t longest = data.SequenceLength(t.train_max_length);
   RELPOS_CHECK_ARG(
-      m.position != model::PositionScheme::kLearned || longest <= m.max_len,
+      !model::HasLearnedInputTable(m) || longest <= m.max_len,
       "learned positions: max_len " << m.max_len
                                     << " is shorter than the longest "
                                        "training sequence ("

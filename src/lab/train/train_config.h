@@ -26,6 +26,10 @@ struct TrainConfig {
   double min_lr_ratio = 0.1;   // final lr = lr * min_lr_ratio
   AdamWConfig adamw;
   double clip_norm = 1.0;  // global gradient-norm clip; 0 = off
+  // Label smoothing of the training loss (model::BasicTransformer::
+  // set_label_smoothing); relpos::ExperimentConfig::Resolve makes it 0.1
+  // for seq2seq models unless it is given.
+  double label_smoothing = 0.0;
   uint64_t seed = 0;       // initialisation, data order and dropout
   int threads = 1;         // OpenMP threads; part of the determinism key
   int64_t checkpoint_every = 500;  // steps between checkpoints; 0 = end only
@@ -42,9 +46,14 @@ TrainConfig TrainConfigFromJson(const nlohmann::json& json);
 void Validate(const TrainConfig& config);
 ScheduleConfig MakeSchedule(const TrainConfig& config);
 
-// Fills in what the model config takes from the data (vocab_size) and checks
-// that the pair fits: train lengths within the data's range, and for learned
-// absolute positions the longest training sequence within max_len.
+// The label smoothing a seq2seq model trains with unless told otherwise:
+// 0.1, as Vaswani et al. and Shaw et al. (the other architectures: 0).
+inline constexpr double kSeq2seqLabelSmoothing = 0.1;
+
+// Checks that the model config and the data fit: the vocabulary, pair data
+// exactly for seq2seq models, train lengths within the data's range, and
+// for learned absolute positions the longest training sequence within
+// max_len.
 void CheckModelAndData(const model::ModelConfig& model,
                        const TrainConfig& train, const DataSource& data);
 

@@ -96,6 +96,7 @@ Trainer::Trainer(const model::ModelConfig& model_config,
   CheckModelAndData(m, config_, *data_);
   SetThreads(config_.threads);
   model_ = std::make_unique<model::Transformer>(m);
+  model_->set_label_smoothing(config_.label_smoothing);
   state_.step = 0;
   state_.data_rng = DeriveSeed(config_.seed, kDataStream);
   state_.dropout_rng = DeriveSeed(config_.seed, kDropoutStream);
@@ -134,6 +135,7 @@ Trainer Trainer::Resume(const std::string& dir) {
   CheckModelAndData(ck.model_config, t.config_, *t.data_);
   SetThreads(t.config_.threads);
   t.model_ = std::make_unique<model::Transformer>(ck.model_config);
+  t.model_->set_label_smoothing(t.config_.label_smoothing);
   SetParameters(ck.parameters, dir, *t.model_);
   t.InitOptimizer();
   const size_t n = t.model_->parameters().size();

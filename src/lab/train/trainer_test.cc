@@ -17,6 +17,7 @@
 #include "train/checkpoint.h"
 #include "train/evaluation.h"
 #include "train/lengths.h"
+#include "train/train_test_util.h"
 
 namespace relpos::train {
 namespace {
@@ -250,13 +251,7 @@ TEST(Trainer, ResumeContinuesBitwise) {
   EXPECT_EQ(x.state.step, 12);
   EXPECT_EQ(x.state.data_rng, y.state.data_rng);
   EXPECT_EQ(x.state.dropout_rng, y.state.dropout_rng);
-  for (size_t i = 0; i < x.parameters.size(); ++i) {
-    EXPECT_EQ(x.parameters[i].data, y.parameters[i].data)
-        << x.parameters[i].name;
-  }
-  for (size_t i = 0; i < x.optimizer.size(); ++i) {
-    EXPECT_EQ(x.optimizer[i].data, y.optimizer[i].data) << x.optimizer[i].name;
-  }
+  testing::ExpectSameTensors(x, y);
 }
 
 TEST(Trainer, StopFlagSavesAndReturns) {
