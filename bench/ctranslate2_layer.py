@@ -16,16 +16,20 @@ and value tables shared by the heads ("shaw"), at n = 512 .. 4096.
 
 Every (engine, variant, n) runs in its own child process under GNU time
 (/usr/bin/time -f %M), so the peak resident set is that measurement's own; each child times --repeats forward calls after one warm-up and
-reports the median. The children run interleaved (per n: relpos then
-CTranslate2, per variant), so a loaded machine slows both alike: read the
-ratios, which are same-run. relpos also reports its computed peak_bytes
-(weights, activations and kernel workspace).
+reports the median. The children run interleaved, --rounds times over:
+each round runs, per n and variant, relpos then CTranslate2, so load that
+comes and goes on a shared machine slows both sides of a round alike. Each
+ratio (speed-up, overhead of shaw over vanilla) is the median of the
+per-round ratios, with their smallest and largest; each time the median
+over rounds; each peak RSS the largest. relpos also reports its computed
+peak_bytes (weights, activations and kernel workspace).
 
     python3 bench/ctranslate2_layer.py --relpos build/release/bin/relpos \\
-        [--n 512,1024,2048,4096] [--threads 2] [--repeats 3] [--json]
+        [--n 512,1024,2048,4096] [--threads 2] [--repeats 3] [--rounds 3] \\
+        [--json]
 
-Needs ctranslate2 (pip install ctranslate2; scripts/test-ctranslate2.sh
-makes build/venv-ctranslate2 with it): run with that environment's python.
+Needs ctranslate2 (pip install ctranslate2; scripts/test-pypi.sh makes
+/var/cache/relpos/pypi-venv with it): run with that environment's python.
 Exit status 0; 2 on bad usage or when ctranslate2 is missing; 1 if a child
 fails.
 """
@@ -127,12 +131,72 @@ def run_child(argv, env=None):
     return proc.stdout.decode(), int(err.strip().splitlines()[-1]) * 1024
 
 
+def measure_pair(args, env, ct2_dir, variant, n):
+    """One round's relpos and CTranslate2 measurements of (variant, n)."""
+    out, rss = run_child(
+        [args.relpos, "bench", "--layer", "--n", str(n), "--positions",
+         variant, "--k", str(K), "--threads", str(args.threads), "--repeats",
+         str(args.repeats), "--json"], env)
+    r = json.loads(out)["rows"][0]
+    rel = {"fwd_ms": r["fwd_ms"], "peak_rss_bytes": rss,
+           "peak_bytes": r["peak_bytes"]}
+    out, rss = run_child(
+        [sys.executable, __file__, "--relpos", args.relpos, "--repeats",
+         str(args.repeats), "--ct2-child", ct2_dir, str(n),
+         str(args.threads)], env)
+    return rel, {"fwd_ms": json.loads(out)["fwd_ms"], "peak_rss_bytes": rss}
+
+
+def ratios(num, den):
+    """Per-round num / den: {"median", "min", "max", "rounds"}."""
+    r = [a / b for a, b in zip(num, den)]
+    return {"median": statistics.median(r), "min": min(r), "max": max(r),
+            "rounds": r}
+
+
+def spread(stat, fmt):
+    return (f"{fmt.format(stat['median'])} [{fmt.format(stat['min'])}, "
+            f"{fmt.format(stat['max'])}]")
+
+
+def summarise_engine(key, runs):
+    engine, variant, n = key
+    row = {"engine": engine, "variant": variant, "n": n,
+           "fwd_ms": statistics.median(x["fwd_ms"] for x in runs),
+           "fwd_ms_rounds": [x["fwd_ms"] for x in runs],
+           "peak_rss_bytes": max(x["peak_rss_bytes"] for x in runs)}
+    if engine == "relpos":
+        row["peak_bytes"] = runs[0]["peak_bytes"]
+    return row
+
+
+def summarise_n(samples, n):
+    """Same-round ratios at n: each engine's overhead of shaw over vanilla
+    (percent), relpos's speed-up over CTranslate2 and its memory ratio."""
+    def ms(engine, variant):
+        return [x["fwd_ms"] for x in samples[(engine, variant, n)]]
+
+    s = {"n": n}
+    for eng in ("relpos", "ctranslate2"):
+        o = ratios(ms(eng, "shaw"), ms(eng, "vanilla"))
+        s[f"{eng}_shaw_overhead_pct"] = {
+            key: ([100 * (x - 1) for x in v] if key == "rounds"
+                  else 100 * (v - 1)) for key, v in o.items()}
+    s["speedup_shaw"] = ratios(ms("ctranslate2", "shaw"), ms("relpos", "shaw"))
+    rss = {eng: max(x["peak_rss_bytes"] for x in samples[(eng, "shaw", n)])
+           for eng in ("relpos", "ctranslate2")}
+    s["memory_ratio_shaw"] = rss["relpos"] / rss["ctranslate2"]
+    return s
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--relpos", required=True, help="the relpos binary")
     p.add_argument("--n", default="512,1024,2048,4096")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved rounds of every measurement (default 3)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--ct2-child", nargs=3, metavar=("DIR", "N", "THREADS"),
                    help=argparse.SUPPRESS)
@@ -157,73 +221,56 @@ def main():
         print(f"--n must be a comma-separated list of integers (got "
               f"{args.n!r})", file=sys.stderr)
         return 2
-    if args.threads < 1 or args.repeats < 1 or min(ns) < 1:
-        print("--threads, --repeats and every --n must be >= 1",
+    if args.threads < 1 or args.repeats < 1 or args.rounds < 1 or min(ns) < 1:
+        print("--threads, --repeats, --rounds and every --n must be >= 1",
               file=sys.stderr)
         return 2
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    rows = []
+    # (engine, variant, n) -> one sample per round
+    samples = {}
     with tempfile.TemporaryDirectory() as tmp:
         dirs = {}
         for variant in ("vanilla", "shaw"):
             dirs[variant] = os.path.join(tmp, variant)
             build_ct2_model(dirs[variant], variant == "shaw")
-        for n in ns:
-            for variant in ("vanilla", "shaw"):
-                out, rss = run_child(
-                    [args.relpos, "bench", "--layer", "--n", str(n),
-                     "--positions", variant, "--k", str(K), "--threads",
-                     str(args.threads), "--repeats", str(args.repeats),
-                     "--json"], env)
-                r = json.loads(out)["rows"][0]
-                rel = {"engine": "relpos", "variant": variant, "n": n,
-                       "fwd_ms": r["fwd_ms"], "peak_rss_bytes": rss,
-                       "peak_bytes": r["peak_bytes"]}
-                out, rss = run_child(
-                    [sys.executable, __file__, "--relpos", args.relpos,
-                     "--repeats", str(args.repeats), "--ct2-child",
-                     dirs[variant], str(n), str(args.threads)], env)
-                ct = {"engine": "ctranslate2", "variant": variant, "n": n,
-                      "fwd_ms": json.loads(out)["fwd_ms"],
-                      "peak_rss_bytes": rss}
-                rows += [rel, ct]
-                if not args.json:
-                    print(f"{variant:8s} n={n:5d}  relpos {rel['fwd_ms']:9.1f} ms"
-                          f" {rel['peak_rss_bytes'] / 2**20:8.1f} MiB RSS"
-                          f" ({rel['peak_bytes'] / 2**20:.1f} MiB computed) | "
-                          f"ctranslate2 {ct['fwd_ms']:9.1f} ms"
-                          f" {ct['peak_rss_bytes'] / 2**20:8.1f} MiB RSS | "
-                          f"relpos {ct['fwd_ms'] / rel['fwd_ms']:5.1f}x faster,"
-                          f" {rel['peak_rss_bytes'] / ct['peak_rss_bytes']:.3f}"
-                          f" of the memory", flush=True)
-    # CTranslate2's own overhead of relative positions, per n.
-    by = {(r["engine"], r["variant"], r["n"]): r for r in rows}
-    summary = []
-    for n in ns:
-        s = {"n": n}
-        for eng in ("relpos", "ctranslate2"):
-            s[f"{eng}_shaw_overhead_pct"] = 100 * (
-                by[(eng, "shaw", n)]["fwd_ms"] /
-                by[(eng, "vanilla", n)]["fwd_ms"] - 1)
-        s["speedup_shaw"] = (by[("ctranslate2", "shaw", n)]["fwd_ms"] /
-                             by[("relpos", "shaw", n)]["fwd_ms"])
-        s["memory_ratio_shaw"] = (by[("relpos", "shaw", n)]["peak_rss_bytes"] /
-                                  by[("ctranslate2", "shaw", n)]
-                                  ["peak_rss_bytes"])
-        summary.append(s)
+        for rnd in range(args.rounds):
+            for n in ns:
+                for variant in ("vanilla", "shaw"):
+                    rel, ct = measure_pair(args, env, dirs[variant], variant,
+                                           n)
+                    samples.setdefault(("relpos", variant, n), []).append(rel)
+                    samples.setdefault(("ctranslate2", variant, n),
+                                       []).append(ct)
+                    if not args.json:
+                        print(f"round {rnd + 1}/{args.rounds} {variant:8s} "
+                              f"n={n:5d}  relpos {rel['fwd_ms']:9.1f} ms | "
+                              f"ctranslate2 {ct['fwd_ms']:9.1f} ms | relpos "
+                              f"{ct['fwd_ms'] / rel['fwd_ms']:5.2f}x faster",
+                              flush=True)
+    rows = [summarise_engine(key, runs) for key, runs in samples.items()]
+    summary = [summarise_n(samples, n) for n in ns]
     if args.json:
         print(json.dumps({"threads": args.threads, "repeats": args.repeats,
+                          "rounds": args.rounds,
                           "ctranslate2_version": ctranslate2.__version__,
                           "d_model": D_MODEL, "heads": HEADS, "d_ff": D_FF,
                           "k": K, "rows": rows, "summary": summary}))
-    else:
-        print()
-        for s in summary:
-            print(f"n={s['n']:5d}: shaw overhead relpos "
-                  f"{s['relpos_shaw_overhead_pct']:+.1f}%, ctranslate2 "
-                  f"{s['ctranslate2_shaw_overhead_pct']:+.1f}%; relpos shaw "
-                  f"{s['speedup_shaw']:.1f}x faster, "
-                  f"{s['memory_ratio_shaw']:.3f} of the peak RSS")
+        return 0
+    print(f"\nmedians over {args.rounds} interleaved round(s) [smallest, "
+          "largest round]:")
+    by = {(r["engine"], r["variant"], r["n"]): r for r in rows}
+    for s in summary:
+        n = s["n"]
+        rel, ct = by[("relpos", "shaw", n)], by[("ctranslate2", "shaw", n)]
+        print(f"n={n:5d}: shaw relpos {rel['fwd_ms']:9.1f} ms "
+              f"{rel['peak_rss_bytes'] / 2**20:8.1f} MiB RSS "
+              f"({rel['peak_bytes'] / 2**20:.1f} MiB computed), ctranslate2 "
+              f"{ct['fwd_ms']:9.1f} ms {ct['peak_rss_bytes'] / 2**20:8.1f} "
+              f"MiB RSS; relpos {spread(s['speedup_shaw'], '{:.2f}x')} "
+              f"faster, {s['memory_ratio_shaw']:.3f} of the peak RSS; shaw "
+              f"overhead relpos {spread(s['relpos_shaw_overhead_pct'], '{:+.1f}%')}"
+              f", ctranslate2 "
+              f"{spread(s['ctranslate2_shaw_overhead_pct'], '{:+.1f}%')}")
     return 0
 
 

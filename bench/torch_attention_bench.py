@@ -19,7 +19,13 @@ variant, so GFLOP/s ratios are speed ratios.
 
 Give --relpos PATH_TO_relpos_BINARY (or --relpos-json FILE saved from
 `relpos bench --json`) to print relpos's speedup over PyTorch; the issue's
-target is relpos fwd+bwd >= 10x faster at n = 2048.
+target is relpos fwd+bwd >= 10x faster at n = 2048. With --relpos the two
+sides run interleaved, --rounds times over (each round, per n: PyTorch's
+rows, then `relpos bench` at that n), so load that comes and goes on a
+shared machine slows both sides of a round alike; each speedup is the
+median of the per-round ratios, with the smallest and largest, and each
+time the median over rounds. A saved --relpos-json is one run of relpos
+against every round of PyTorch (not interleaved).
 
 Exit status: 0 on success, and also 0 (with a message on stderr, nothing on
 stdout) when PyTorch is not installed; 2 on bad usage; 1 if the gathered
@@ -68,6 +74,8 @@ def parse_args(argv):
                     help="torch.set_num_threads (default 2)")
     ap.add_argument("--repeats", type=int, default=3,
                     help="timed runs; the median is reported (default 3)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="interleaved rounds of both sides (default 1)")
     ap.add_argument("--max-gib", type=float, default=8.0,
                     help="skip sizes whose estimated peak memory exceeds "
                     "this (default 8 GiB)")
@@ -79,7 +87,7 @@ def parse_args(argv):
     ap.add_argument("--json", action="store_true",
                     help="print one JSON object instead of the table")
     args = ap.parse_args(argv)
-    for name in ("heads", "dim", "batch", "threads", "repeats"):
+    for name in ("heads", "dim", "batch", "threads", "repeats", "rounds"):
         value = getattr(args, name)
         if not 1 <= value <= 4096:
             ap.error(f"--{name} must be in [1, 4096] (got {value})")
@@ -193,15 +201,15 @@ def measure(torch, variant, b, h, n, d, k, repeats):
     return statistics.median(fwd), statistics.median(bwd)
 
 
-def run_relpos(args):
+def run_relpos(args, ns):
     """relpos's rows keyed by (variant, n, k), from a file or by running
-    `relpos bench --json` with the same sizes (reference path skipped)."""
+    `relpos bench --json` at the sizes ns (reference path skipped)."""
     if args.relpos_json:
         with open(args.relpos_json) as f:
             data = json.load(f)
     else:
         cmd = [args.relpos, "bench", "--json",
-               "--n", ",".join(map(str, args.n)),
+               "--n", ",".join(map(str, ns)),
                "--k", ",".join(map(str, args.k)),
                "--batch", str(args.batch), "--heads", str(args.heads),
                "--dim", str(args.dim), "--threads", str(args.threads),
@@ -213,6 +221,63 @@ def run_relpos(args):
                                f"{proc.stderr.strip()}")
         data = json.loads(proc.stdout)
     return data, {(r["variant"], r["n"], r["k"]): r for r in data["rows"]}
+
+
+def measure_torch_n(torch, args, n, rnd, runs, skipped):
+    """One round of PyTorch's rows at n: appends (fwd_s, bwd_s) to
+    runs[(variant, n, k)] and prints the row."""
+    b, h, d = args.batch, args.heads, args.dim
+    for variant, k in [("vanilla", 0)] + [("relative", k) for k in args.k]:
+        need = estimated_peak_bytes(b, h, n, d, variant == "relative")
+        if need > args.max_gib * 2**30:
+            skipped.append({"variant": variant, "n": n, "k": k,
+                            "estimated_bytes": need})
+            continue
+        fwd_s, bwd_s = measure(torch, variant, b, h, n, d, k, args.repeats)
+        runs.setdefault((variant, n, k), []).append((fwd_s, bwd_s))
+        if not args.json:
+            flops = forward_flops(b, h, n, d)
+            prefix = f"round {rnd + 1}/{args.rounds} " if args.rounds > 1 else ""
+            print(f"{prefix}torch {variant:9s} n={n:6d} k={k:4d}  "
+                  f"fwd {fwd_s * 1e3:10.2f} ms  bwd {bwd_s * 1e3:10.2f} ms"
+                  f"  fwd {flops / fwd_s * 1e-9:7.2f} GF/s"
+                  f"  bwd {2.5 * flops / bwd_s * 1e-9:7.2f} GF/s"
+                  f"  ~{need / 2**20:8.0f} MiB", flush=True)
+
+
+def torch_row(key, runs, b, h, d):
+    """PyTorch's row of (variant, n, k): medians over rounds."""
+    variant, n, k = key
+    fwd_s = statistics.median(f for f, _ in runs)
+    bwd_s = statistics.median(w for _, w in runs)
+    flops = forward_flops(b, h, n, d)
+    return {
+        "variant": variant, "n": n, "k": k, "batch": b, "heads": h,
+        "dim": d, "fwd_ms": fwd_s * 1e3, "bwd_ms": bwd_s * 1e3,
+        "fwd_gflops": flops / fwd_s * 1e-9,
+        "bwd_gflops": 2.5 * flops / bwd_s * 1e-9,
+        "estimated_peak_bytes": estimated_peak_bytes(
+            b, h, n, d, variant == "relative"),
+    }
+
+
+def speedups(torch_runs, relpos_runs):
+    """Per row both sides ran: PyTorch fwd+bwd over relpos's, the median
+    of the per-round ratios and their smallest and largest."""
+    out = []
+    for key, runs in torch_runs.items():
+        other = relpos_runs.get(key)
+        if not other:
+            continue
+        t_ms = [1e3 * (f + w) for f, w in runs]
+        r_ms = [r["fwd_ms"] + r["bwd_ms"] for r in other]
+        ratios = [t / r for t, r in zip(t_ms, r_ms)]
+        out.append({"variant": key[0], "n": key[1], "k": key[2],
+                    "torch_ms": statistics.median(t_ms),
+                    "relpos_ms": statistics.median(r_ms),
+                    "speedup": statistics.median(ratios),
+                    "speedup_min": min(ratios), "speedup_max": max(ratios)})
+    return out
 
 
 def main(argv=None):
@@ -233,37 +298,35 @@ def main(argv=None):
         return 1
 
     b, h, d = args.batch, args.heads, args.dim
-    rows, skipped = [], []
-    for n in args.n:
-        cases = [("vanilla", 0)] + [("relative", k) for k in args.k]
-        for variant, k in cases:
-            need = estimated_peak_bytes(b, h, n, d, variant == "relative")
-            if need > args.max_gib * 2**30:
-                skipped.append({"variant": variant, "n": n, "k": k,
-                                "estimated_bytes": need})
-                continue
-            fwd_s, bwd_s = measure(torch, variant, b, h, n, d, k,
-                                   args.repeats)
-            flops = forward_flops(b, h, n, d)
-            rows.append({
-                "variant": variant, "n": n, "k": k, "batch": b, "heads": h,
-                "dim": d, "fwd_ms": fwd_s * 1e3, "bwd_ms": bwd_s * 1e3,
-                "fwd_gflops": flops / fwd_s * 1e-9,
-                "bwd_gflops": 2.5 * flops / bwd_s * 1e-9,
-                "estimated_peak_bytes": need,
-            })
-            if not args.json:
-                r = rows[-1]
-                print(f"torch {variant:9s} n={n:6d} k={k:4d}  "
-                      f"fwd {r['fwd_ms']:10.2f} ms  bwd {r['bwd_ms']:10.2f} ms"
-                      f"  fwd {r['fwd_gflops']:7.2f} GF/s"
-                      f"  bwd {r['bwd_gflops']:7.2f} GF/s"
-                      f"  ~{need / 2**20:8.0f} MiB", flush=True)
+    torch_runs, relpos_runs, skipped = {}, {}, []
+    relpos_data = None
+    try:
+        if args.relpos_json:
+            relpos_data, saved = run_relpos(args, args.n)
+        for rnd in range(args.rounds):
+            for n in args.n:
+                measure_torch_n(torch, args, n, rnd, torch_runs,
+                                skipped if rnd == 0 else [])
+                if args.relpos_json:
+                    rows_n = {key: r for key, r in saved.items()
+                              if key[1] == n}
+                elif args.relpos:
+                    relpos_data, rows_n = run_relpos(args, [n])
+                else:
+                    continue
+                for key, r in rows_n.items():
+                    relpos_runs.setdefault(key, []).append(r)
+    except (OSError, RuntimeError, ValueError, KeyError) as e:
+        print(f"torch_attention_bench: relpos comparison failed: {e}",
+              file=sys.stderr)
+        return 1
+    rows = [torch_row(key, runs, b, h, d) for key, runs in torch_runs.items()]
 
     result = {
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
         "repeats": args.repeats,
+        "rounds": args.rounds,
         "flop_convention":
             "vanilla for every variant: fwd 4*B*H*n*n*d, bwd 2.5x fwd",
         "peak_rss_bytes":
@@ -273,25 +336,8 @@ def main(argv=None):
     }
 
     if args.relpos or args.relpos_json:
-        try:
-            relpos_data, relpos_rows = run_relpos(args)
-        except (OSError, RuntimeError, ValueError, KeyError) as e:
-            print(f"torch_attention_bench: relpos comparison failed: {e}",
-                  file=sys.stderr)
-            return 1
-        speedups = []
-        for r in rows:
-            other = relpos_rows.get((r["variant"], r["n"], r["k"]))
-            if other is None:
-                continue
-            torch_ms = r["fwd_ms"] + r["bwd_ms"]
-            relpos_ms = other["fwd_ms"] + other["bwd_ms"]
-            speedups.append({"variant": r["variant"], "n": r["n"],
-                             "k": r["k"], "torch_ms": torch_ms,
-                             "relpos_ms": relpos_ms,
-                             "speedup": torch_ms / relpos_ms})
         result["relpos_sgemm_gflops"] = relpos_data.get("sgemm_gflops")
-        result["speedups"] = speedups
+        result["speedups"] = speedups(torch_runs, relpos_runs)
 
     if args.json:
         print(json.dumps(result))
@@ -300,7 +346,8 @@ def main(argv=None):
         print(f"torch {s['variant']:9s} n={s['n']:6d} k={s['k']:4d}  skipped:"
               f" needs ~{s['estimated_bytes'] / 2**30:.1f} GiB > --max-gib "
               f"{args.max_gib:g}")
-    print(f"threads {result['threads']}, medians of {args.repeats}, torch "
+    print(f"threads {result['threads']}, medians of {args.repeats} x "
+          f"{args.rounds} round(s), torch "
           f"{result['torch_version']}, peak RSS "
           f"{result['peak_rss_bytes'] / 2**30:.2f} GiB")
     if "speedups" in result:
@@ -308,7 +355,8 @@ def main(argv=None):
         for s in result["speedups"]:
             line = (f"  {s['variant']:9s} n={s['n']:6d} k={s['k']:4d}  torch "
                     f"{s['torch_ms']:10.2f} ms  relpos {s['relpos_ms']:9.2f} "
-                    f"ms  speedup {s['speedup']:7.1f}x")
+                    f"ms  speedup {s['speedup']:7.1f}x "
+                    f"[{s['speedup_min']:.1f}, {s['speedup_max']:.1f}]")
             if s["n"] == 2048 and s["variant"] == "relative":
                 line += ("  (target >= 10x: "
                          f"{'met' if s['speedup'] >= 10 else 'NOT met'})")

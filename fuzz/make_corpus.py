@@ -96,6 +96,76 @@ def catalogs():
     write(cat, "bad_unterminated.po", b'msgid "a\nmsgstr "b"\n')
 
 
+def signals():
+    # The layout fuzz/signal_fuzzer.cc fixes: rel_k of 5 rows, one head;
+    # t5_bias of 3 rows, 2 heads; the checkpoint's step 7.
+    def doc(**over):
+        d = {"format": "relpos-signal", "version": 1, "step": 7,
+             "first_step": 2, "steps": 5,
+             "tables": [
+                 {"parameter": "blocks.0.attn.rel_k", "heads": 1, "rows": 5,
+                  "pair_count": [0, 3, 9, 3, 0],
+                  "signal": [0.0, 0.25, 1.5, 0.125, 0.0],
+                  "signal_per_head": []},
+                 {"parameter": "blocks.1.attn.t5_bias", "heads": 2,
+                  "rows": 3, "pair_count": [4, 8, 4],
+                  "signal": [1.0, 2.0, 3.0],
+                  "signal_per_head": [[0.5, 1.0, 1.5], [0.5, 1.0, 1.5]]}]}
+        d.update(over)
+        return json.dumps(d)
+    sig = "signal"
+    write(sig, "valid.json", doc())
+    write(sig, "bad_step.json", doc(step=8))
+    write(sig, "bad_steps.json", doc(steps=4))
+    bad = json.loads(doc())
+    bad["tables"][0]["signal"][2] = -1.0
+    write(sig, "bad_negative.json", json.dumps(bad))
+    bad = json.loads(doc())
+    bad["tables"][1]["signal_per_head"].pop()
+    write(sig, "bad_heads.json", json.dumps(bad))
+    write(sig, "bad_nesting.json", "[" * 100)
+
+
+def compares():
+    # compare.json as relpos compare writes it (format version 1), one cell
+    # whose bits_per_token is loss / ln 2, and cells that each break a rule.
+    def cell(**over):
+        c = {"task": "reverse", "position": "shaw", "seed": 3,
+             "parameters": 2883, "train_seconds": 1.5, "eval_seconds": 0.25,
+             "final_train_loss": 0.5,
+             "by_length": [
+                 {"length": 2, "sequence_length": 5, "token_accuracy": 0.75,
+                  "sequence_accuracy": 0.5, "loss": 0.6931471805599453,
+                  "bits_per_token": 1.0, "tokens": 8, "sequences": 4},
+                 {"length": 4, "sequence_length": 9, "token_accuracy": 0.5,
+                  "sequence_accuracy": 0.0, "loss": 1.3862943611198906,
+                  "bits_per_token": 2.0, "tokens": 16, "sequences": 4}],
+             "sequences_per_length": 4,
+             "config": {"train": {"task": "reverse", "seed": 3},
+                        "model": {"position": "shaw"}}}
+        c.update(over)
+        return c
+
+    def doc(*cells):
+        return json.dumps({"format_version": 1, "cells": list(cells)})
+    cmp = "compare"
+    write(cmp, "valid.json", doc(cell(), cell(seed=4, config={
+        "train": {"task": "reverse", "seed": 4},
+        "model": {"position": "shaw"}})))
+    write(cmp, "bad_accuracy.json", doc(cell(by_length=[
+        {"length": 2, "sequence_length": 5, "token_accuracy": -5,
+         "sequence_accuracy": 0.5, "loss": 0.6931471805599453,
+         "bits_per_token": 1.0, "tokens": 8, "sequences": 4}])))
+    write(cmp, "bad_bits.json", doc(cell(by_length=[
+        {"length": 2, "sequence_length": 5, "token_accuracy": 0.5,
+         "sequence_accuracy": 0.5, "loss": 0.5, "bits_per_token": 1.0,
+         "tokens": 8, "sequences": 4}])))
+    write(cmp, "bad_label.json", doc(cell(position="t5")))
+    write(cmp, "bad_version.json", json.dumps({"format_version": 2,
+                                               "cells": []}))
+    write(cmp, "bad_nesting.json", "[" * 100)
+
+
 def write(target, name, content):
     path = os.path.join(HERE, "corpus", target, name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -143,6 +213,8 @@ def main():
     write(cfg, "bad_not_object.json", "[1, 2, 3]")
 
     catalogs()
+    signals()
+    compares()
 
 
 if __name__ == "__main__":

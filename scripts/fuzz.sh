@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 seconds="${1:-60}"
 build_dir="${FUZZ_BUILD_DIR:-build/fuzz}"
-targets="${FUZZ_TARGETS:-safetensors_fuzzer config_fuzzer catalog_fuzzer}"
+targets="${FUZZ_TARGETS:-safetensors_fuzzer config_fuzzer catalog_fuzzer signal_fuzzer compare_fuzzer}"
 export CC="${CC:-clang}" CXX="${CXX:-clang++}"
 
 echo "== configuring and building fuzzers in $build_dir ($CXX)"

@@ -5,21 +5,24 @@
 #   bash scripts/test-python.sh [extra pytest arguments]
 #
 # The virtual environment is made once from Debian's interpreter with
-# --system-site-packages, so Debian's python3-numpy, python3-pytest and (when
-# installed) python3-torch are used as they are; the build requirements
+# --system-site-packages, so Debian's python3-numpy and python3-pytest are
+# used as they are (the PyTorch tests then skip, saying so); the build
+# requirements
 # (scikit-build-core, nanobind) come from PyPI into the venv. The package is
 # then built without build isolation into a persistent build directory, so
 # a rerun recompiles only what changed. Exits non-zero if the build fails,
 # any test fails, or no test is collected.
 #
 # Environment: RELPOS_PYTHON (default /usr/bin/python3) picks the base
-# interpreter; RELPOS_VENV (default .venv) the environment's location.
+# interpreter; RELPOS_VENV (default .venv) the environment's location;
+# RELPOS_BUILD_DIR (default build/python) the build directory. scripts/test.sh
+# runs this through scripts/test-pypi.sh (PyPI's PyTorch 2, Triton).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 python=${RELPOS_PYTHON:-/usr/bin/python3}
 venv=${RELPOS_VENV:-$root/.venv}
-build_dir=$root/build/python
+build_dir=$root/${RELPOS_BUILD_DIR:-build/python}
 
 if [[ ! -x $venv/bin/python ]]; then
   echo "== creating $venv from $python"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds relpos and runs every test:
 #   1. release build, all C++ unit tests (CTest);
-#   2. the Python package (pip install into .venv) and its pytest suite;
+#   2. the Python package and its whole pytest suite against PyPI's PyTorch 2
+#      (scripts/test-pypi.sh: a cached environment in /var/cache/relpos,
+#      several GB downloaded the first time; Triton's kernels under its
+#      interpreter);
 #   3. end to end (tests/e2e, on the builds of 1 and 2): every sh / python /
 #      cpp example of README.md and docs/*.md, and the verbs' SVG plots;
 #   4. AddressSanitizer + UBSan build, the C++ unit tests again;
@@ -27,12 +30,14 @@ for s in $stages; do
       ctest --preset release -j "$jobs"
       ;;
     python)
-      stage "Python package and pytest"
-      bash scripts/test-python.sh
+      stage "Python package and pytest (PyPI's PyTorch 2, Triton interpreter)"
+      bash scripts/test-pypi.sh
       ;;
     e2e)
       stage "end to end: the docs' examples and the plots"
-      bash scripts/test-e2e.sh
+      # on the Python stage's environment (scripts/test-pypi.sh)
+      RELPOS_VENV=${RELPOS_PYPI_VENV:-/var/cache/relpos/pypi-venv} \
+        bash scripts/test-e2e.sh
       ;;
     sanitize)
       stage "ASan + UBSan build and C++ unit tests"

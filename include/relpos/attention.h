@@ -111,9 +111,25 @@ struct AttentionOptions {
   // Absolute position of query row 0; default Nk - Nq (queries are the last Nq
   // positions, as with a key/value cache). |offset| <= 2^40.
   std::optional<int64_t> query_offset;
+  // Per-row query offsets: empty (every batch item uses query_offset), or
+  // one entry per batch item, |offset| <= 2^40: query row i of item b sits
+  // at position i + query_offsets[b]. Exclusive with query_offset.
+  std::vector<int64_t> query_offsets;
   // Empty (every key valid) or one entry per batch item in [0, Nk]: keys
-  // j >= key_lengths[b] are invisible.
+  // j >= key_lengths[b] are invisible (right padding).
   std::vector<int64_t> key_lengths;
+  // Empty (keys start at 0) or one entry per batch item in [0,
+  // key_lengths[b]] (key_lengths[b] = Nk when key_lengths is empty): keys
+  // j < key_starts[b] are invisible (left padding). Positions and distances
+  // stay those of the padded index: r = j - (i + off) for every visible
+  // pair, which is j' - i' for the positions j' = j - s, i' = i + off - s
+  // counted from the row's first real key s = key_starts[b]
+  // (docs/conventions.md, "Left padding").
+  std::vector<int64_t> key_starts;
+  // Multiplier of the scaled score terms (q . k and the vector term);
+  // default 1 / sqrt(dk). T5 uses 1 (unscaled scores). Finite and > 0.
+  // The scalar table and ALiBi are never scaled.
+  std::optional<double> scale;
   // kAuto: the fused kernel for float when it supports the scheme (today:
   // every score term, position_query_bias and the value term under
   // kSymmetricClip or kClip; kScalarTable and kAlibi also under kT5; see
@@ -125,11 +141,16 @@ struct AttentionOptions {
 };
 
 // Inputs, all row-major and contiguous.
+//
+// Grouped-query / multi-query attention: k and v may have Hkv heads, Hkv
+// dividing H (Hkv = 1: multi-query). Query head h reads key/value head
+// h / (H / Hkv), as Hugging Face transformers' repeat_kv does; tables,
+// bias, pb and ALiBi slopes stay per query head.
 template <typename T>
 struct AttentionInputs {
   ConstView<T> q;   // [B, H, Nq, dk]
-  ConstView<T> k;   // [B, H, Nk, dk]
-  ConstView<T> v;   // [B, H, Nk, dv]
+  ConstView<T> k;   // [B, Hkv, Nk, dk]
+  ConstView<T> v;   // [B, Hkv, Nk, dv]
   // nb = table rows of options.buckets (2k+1 for the default map).
   ConstView<T> ak;  // [nb, dk] or [H, nb, dk]; used by key_term with kVector
   ConstView<T> av;  // [nb, dv] or [H, nb, dv]; may be empty if !value_term
@@ -139,7 +160,8 @@ struct AttentionInputs {
   // must have its shape and does not enter the computation.
 };
 
-// Gradients, same shapes as the inputs; every non-empty view is overwritten
+// Gradients, same shapes as the inputs (dk, dv: [B, Hkv, Nk, d], the sums
+// over each group's query heads); every non-empty view is overwritten
 // (not accumulated into). dak / dav / dbias / dpb may be empty when their
 // input is unused (or when the caller does not want them); a provided one
 // whose input is unused is filled with zeros. (ALiBi slopes are fixed and
@@ -152,7 +174,8 @@ struct AttentionGrads {
 
 // out: [B, H, Nq, dv]. lse: [B, H, Nq], the natural log of the softmax
 // denominator of each row (of the scaled scores), -infinity for a row that
-// sees no key (its output is zero). lse may be empty when no backward pass
+// sees no key (its output is zero, and so is its gradient; this is the
+// convention for every mask: causal, key_lengths, key_starts). lse may be empty when no backward pass
 // will follow. Throws InvalidArgument on any inconsistent argument.
 template <typename T>
 void AttentionForward(const AttentionInputs<T>& in, TensorView<T> out,

@@ -37,6 +37,14 @@ class FormatError : public Error {
   using Error::Error;
 };
 
+// An operation needs more of a resource than this process may use: a model,
+// batch or grid whose planned memory exceeds the limit (docs/robustness.md,
+// "Memory"). Python maps it to MemoryError.
+class ResourceError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A computation produced or was given a non-finite value.
 class NumericalError : public Error {
  public:

@@ -6,6 +6,10 @@ they trace it through its fake (shape-only) kernel and call the real kernel
 at run time, so ``torch.compile(model, fullgraph=True)`` and ``torch.export``
 go through relpos attention and RoPE without a graph break.
 
+Each op has two kernels: CPU tensors run relpos's C++ kernel (below), CUDA
+tensors the Triton kernels of relpos.triton (registered with
+register_kernel("cuda"); Triton is imported on the first CUDA call).
+
     relpos::attention_forward   (q, k, v, ak?, av?, bias?, pb?, options)
                                 -> (out [B, H, Nq, dv], lse [B, H, Nq])
     relpos::attention_backward  (dout, the inputs, out, lse, options)
@@ -14,6 +18,9 @@ go through relpos attention and RoPE without a graph break.
 
 Absent gradients (an input that was None) are empty tensors (numel 0) in
 the backward op's result, since an op's outputs cannot be None.
+
+On CUDA, lse is float32 for float16 / bfloat16 inputs (float64 for
+float64), so the fake kernels give it that dtype.
 
 Zero copy: a contiguous CPU float32 / float64 tensor reaches the C++ kernel
 as a numpy view of its memory (Tensor.numpy shares storage), and the outputs
@@ -47,17 +54,47 @@ def _version_at_least(major, minor):
 ENABLED = _version_at_least(2, 4) and hasattr(torch.library, "custom_op")
 
 
-def check_tensor(fn, name, t):
-    """The type / device / dtype checks of relpos.torch, one message each."""
+_CUDA_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_tensor(fn, name, t, like=None):
+    """The type / device / dtype checks of relpos.torch, one message each:
+    CPU tensors are float32 or float64 (the C++ kernel), CUDA tensors
+    float16, bfloat16, float32 or float64 (the Triton kernels); `like` (q)
+    fixes the call's device."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"relpos.torch.{fn}: {name} must be a torch.Tensor "
                         f"(got {type(t).__name__})")
-    if t.device.type != "cpu":
-        raise ValueError(f"relpos.torch.{fn}: {name} must be on the CPU "
-                         f"(got device {t.device})")
+    if like is not None and t.device != like.device:
+        raise ValueError(f"relpos.torch.{fn}: {name} is on {t.device} but q "
+                         f"is on {like.device}; every tensor of one call "
+                         f"must be on one device")
+    kind = t.device.type
+    if kind == "cuda":
+        if t.dtype not in _CUDA_DTYPES:
+            error = (NotImplementedError if t.dtype.is_floating_point
+                     else TypeError)
+            raise error(f"relpos.torch.{fn}: {name} must have dtype "
+                        f"torch.float16, torch.bfloat16, torch.float32 or "
+                        f"torch.float64 on CUDA (got {t.dtype})")
+        return
+    if kind != "cpu":
+        raise ValueError(f"relpos.torch.{fn}: {name} is on {t.device}; "
+                         f"relpos runs CPU tensors (its C++ kernel) and CUDA "
+                         f"tensors (its Triton kernels)")
     if t.dtype not in _DTYPES:
         raise TypeError(f"relpos.torch.{fn}: {name} must have dtype "
                         f"torch.float32 or torch.float64 (got {t.dtype})")
+
+
+def on_cuda(t):
+    return isinstance(t, torch.Tensor) and t.device.type == "cuda"
+
+
+def lse_dtype(dtype):
+    """The log-sum-exp's dtype for inputs of `dtype`."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) \
+        else dtype
 
 
 def encode_buckets(buckets):
@@ -114,6 +151,15 @@ def _options(max_distance, causal, key_lengths, query_offset, buckets,
                 buckets=decode_buckets(buckets, bucket_args), alibi=alibi_arg)
 
 
+def _gpu_options(max_distance, causal, key_lengths, query_offset, buckets,
+                 bucket_args, alibi):
+    """The op's schema-typed options as relpos.triton's keywords."""
+    options = _options(max_distance, causal, None, query_offset, buckets,
+                       bucket_args, alibi)
+    options["key_lengths"] = key_lengths
+    return options
+
+
 if ENABLED:
     @torch.library.custom_op("relpos::attention_forward", mutates_args=())
     def attention_forward(
@@ -132,11 +178,24 @@ if ENABLED:
                        buckets, bucket_args, alibi))
         return torch.from_numpy(out), torch.from_numpy(lse)
 
+    def attention_forward_cuda(q, k, v, ak, av, bias, pb, max_distance,
+                               causal, key_lengths, query_offset, buckets,
+                               bucket_args, alibi):
+        from relpos.triton import _attention as gpu
+        call = gpu.prepare(
+            "torch.attention", q, k, v, ak, av, bias, pb,
+            **_gpu_options(max_distance, causal, key_lengths, query_offset,
+                           buckets, bucket_args, alibi))
+        return gpu.forward(call, q, k, v, ak, av, bias, pb)
+
+    attention_forward.register_kernel("cuda")(attention_forward_cuda)
+
     @attention_forward.register_fake
     def _(q, k, v, ak, av, bias, pb, max_distance, causal, key_lengths,
           query_offset, buckets, bucket_args, alibi):
         b, h, nq, _ = q.shape
-        return q.new_empty((b, h, nq, v.shape[3])), q.new_empty((b, h, nq))
+        return (q.new_empty((b, h, nq, v.shape[3])),
+                q.new_empty((b, h, nq), dtype=lse_dtype(q.dtype)))
 
     @torch.library.custom_op("relpos::attention_backward", mutates_args=())
     def attention_backward(
@@ -158,6 +217,19 @@ if ENABLED:
         # alias one another.
         return tuple(q.new_empty((0,)) if x is None else torch.from_numpy(x)
                      for x in (g.dq, g.dk, g.dv, g.dak, g.dav, g.dbias, g.dpb))
+
+    def attention_backward_cuda(dout, q, k, v, ak, av, bias, pb, out, lse,
+                                max_distance, causal, key_lengths,
+                                query_offset, buckets, bucket_args, alibi):
+        from relpos.triton import _attention as gpu
+        call = gpu.prepare(
+            "torch.attention", q, k, v, ak, av, bias, pb,
+            **_gpu_options(max_distance, causal, key_lengths, query_offset,
+                           buckets, bucket_args, alibi))
+        grads = gpu.backward(call, dout, q, k, v, ak, av, bias, pb, out, lse)
+        return tuple(q.new_empty((0,)) if g is None else g for g in grads)
+
+    attention_backward.register_kernel("cuda")(attention_backward_cuda)
 
     @attention_backward.register_fake
     def _(dout, q, k, v, ak, av, bias, pb, out, lse, max_distance, causal,
@@ -194,6 +266,13 @@ if ENABLED:
             _view(x), position_offset=position_offset, base=base,
             layout=layout))
 
+    def rope_forward_cuda(x, position_offset, base, layout):
+        from relpos.triton import _rope
+        return _rope.rotate("torch.rope", x, position_offset, base, layout,
+                            1)
+
+    rope_forward.register_kernel("cuda")(rope_forward_cuda)
+
     @rope_forward.register_fake
     def _(x, position_offset, base, layout):
         return x.new_empty(x.shape)
@@ -205,6 +284,13 @@ if ENABLED:
         return torch.from_numpy(_relpos.rope_backward(
             _view(dy), position_offset=position_offset, base=base,
             layout=layout))
+
+    def rope_backward_cuda(dy, position_offset, base, layout):
+        from relpos.triton import _rope
+        return _rope.rotate("torch.rope_backward", dy, position_offset, base,
+                            layout, -1)
+
+    rope_backward.register_kernel("cuda")(rope_backward_cuda)
 
     @rope_backward.register_fake
     def _(dy, position_offset, base, layout):
@@ -233,10 +319,11 @@ if ENABLED:
 def attention(q, k, v, ak, av, bias, pb, *, max_distance, causal,
               key_lengths, query_offset, buckets, alibi):
     """relpos.torch.attention through relpos::attention_forward."""
-    for name, t in (("q", q), ("k", k), ("v", v), ("ak", ak), ("av", av),
+    check_tensor("attention", "q", q)
+    for name, t in (("k", k), ("v", v), ("ak", ak), ("av", av),
                     ("bias", bias), ("pb", pb)):
-        if t is not None or name in ("q", "k", "v"):
-            check_tensor("attention", name, t)
+        if t is not None or name in ("k", "v"):
+            check_tensor("attention", name, t, like=q)
     if key_lengths is not None and not isinstance(key_lengths, torch.Tensor):
         key_lengths = torch.as_tensor(key_lengths, dtype=torch.int64)
     if not isinstance(causal, bool):

@@ -19,9 +19,18 @@ What maps to what (docs/interop.md has the tensor-by-tensor table):
 - ``arch = decoder`` -> ``TransformerDecoderModelSpec`` (no cross
   attention): ``ctranslate2.Generator``; its logits are relpos's, head bias
   included.
-- Both: pre-norm blocks, exact (erf) GELU (``Activation.GELU``), LayerNorm
-  eps 1e-5, biases on every projection, no embedding scaling
-  (``scale_embeddings = False``: relpos adds no sqrt(d_model) factor), the
+- ``arch = seq2seq`` -> ``TransformerSpec`` (encoder and decoder with
+  cross-attention): ``ctranslate2.Translator``. One embedding for the
+  encoder input, the decoder input and the projection (bias
+  ``head.bias``), ``scale_embeddings = True`` (relpos's sqrt(d_model)),
+  cross-attention as CTranslate2's encoder attention (q; k and v fused;
+  out), no position term there. Tokens: the pieces of the checkpoint's
+  ``sentencepiece.model`` when it has one (copied beside the export), else
+  ``"<N>"``; BOS starts the decoder, no BOS / EOS is added to the source.
+- All: pre-norm blocks, exact (erf) GELU (``Activation.GELU``), LayerNorm
+  eps 1e-5, biases on every projection, no embedding scaling for arch
+  encoder and decoder (``scale_embeddings = False``: relpos adds no
+  sqrt(d_model) factor there), the
   final LayerNorm, q/k/v fused into one [3 d, d] projection as CTranslate2
   stores it.
 - ``position = shaw`` (or its older name ``relative``; Shaw et al., clip
@@ -44,7 +53,7 @@ What maps to what (docs/interop.md has the tensor-by-tensor table):
 
 Refused with :class:`UnsupportedModelError` (a ``ValueError``) naming the
 setting: per-head relative tables (CTranslate2 has one table per layer),
-shaw-asym with a value table, a model without blocks (CTranslate2's layer
+shaw-asym with a value table, shaw-asym in seq2seq, a model without blocks (CTranslate2's layer
 stack needs one), and any other position scheme or model setting (log
 buckets, T5 biases, ALiBi, RoPE, Transformer-XL, ...: each needs its own
 check against CTranslate2 before it can be exported).
@@ -55,6 +64,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from typing import Dict, List, Optional
 
@@ -64,7 +74,7 @@ from . import _registry
 from . import _relpos_ext as _ext
 
 __all__ = ["UnsupportedModelError", "build_spec", "export", "main",
-           "spec_from_parameters"]
+           "seq2seq_spec", "seq2seq_vocabulary", "spec_from_parameters"]
 
 LAYER_NORM_EPS = 1e-5  # relpos's LayerNorm (docs/model.md)
 
@@ -73,7 +83,9 @@ LAYER_NORM_EPS = 1e-5  # relpos's LayerNorm (docs/model.md)
 # any other key in a checkpoint's model config is refused so that a setting
 # added to relpos later cannot be silently dropped.
 _MODEL_KEYS = {"arch", "vocab_size", "d_model", "heads", "layers", "d_ff",
-               "position", "dropout", "seed"}
+               "position", "dropout", "seed",
+               # seq2seq: the decoder's depth (-1: as many as layers).
+               "decoder_layers"}
 _KNOWN_MODEL_KEYS = _MODEL_KEYS | set(_registry.SETTING_DEFAULTS)
 # The schemes CTranslate2's Transformer specs represent as relpos computes
 # them (each checked against CTranslate2 in python/tests/test_ctranslate2.py).
@@ -133,10 +145,16 @@ def _check_supported(mc: Dict) -> None:
         raise UnsupportedModelError(
             f"relpos.ctranslate2: layers = {mc['layers']} cannot be "
             "exported: CTranslate2's Transformer needs at least one layer")
-    if mc["arch"] not in ("encoder", "decoder"):
+    if mc["arch"] not in ("encoder", "decoder", "seq2seq"):
         raise UnsupportedModelError(
-            f"relpos.ctranslate2: arch '{mc['arch']}' is not encoder or "
-            "decoder")
+            f"relpos.ctranslate2: arch '{mc['arch']}' is not encoder, "
+            "decoder or seq2seq")
+    if mc["arch"] == "seq2seq" and pos == "shaw-asym":
+        raise UnsupportedModelError(
+            "relpos.ctranslate2: position 'shaw-asym' is exported for the "
+            "encoder and decoder architectures only: CTranslate2's "
+            "asymmetric key table is not checked against relpos in its "
+            "incremental (Translator) decoding")
 
 
 def _sinusoid(rows: int, d: int) -> np.ndarray:
@@ -161,9 +179,11 @@ def _set_linear(spec, weight: np.ndarray, bias: np.ndarray) -> None:
     spec.bias = bias
 
 
-def _fill_layer(layer, P, l: int, mc: Dict) -> None:
-    """One pre-LayerNorm block: attention sublayer, then feed-forward."""
-    b = f"blocks.{l}."
+def _fill_layer(layer, P, l: int, mc: Dict, side: str = "") -> None:
+    """One pre-LayerNorm block: attention sublayer, (a seq2seq decoder's
+    cross-attention sublayer,) then feed-forward. side: "" for the single
+    stack, "encoder." or "decoder." for seq2seq's tensors."""
+    b = f"{side}blocks.{l}."
     att = layer.self_attention
     _set_layer_norm(att.layer_norm, P(b + "ln1.gamma"), P(b + "ln1.beta"))
     # CTranslate2 fuses q, k and v into linear_0: rows [q; k; v].
@@ -188,15 +208,32 @@ def _fill_layer(layer, P, l: int, mc: Dict) -> None:
             P(b + "attn.rel_k") if mc["key_term"] else zeros)
         att.relative_position_values = (
             P(b + "attn.rel_v") if mc["value_term"] else zeros)
+    if side == "decoder.":
+        _fill_cross_attention(layer.attention, P, b)
     _set_layer_norm(layer.ffn.layer_norm, P(b + "ln2.gamma"), P(b + "ln2.beta"))
     _set_linear(layer.ffn.linear_0, P(b + "ff.in.weight"), P(b + "ff.in.bias"))
     _set_linear(layer.ffn.linear_1, P(b + "ff.out.weight"), P(b + "ff.out.bias"))
 
 
-def _absolute_table(mc: Dict, P) -> Optional[np.ndarray]:
+def _fill_cross_attention(att, P, b: str) -> None:
+    """relpos's cross-attention (no position term): CTranslate2's
+    encoder-attention spec has three linears, q, then k and v fused into
+    one [2 d, d] projection, then the output."""
+    _set_layer_norm(att.layer_norm, P(b + "cross_ln.gamma"),
+                    P(b + "cross_ln.beta"))
+    _set_linear(att.linear[0], P(b + "cross.q.weight"), P(b + "cross.q.bias"))
+    _set_linear(
+        att.linear[1],
+        np.concatenate([P(b + f"cross.{x}.weight") for x in "kv"], axis=0),
+        np.concatenate([P(b + f"cross.{x}.bias") for x in "kv"], axis=0))
+    _set_linear(att.linear[2], P(b + "cross.out.weight"),
+                P(b + "cross.out.bias"))
+
+
+def _absolute_table(mc: Dict, P, side: str = "") -> Optional[np.ndarray]:
     pos, rows, d = _position(mc), mc["max_len"], mc["d_model"]
     if pos == "learned":
-        return P("embed.position")
+        return P(side + "embed.position")
     if pos == "sinusoidal":
         return _sinusoid(rows, d)
     if pos in ("none", "shaw-asym"):
@@ -213,17 +250,102 @@ def vocabulary(vocab_size: int) -> List[str]:
     return [f"<{i}>" for i in range(vocab_size)]
 
 
+SENTENCEPIECE_MODEL = "sentencepiece.model"  # in a translation checkpoint
+
+
+def seq2seq_vocabulary(checkpoint_dir: str, vocab_size: int,
+                       bos: int, eos: int) -> Dict:
+    """The token strings of a seq2seq export and its special tokens: the
+    pieces of the checkpoint's ``sentencepiece.model`` (relpos's ids are
+    its ids; the sizes must agree), else ``"<N>"`` for id N as
+    :func:`vocabulary`. Returns {"tokens", "bos", "eos", "unk", "spm"} with
+    spm the SentencePiece model's path or None."""
+    spm = os.path.join(os.fspath(checkpoint_dir), SENTENCEPIECE_MODEL)
+    if not os.path.isfile(spm):
+        tokens = vocabulary(vocab_size)
+        return {"tokens": tokens, "bos": tokens[bos], "eos": tokens[eos],
+                "unk": tokens[0], "spm": None}
+    try:
+        import sentencepiece
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise ImportError(
+            f"relpos.ctranslate2: {spm} needs the sentencepiece package to "
+            "name the tokens: pip install sentencepiece") from e
+    sp = sentencepiece.SentencePieceProcessor(model_file=spm)
+    if sp.get_piece_size() != vocab_size:
+        raise UnsupportedModelError(
+            f"relpos.ctranslate2: {spm} has {sp.get_piece_size()} pieces but "
+            f"the model's vocabulary has {vocab_size} ids")
+    tokens = [sp.id_to_piece(i) for i in range(vocab_size)]
+    unk = sp.unk_id()
+    return {"tokens": tokens, "bos": tokens[bos], "eos": tokens[eos],
+            "unk": tokens[unk if 0 <= unk < vocab_size else 0], "spm": spm}
+
+
 def build_spec(checkpoint_dir: str):
     """The CTranslate2 model spec of a relpos checkpoint folder (validated,
     not saved). Raises UnsupportedModelError for what CTranslate2 cannot
     represent, and relpos's own errors for a missing or damaged checkpoint."""
+    return _load(checkpoint_dir)[0]
+
+
+def _load(checkpoint_dir: str):
+    """(spec, SentencePiece model path or None) of a checkpoint folder."""
     model = _ext.Model.load(os.fspath(checkpoint_dir))
     mc = json.loads(model.config_json())["model"]
 
     def P(name: str) -> np.ndarray:
         return np.ascontiguousarray(model.parameter(name), dtype=np.float32)
 
-    return spec_from_parameters(mc, P)
+    if mc.get("arch") != "seq2seq":
+        return spec_from_parameters(mc, P), None
+    _check_supported(mc)
+    bos, eos = model.bos_eos()
+    vocab = seq2seq_vocabulary(checkpoint_dir, mc["vocab_size"], bos, eos)
+    return seq2seq_spec(mc, P, vocab), vocab["spm"]
+
+
+def seq2seq_spec(mc: Dict, P, vocab: Dict):
+    """The ``TransformerSpec`` of a seq2seq model (config mc, tensors
+    P(name), tokens as :func:`seq2seq_vocabulary` gives them): pre-norm
+    encoder and decoder, one embedding for the encoder input, the decoder
+    input and the projection (bias ``head.bias``), both scaled by
+    sqrt(d_model) as relpos scales them, cross-attention without positions,
+    the decoder started with BOS, no BOS / EOS added to the source."""
+    specs = _require_ctranslate2()
+    _check_supported(mc)
+    common = dict(pre_norm=True, activation=specs.Activation.GELU,
+                  relative_position=_position(mc) == "shaw")
+    dec_layers = mc.get("decoder_layers", -1)
+    dec_layers = mc["layers"] if dec_layers < 0 else dec_layers
+    encoder = specs.TransformerEncoderSpec(mc["layers"], mc["heads"], **common)
+    decoder = specs.TransformerDecoderSpec(
+        dec_layers, mc["heads"], with_encoder_attention=True, **common)
+    embedding = P("embed.token")
+    encoder.embeddings[0].weight = embedding
+    decoder.embeddings.weight = embedding
+    _set_linear(decoder.projection, embedding, P("head.bias"))
+    for side, stack in (("encoder.", encoder), ("decoder.", decoder)):
+        stack.scale_embeddings = True  # relpos: sqrt(d_model) E[token]
+        table = _absolute_table(mc, P, side)
+        if table is not None:
+            stack.position_encodings.encodings = table
+        _set_layer_norm(stack.layer_norm, P(side + "final_ln.gamma"),
+                        P(side + "final_ln.beta"))
+        for l, layer in enumerate(stack.layer):
+            _fill_layer(layer, P, l, mc, side)
+    spec = specs.TransformerSpec(encoder, decoder)
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPS
+    spec.config.unk_token = vocab["unk"]
+    spec.config.bos_token = vocab["bos"]
+    spec.config.eos_token = vocab["eos"]
+    spec.config.decoder_start_token = vocab["bos"]
+    spec.config.add_source_bos = False
+    spec.config.add_source_eos = False
+    spec.register_source_vocabulary(vocab["tokens"])
+    spec.register_target_vocabulary(vocab["tokens"])
+    spec.validate()
+    return spec
 
 
 def spec_from_parameters(mc: Dict, P):
@@ -234,6 +356,9 @@ def spec_from_parameters(mc: Dict, P):
     from ctranslate2.specs import attention_spec
 
     _check_supported(mc)
+    if mc["arch"] == "seq2seq":
+        raise ValueError("relpos.ctranslate2: a seq2seq model's spec needs "
+                         "its vocabulary: use seq2seq_spec or build_spec")
     common = dict(pre_norm=True, activation=specs.Activation.GELU,
                   relative_position=_position(mc) == "shaw")
     if mc["arch"] == "encoder":
@@ -276,9 +401,11 @@ def export(checkpoint_dir: str, output_dir: str, force: bool = False) -> str:
         raise FileExistsError(
             f"relpos.ctranslate2: output_dir '{out}' exists and is not empty "
             "(pass force=True / --force to overwrite)")
-    spec = build_spec(checkpoint_dir)
+    spec, spm = _load(checkpoint_dir)
     os.makedirs(out, exist_ok=True)
     spec.save(out)
+    if spm is not None:  # beside the model, for the caller's tokenisation
+        shutil.copyfile(spm, os.path.join(out, SENTENCEPIECE_MODEL))
     return out
 
 

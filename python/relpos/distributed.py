@@ -42,6 +42,7 @@ ranks does (it averages, matching a loss that is the mean over ranks), or
 call torch.distributed.all_reduce on them.
 """
 
+import hashlib
 import math
 import operator
 
@@ -306,16 +307,19 @@ def _pair_backward(s, q, k, v, qo, ko, out, lse, dout, acc):
 class _Ring:
     """Ranks, chunk lengths and offsets of the group, and the exchange."""
 
-    def __init__(self, group, n_local):
+    def __init__(self, group, n_local, lengths=None):
+        """lengths: every rank's n_local, when already exchanged (_agree);
+        else gathered here."""
         self.group = group
         self.size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
-        lengths = [torch.zeros(1, dtype=torch.int64)
-                   for _ in range(self.size)]
-        if self.size > 1:
-            dist.all_gather(lengths, torch.tensor([n_local]), group=group)
-        else:
-            lengths = [torch.tensor([n_local])]
+        if lengths is None:
+            lengths = [torch.zeros(1, dtype=torch.int64)
+                       for _ in range(self.size)]
+            if self.size > 1:
+                dist.all_gather(lengths, torch.tensor([n_local]), group=group)
+            else:
+                lengths = [torch.tensor([n_local])]
         self.lengths = [int(x) for x in lengths]
         self.offsets = [sum(self.lengths[:i]) for i in range(self.size)]
         self.next = self._global((self.rank + 1) % self.size)
@@ -465,6 +469,165 @@ class _ContextParallelFunction(torch.autograd.Function):
                      for i, g in enumerate(grads)) + (None,)
 
 
+# --- the arguments, checked on every rank and agreed across the ring ---------
+
+
+def _check_local(q, k, v, ak, av, bias, max_distance, causal, buckets,
+                 alibi):
+    """This rank's own argument checks; returns the call's _Scheme."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(_FN, name, t)
+        if t.dim() != 4:
+            raise ValueError(f"relpos.{_FN}: {name} must be [B, H, n, d] "
+                             f"(got shape {tuple(t.shape)})")
+    for name, t in (("ak", ak), ("av", av), ("bias", bias)):
+        if t is not None:
+            check_tensor(_FN, name, t)
+            if t.dtype != q.dtype:
+                raise TypeError(f"relpos.{_FN}: {name} has dtype {t.dtype} "
+                                f"but q has {q.dtype}")
+    if k.shape[:3] != q.shape[:3] or v.shape[:3] != q.shape[:3] or \
+            k.shape[3] != q.shape[3]:
+        raise ValueError(
+            f"relpos.{_FN}: q, k, v must be this rank's chunk of one "
+            f"sequence, [B, H, n, dk], [B, H, n, dk], [B, H, n, dv] (got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)})")
+    if not isinstance(causal, bool):
+        raise TypeError(f"relpos.{_FN}: causal must be a bool (got "
+                        f"{type(causal).__name__})")
+    # relpos's own argument checks (max_distance / buckets / alibi, table
+    # shapes against them, dtypes, ...) on a one-row problem (an empty chunk
+    # included) before the ring starts; _Scheme takes them as checked.
+    b, h, _, d = q.shape
+    row = np.zeros((b, h, 1, d), dtype=_np(q).dtype)
+    _relpos.attention(row, row, np.zeros((b, h, 1, v.shape[3]), row.dtype),
+                      _np(ak), _np(av), bias=_np(bias), causal=causal,
+                      max_distance=max_distance, buckets=buckets,
+                      alibi=alibi.detach().cpu().numpy()
+                      if isinstance(alibi, torch.Tensor) else alibi)
+    return _Scheme(h, ak, av, bias, max_distance, buckets, alibi)
+
+
+def _digest(value):
+    """A stable 63-bit digest of repr(value) (Python's hash() is salted per
+    process, so ranks would disagree on it)."""
+    h = hashlib.blake2b(repr(value).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") & ((1 << 63) - 1)
+
+
+def _field(get):
+    """get(), or -2 when the argument cannot even be read (the rank's own
+    check then reports it)."""
+    try:
+        return get()
+    except Exception:  # noqa: BLE001
+        return -2
+
+
+def _buckets_key(b):
+    if isinstance(b, _relpos.ClipBuckets):
+        return ("clip", int(b.left), int(b.right))
+    if isinstance(b, _relpos.T5Buckets):
+        return ("t5", int(b.num_buckets), int(b.max_distance),
+                bool(b.bidirectional))
+    return None if b is None else ("?", type(b).__name__)
+
+
+def _table_key(t):
+    return None if t is None else (tuple(t.shape), str(t.dtype))
+
+
+def _lengths_key(x):
+    if x is None:
+        return None
+    return tuple(x.tolist()) if isinstance(x, torch.Tensor) else tuple(x)
+
+
+# The fingerprint: (name shown in the error, whether the value is a digest).
+_FIELDS = (("status", False), ("dtype", True), ("batch B", False),
+           ("heads H", False), ("head size dk", False),
+           ("value size dv", False), ("causal", False),
+           ("max_distance", True), ("buckets", True), ("alibi", True),
+           ("ak (shape, dtype)", True), ("av (shape, dtype)", True),
+           ("bias (shape, dtype)", True), ("key_lengths", True),
+           ("n_local", False))
+
+
+def _fingerprint(q, k, v, ak, av, bias, max_distance, causal, buckets, alibi,
+                 key_lengths, ok):
+    """A few int64s that equal ranks must share (n_local, last, may
+    differ): the arguments' shapes, dtype, scheme and key lengths."""
+    alibi_key = _field(lambda: alibi if alibi in (None, False, True)
+                       else [float(m) for m in alibi])
+    return [0 if ok else 1,
+            _field(lambda: _digest(str(q.dtype))),
+            _field(lambda: int(q.shape[0])),
+            _field(lambda: int(q.shape[1])),
+            _field(lambda: int(q.shape[3])),
+            _field(lambda: int(v.shape[3])),
+            _field(lambda: int(causal) if isinstance(causal, bool) else -3),
+            _digest(_field(lambda: None if max_distance is None
+                           else int(max_distance))),
+            _digest(_field(lambda: _buckets_key(buckets))),
+            _digest(alibi_key),
+            _digest(_field(lambda: _table_key(ak))),
+            _digest(_field(lambda: _table_key(av))),
+            _digest(_field(lambda: _table_key(bias))),
+            _digest(_field(lambda: _lengths_key(key_lengths))),
+            _field(lambda: int(q.shape[2]))]
+
+
+_ERROR_BYTES = 1024
+_ERROR_TYPES = (TypeError, ValueError, RuntimeError, MemoryError)
+
+
+def _all_gather(group, tensor):
+    out = [torch.zeros_like(tensor)
+           for _ in range(dist.get_world_size(group))]
+    dist.all_gather(out, tensor, group=group)
+    return out
+
+
+def _agree(group, fingerprint, error):
+    """Exchanges the ranks' fingerprints (one all_gather of a few int64s);
+    returns every rank's n_local. Raises the same exception on every rank if
+    any rank refused its arguments (the lowest such rank's, sent in a second
+    all_gather) or if the ranks' arguments differ."""
+    size = dist.get_world_size(group)
+    if size == 1:
+        if error is not None:
+            raise error
+        return [fingerprint[-1]]
+    prints = [[int(x) for x in t] for t in
+              _all_gather(group, torch.tensor(fingerprint, dtype=torch.int64))]
+    refused = [r for r, fp in enumerate(prints) if fp[0] != 0]
+    if refused:
+        text = b""
+        if error is not None:
+            kind = next((i for i, t in enumerate(_ERROR_TYPES)
+                         if isinstance(error, t)), 2)
+            text = (bytes([kind]) + str(error).encode()[:_ERROR_BYTES - 1])
+        buf = torch.zeros(_ERROR_BYTES, dtype=torch.uint8)
+        buf[:len(text)] = torch.tensor(list(text), dtype=torch.uint8)
+        first = bytes(_all_gather(group, buf)[refused[0]].tolist()).rstrip(b"\0")
+        message = first[1:].decode(errors="replace")
+        if len(refused) < size:
+            message += (f" (on rank {refused[0]}; the arguments of ranks "
+                        f"{[r for r in range(size) if r not in refused]} "
+                        f"were accepted)")
+        raise _ERROR_TYPES[first[0]](message)
+    for i, (name, digest) in enumerate(_FIELDS[:-1]):
+        values = [fp[i] for fp in prints]
+        if len(set(values)) > 1:
+            shown = ("differ between ranks" if digest else
+                     "are " + ", ".join(f"{v} on rank {r}"
+                                        for r, v in enumerate(values)))
+            raise ValueError(
+                f"relpos.{_FN}: every rank must pass the same arguments "
+                f"(but its own chunk), and the ranks' {name} {shown}")
+    return [fp[-1] for fp in prints]
+
+
 def _global_lengths(key_lengths, batch, n):
     if key_lengths is None:
         return None
@@ -526,42 +689,25 @@ def context_parallel_attention(q, k, v, ak=None, av=None, *,
     chunk (B * H * n_r * (dk + dv) elements); backward P - 1 such steps plus
     P steps sending a dK/dV chunk of the same size.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(_FN, name, t)
-        if t.dim() != 4:
-            raise ValueError(f"relpos.{_FN}: {name} must be [B, H, n, d] "
-                             f"(got shape {tuple(t.shape)})")
-    for name, t in (("ak", ak), ("av", av), ("bias", bias)):
-        if t is not None:
-            check_tensor(_FN, name, t)
-            if t.dtype != q.dtype:
-                raise TypeError(f"relpos.{_FN}: {name} has dtype {t.dtype} "
-                                f"but q has {q.dtype}")
-    if k.shape[:3] != q.shape[:3] or v.shape[:3] != q.shape[:3] or \
-            k.shape[3] != q.shape[3]:
-        raise ValueError(
-            f"relpos.{_FN}: q, k, v must be this rank's chunk of one "
-            f"sequence, [B, H, n, dk], [B, H, n, dk], [B, H, n, dv] (got "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)})")
-    if not isinstance(causal, bool):
-        raise TypeError(f"relpos.{_FN}: causal must be a bool (got "
-                        f"{type(causal).__name__})")
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError(f"relpos.{_FN}: torch.distributed is not "
                            f"initialised (call init_process_group first)")
-    # relpos's own argument checks (max_distance / buckets / alibi, table
-    # shapes against them, dtypes, ...) on a one-row problem, on every rank
-    # (an empty chunk included) before the ring starts, so that a bad
-    # argument raises everywhere alike.
-    b, h, _, d = q.shape
-    row = np.zeros((b, h, 1, d), dtype=_np(q).dtype)
-    _relpos.attention(row, row, np.zeros((b, h, 1, v.shape[3]), row.dtype),
-                      _np(ak), _np(av), bias=_np(bias), causal=causal,
-                      max_distance=max_distance, buckets=buckets,
-                      alibi=alibi.detach().cpu().numpy()
-                      if isinstance(alibi, torch.Tensor) else alibi)
-    scheme = _Scheme(h, ak, av, bias, max_distance, buckets, alibi)
-    ring = _Ring(group, q.shape[2])
+    # Every rank checks its own arguments, then the ranks compare the
+    # arguments' fingerprints in one collective before the ring starts: a
+    # rank whose arguments were refused, or ranks that disagree, raise the
+    # same exception on every rank instead of leaving a peer blocked in the
+    # ring or computing a wrong result.
+    error = None
+    scheme = None
+    try:
+        scheme = _check_local(q, k, v, ak, av, bias, max_distance, causal,
+                              buckets, alibi)
+    except Exception as e:  # noqa: BLE001 - sent to every rank, re-raised
+        error = e
+    fingerprint = _fingerprint(q, k, v, ak, av, bias, max_distance, causal,
+                               buckets, alibi, key_lengths, error is None)
+    n_locals = _agree(group, fingerprint, error)
+    ring = _Ring(group, q.shape[2], n_locals)
     lengths = _global_lengths(key_lengths, q.shape[0], sum(ring.lengths))
     settings = _Settings(scheme, causal, ring, lengths)
     # The tables enter through `settings` for the computation and as inputs

@@ -151,6 +151,16 @@ def alibi_slopes(num_heads):
         dtype=np.float64)
 
 
+def rope_base_layout(fn, base, layout):
+    """(base as a float, layout) of a RoPE call, checked (shared by
+    relpos.rope and relpos.triton.rope)."""
+    base = number(fn, "base", base)
+    if not math.isfinite(base) or base <= 0:
+        raise ValueError(f"relpos.{fn}: base must be finite and > 0 "
+                         f"(got {base})")
+    return base, choice(fn, "layout", layout, _LAYOUTS)
+
+
 def _rope_call(fn, x, position_offset, base, layout, backward):
     _require_bindings()
     a = float_array(fn, "dy" if backward else "x", x)
@@ -160,11 +170,7 @@ def _rope_call(fn, x, position_offset, base, layout, backward):
                          f"{a.shape})")
     a = np.ascontiguousarray(a)
     offset = _int(fn, "position_offset", position_offset)
-    base = number(fn, "base", base)
-    if not math.isfinite(base) or base <= 0:
-        raise ValueError(f"relpos.{fn}: base must be finite and > 0 "
-                         f"(got {base})")
-    layout = choice(fn, "layout", layout, _LAYOUTS)
+    base, layout = rope_base_layout(fn, base, layout)
     out = np.empty_like(a)
     suffix = "f32" if a.dtype == np.float32 else "f64"
     getattr(_ext, "rope_" + suffix)(a, out, offset, base, layout, backward)

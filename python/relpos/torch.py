@@ -1,4 +1,4 @@
-"""PyTorch interface to relpos (CPU tensors).
+"""PyTorch interface to relpos (CPU and CUDA tensors).
 
     attention                   differentiable relative attention on
                                 [B, H, N, d] tensors (a torch.autograd.Function;
@@ -14,11 +14,16 @@
                                 ranks of a torch.distributed group
                                 (relpos/distributed.py)
 
-Tensors may be non-contiguous (they are copied to contiguous memory first)
-but must live on the CPU; float32 runs on relpos's fast path, float64 on the
-reference path (what torch.autograd.gradcheck should use). Data moves between
-torch and relpos through numpy without copies (torch.from_numpy /
-Tensor.numpy share memory).
+CPU tensors run relpos's C++ kernel: they may be non-contiguous (they are
+copied to contiguous memory first); float32 runs on relpos's fast path,
+float64 on the reference path (what torch.autograd.gradcheck should use).
+Data moves between torch and relpos through numpy without copies
+(torch.from_numpy / Tensor.numpy share memory).
+
+CUDA tensors (float16, bfloat16, float32, float64; any strides) run the
+Triton kernels of relpos.triton, on their device, with the same arguments
+and results (docs/python.md, "GPU"). Every tensor of one call must be on
+one device.
 """
 
 from __future__ import annotations
@@ -101,8 +106,10 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
     """Differentiable relative attention (see relpos.attention for the math).
 
     Args:
-        q: [B, H, Nq, dk], k: [B, H, Nk, dk], v: [B, H, Nk, dv]; CPU tensors
-            of one dtype, float32 or float64, contiguous or not.
+        q: [B, H, Nq, dk], k: [B, H, Nk, dk], v: [B, H, Nk, dv]; tensors
+            of one dtype on one device, contiguous or not: CPU float32 or
+            float64 (relpos's C++ kernel), or CUDA float16, bfloat16,
+            float32 or float64 (the Triton kernels of relpos.triton).
         ak: None (key term off), [2k+1, dk] shared or [H, 2k+1, dk] per head.
         av: None (value term off), [2k+1, dv] or [H, 2k+1, dv].
         max_distance: k >= 0. causal, key_lengths (a sequence or an integer
@@ -116,11 +123,24 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
         out [B, H, Nq, dv], with gradients for q, k, v, ak, av, bias and pb.
     """
     if _ops.ENABLED:  # PyTorch >= 2.4: the relpos::attention custom op
+        # (its CUDA kernel is relpos.triton's)
         return _ops.attention(q, k, v, ak, av, bias, pb,
                               max_distance=max_distance, causal=causal,
                               key_lengths=key_lengths,
                               query_offset=query_offset, buckets=buckets,
                               alibi=alibi)
+    _ops.check_tensor("attention", "q", q)
+    for name, t in (("k", k), ("v", v), ("ak", ak), ("av", av),
+                    ("bias", bias), ("pb", pb)):
+        if t is not None or name in ("k", "v"):
+            _ops.check_tensor("attention", name, t, like=q)
+    if _ops.on_cuda(q):  # the Triton kernels' own autograd Function
+        from relpos.triton import _attention as gpu
+        return gpu.attention(q, k, v, ak, av, max_distance=max_distance,
+                             causal=causal, key_lengths=key_lengths,
+                             query_offset=query_offset, buckets=buckets,
+                             bias=bias, alibi=alibi, pb=pb,
+                             fn="torch.attention")
     if isinstance(alibi, torch.Tensor):
         alibi = alibi.detach().cpu().numpy()
     options = dict(max_distance=max_distance, causal=causal,
@@ -203,7 +223,9 @@ class RelativeMultiheadAttention(nn.Module):
         num_buckets, bucket_max_distance: "shaw-log" and "t5"'s buckets.
         rope_base, rope_layout: "rope" (layout "split_halves" or
             "interleaved"; needs an even E/H).
-        device, dtype: for the parameters; relpos runs on the CPU only.
+        device, dtype: for the parameters; CPU modules run relpos's C++
+            kernel (float32 / float64), CUDA ones its Triton kernels
+            (float16, bfloat16, float32, float64).
         Every setting is type-checked; the values of those the scheme reads
         are checked by the registry (ValueError naming the setting), the
         others are kept as attributes and otherwise ignored.
@@ -433,8 +455,9 @@ def _rope_numpy(name, t):
 def rope(x, *, position_offset=0, base=10000.0, layout="split_halves"):
     """Differentiable rotary position embedding (see relpos.rope).
 
-    x: [d], [N, d], [H, N, d] or [B, H, N, d] CPU tensor, float32 or
-    float64; row n is at position position_offset + n. layout
+    x: [d], [N, d], [H, N, d] or [B, H, N, d]: a CPU tensor, float32 or
+    float64, or a CUDA tensor (float16 to float64: relpos.triton's kernel);
+    row n is at position position_offset + n. layout
     "split_halves" is Hugging Face Llama's rotate_half convention, so
     ``rope(q, base=config.rope_theta)`` equals ``apply_rotary_pos_emb``'s
     rotated q for position_ids 0..N-1 (up to Hugging Face's float32 angles).
@@ -442,6 +465,10 @@ def rope(x, *, position_offset=0, base=10000.0, layout="split_halves"):
     if _ops.ENABLED:  # PyTorch >= 2.4: the relpos::rope custom op
         return _ops.rope(x, position_offset=position_offset, base=base,
                          layout=layout)
+    if _ops.on_cuda(x):
+        from relpos.triton import _rope
+        return _rope.RopeFunction.apply(x, position_offset, base, layout,
+                                        "torch.rope")
     options = dict(position_offset=position_offset, base=base, layout=layout)
     return _RopeFunction.apply(x, options)
 

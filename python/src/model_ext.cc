@@ -6,6 +6,7 @@
 #include "model_ext.h"
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -84,6 +85,37 @@ Outputs(Model& m, const InArray<int32_t>& tokens,
                   {B, N, static_cast<size_t>(o.vocab_size)})};
 }
 
+void SetParameter(Model& m, const std::string& name,
+                  const InArray<float>& values) {
+  m.SetParameter(name, std::span<const float>(values.data(), values.size()));
+}
+
+// sources: lists of token ids -> [(tokens, log_prob, score, ended_by_eos)],
+// Model::Translate with the given options (bos / eos -1: the model's own).
+std::vector<std::tuple<std::vector<int32_t>, double, double, bool>> Translate(
+    Model& m, const std::vector<std::vector<int32_t>>& sources,
+    int64_t beam_size, const std::string& length_penalty, double alpha,
+    double max_length_ratio, int64_t max_length, int32_t bos, int32_t eos) {
+  DecodeOptions o;
+  o.beam_size = beam_size;
+  o.length_penalty = length_penalty;
+  o.alpha = alpha;
+  o.max_length_ratio = max_length_ratio;
+  o.max_length = max_length;
+  o.bos = bos;
+  o.eos = eos;
+  std::vector<Translation> t;
+  {
+    nb::gil_scoped_release release;
+    t = m.Translate(sources, o);
+  }
+  std::vector<std::tuple<std::vector<int32_t>, double, double, bool>> out;
+  for (Translation& x : t) {
+    out.emplace_back(std::move(x.tokens), x.log_prob, x.score, x.ended_by_eos);
+  }
+  return out;
+}
+
 // Trains a fresh run of `settings` to its configured steps, writes the
 // checkpoint folder and returns the final loss.
 double Train(const Settings& settings, const std::string& checkpoint_dir) {
@@ -114,7 +146,14 @@ void BindModel(nb::module_& m) {
            [](const Model& self) { return self.config().ToJson(); })
       .def("parameter_names", &Model::ParameterNames)
       .def("parameter", &ParameterArray, nb::arg("name"))
-      .def("outputs", &Outputs, nb::arg("tokens"), nb::arg("lengths"));
+      .def("set_parameter", &SetParameter, nb::arg("name"), nb::arg("values"))
+      .def("outputs", &Outputs, nb::arg("tokens"), nb::arg("lengths"))
+      .def("bos_eos", &Model::BosEos)
+      .def("translate", &Translate, nb::arg("sources"),
+           nb::arg("beam_size") = 4, nb::arg("length_penalty") = "wu",
+           nb::arg("alpha") = 0.6, nb::arg("max_length_ratio") = 2.0,
+           nb::arg("max_length") = 1024, nb::arg("bos") = -1,
+           nb::arg("eos") = -1);
   m.def("train", &Train, nb::arg("settings"), nb::arg("checkpoint_dir"),
         "Internal: trains a fresh relpos run and saves its checkpoint.");
 }

@@ -241,13 +241,16 @@ NB_MODULE(_relpos_ext, m) {
   m.attr("__version__") = RELPOS_VERSION_STRING;
 
   // InvalidArgument is the caller's fault: ValueError, as numpy and PyTorch
-  // do for bad shapes. Every other relpos::Error is a RuntimeError.
+  // do for bad shapes; ResourceError (a plan that does not fit in memory) is
+  // MemoryError. Every other relpos::Error is a RuntimeError.
   nb::register_exception_translator(
       [](const std::exception_ptr& p, void*) {
         try {
           std::rethrow_exception(p);
         } catch (const relpos::InvalidArgument& e) {
           PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const relpos::ResourceError& e) {
+          PyErr_SetString(PyExc_MemoryError, e.what());
         } catch (const relpos::Error& e) {
           PyErr_SetString(PyExc_RuntimeError, e.what());
         }

@@ -11,9 +11,9 @@ layers) the rounding differences are ~1e-6 of the values, so 1e-4 relative
 to the largest value catches any wrong tensor, layout or convention (a
 swapped table row or a missing term changes outputs by O(0.1)) with room.
 
-Needs the optional dependency ctranslate2 (scripts/test-ctranslate2.sh makes
-a virtual environment with it); without it every test here is skipped with
-that reason.
+Needs the optional dependency ctranslate2 (scripts/test.sh installs it with
+PyPI's PyTorch 2, scripts/requirements-pypi.txt); without it every test
+here is skipped with that reason.
 """
 
 import json
@@ -26,9 +26,9 @@ import pytest
 
 try:
     import ctranslate2
-except ImportError:  # CI's fresh machine: no ctranslate2
+except ImportError:  # an environment without the optional dependency
     pytest.skip("ctranslate2 is not installed (pip install ctranslate2; "
-                "scripts/test-ctranslate2.sh runs these tests)",
+                "scripts/test.sh runs these tests)",
                 allow_module_level=True)
 
 from relpos import _relpos_ext as ext

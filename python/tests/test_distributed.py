@@ -15,6 +15,7 @@ Also a timing script for context parallelism (not a test):
 """
 
 import argparse
+import datetime
 import math
 import os
 import sys
@@ -26,7 +27,7 @@ import pytest
 
 torch = pytest.importorskip(
     "torch", reason="PyTorch is not installed: relpos.torch is untested "
-                    "(Debian: apt-get install python3-torch)")
+                    "(scripts/test.sh installs PyPI's PyTorch 2)")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
@@ -508,6 +509,81 @@ def test_context_parallel_errors(tmp_path):
                                        "causal", "max_distance", "ak",
                                        "key_lengths[0]")):
         assert needle in text, text
+
+
+def _cp_mismatch_worker(rank, world, rendezvous, out_dir):
+    # A short timeout: a regression that leaves a rank waiting in the ring
+    # fails this test in seconds instead of hanging it for 30 minutes.
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}",
+                            rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=20))
+    g = torch.Generator().manual_seed(rank)
+
+    def qkv(b=1, h=2, n=3, d=4, dtype=torch.float32):
+        return [torch.randn(b, h, n, d, generator=g, dtype=dtype)
+                for _ in range(3)]
+
+    last = rank == world - 1
+    ak = torch.randn(9, 4, generator=g)
+    calls = {
+        # Different k: each rank would get a plausible out, a wrong dk.
+        "k": lambda: rt.context_parallel_attention(
+            *qkv(), max_distance=4 if rank == 0 else 8),
+        "clip": lambda: rt.context_parallel_attention(
+            *qkv(), buckets=relpos.ClipBuckets(4, 4) if rank == 0
+            else relpos.ClipBuckets(6, 2)),
+        "causal": lambda: rt.context_parallel_attention(
+            *qkv(), max_distance=2, causal=last),
+        "key_lengths": lambda: rt.context_parallel_attention(
+            *qkv(), max_distance=2, key_lengths=[5 if last else 4]),
+        # These aborted a process in gloo (EnforceNotMet) before.
+        "head size": lambda: rt.context_parallel_attention(
+            *qkv(d=8 if last else 4), max_distance=2),
+        "dtype": lambda: rt.context_parallel_attention(
+            *qkv(dtype=torch.float64 if last else torch.float32),
+            max_distance=2),
+        "batch": lambda: rt.context_parallel_attention(
+            *qkv(b=2 if last else 1), max_distance=2),
+        "tables": lambda: rt.context_parallel_attention(
+            *qkv(), ak if last else None, max_distance=4),
+        # One rank's own arguments refused: it raised and stayed alive while
+        # its peer blocked for the group's timeout before.
+        "refused": lambda: rt.context_parallel_attention(
+            *qkv()[:2], qkv()[2].int() if last else qkv()[2],
+            max_distance=2),
+    }
+    results = {}
+    for name, call in calls.items():
+        try:
+            call()
+            results[name] = ("no error", "")
+        except Exception as e:  # noqa: BLE001
+            results[name] = (type(e).__name__, str(e))
+    # The group still works: a consistent call right after.
+    q, k, v = qkv()
+    out = rt.context_parallel_attention(q, k, v, max_distance=2)
+    results["after"] = ("ok", str(tuple(out.shape)))
+    torch.save(results, os.path.join(out_dir, f"mismatch{rank}.pt"))
+
+
+def test_context_parallel_ranks_that_disagree_raise_alike(tmp_path):
+    _spawn(_cp_mismatch_worker, 2, str(tmp_path))
+    r0 = torch.load(str(tmp_path / "mismatch0.pt"))
+    r1 = torch.load(str(tmp_path / "mismatch1.pt"))
+    needles = {"k": "max_distance", "clip": "buckets", "causal": "causal",
+               "key_lengths": "key_lengths", "head size": "head size dk",
+               "dtype": "dtype", "batch": "batch B",
+               "tables": "ak (shape, dtype)", "refused": "v must have dtype"}
+    for name, needle in needles.items():
+        # The same exception, type and message, on every rank.
+        assert r0[name] == r1[name], (name, r0[name], r1[name])
+        kind, text = r0[name]
+        assert kind == ("TypeError" if name == "refused" else "ValueError"), \
+            (name, kind, text)
+        assert needle in text, (name, text)
+    assert "on rank 1" in r0["refused"][1]
+    assert r0["after"] == r1["after"] == ("ok", "(1, 2, 3, 4)")
 
 
 def test_context_parallel_needs_init():

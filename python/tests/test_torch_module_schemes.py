@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip(
     "torch", reason="PyTorch is not installed: relpos.torch is untested "
-                    "(Debian: apt-get install python3-torch)")
+                    "(scripts/test.sh installs PyPI's PyTorch 2)")
 
 import numpy_reference as ref  # noqa: E402
 import relpos  # noqa: E402

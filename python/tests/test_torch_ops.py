@@ -2,8 +2,8 @@
 torch.library.opcheck, zero-copy views, torch.compile(fullgraph=True) and
 torch.export through attention and RoPE.
 
-On PyTorch 1.13 (Debian) the op tests skip with that reason and the
-autograd-Function path is checked instead; scripts/test-torch2.sh runs them
+On PyTorch < 2.4 (Debian's 1.13) the op tests skip with that reason and
+the autograd-Function path is checked instead; scripts/test.sh runs them
 under PyTorch 2 from PyPI."""
 
 import numpy as np
@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip(
     "torch", reason="PyTorch is not installed: relpos.torch is untested "
-                    "(Debian: apt-get install python3-torch)")
+                    "(scripts/test.sh installs PyPI's PyTorch 2)")
 
 import relpos  # noqa: E402
 import relpos.torch as rt  # noqa: E402
@@ -21,7 +21,7 @@ needs_ops = pytest.mark.skipif(
     not _ops.ENABLED,
     reason=f"PyTorch {torch.__version__} < 2.4 has no torch.library."
            f"custom_op: relpos.torch uses its autograd Functions "
-           f"(run scripts/test-torch2.sh for the custom-op path)")
+           f"(scripts/test.sh runs the custom-op path)")
 
 
 def _qkv(b=2, h=3, nq=9, nk=9, dk=4, dv=5, dtype=torch.float64, seed=0):

@@ -5,6 +5,7 @@
 
 #include <ostream>
 #include <sstream>
+#include <streambuf>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,7 +29,11 @@ namespace relpos::cli {
 
 // Exit codes: 0 success; 1 an unexpected internal failure; 2 bad usage or bad
 // input (unknown flag, out-of-range value, unreadable or corrupt file,
-// unwritable output). Errors print exactly one line on stderr.
+// unwritable output, a write error on stdout, a plan that does not fit in
+// memory). Errors print exactly one line on stderr. A closed pipe on stdout
+// (`relpos ... | head`) ends the process by SIGPIPE, as for any Unix filter
+// (exit status 141 in a shell); with SIGPIPE ignored, the EPIPE write error
+// is reported like any other (exit 2). docs/robustness.md.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitInternal = 1;
 inline constexpr int kExitUsage = 2;
@@ -65,6 +70,32 @@ decltype(auto) AsFlag(const std::string& flag, const std::string& setting,
     throw InvalidArgument(message);
   }
 }
+
+// The buffer of the binary's stdout: writes to file descriptor 1 with
+// write(2) and remembers the errno of the first failed write (a stream only
+// knows that it failed), so the error can say why: "No space left on
+// device", "Broken pipe", "Bad file descriptor".
+class StdoutBuffer : public std::streambuf {
+ public:
+  StdoutBuffer() { setp(buffer_, buffer_ + sizeof buffer_); }
+  ~StdoutBuffer() override { sync(); }
+  // errno of the first failed write; 0 if none failed.
+  int error() const { return error_; }
+
+ protected:
+  int_type overflow(int_type c) override;
+  int sync() override;
+
+ private:
+  bool Drain();
+  char buffer_[1 << 16];
+  int error_ = 0;
+};
+
+// IoError "cannot write to standard output: <strerror>" unless everything
+// written to `out` so far has been written (flushes it; the reason comes
+// from its StdoutBuffer when it has one).
+void CheckOutput(std::ostream& out);
 
 // Builds the whole command line, parses `args` (args[0] is the program name),
 // runs the chosen verb. Never throws: returns the exit code and prints the

@@ -97,6 +97,8 @@ TEST(Cli, HelpShowsEachVerbsDefaults) {
        {"generate", "--temperature", "(default: 1)"},
        {"eval", "--sequences", "(default: 128)"},
        {"eval", "--threads", "(default: the checkpoint's)"},
+       {"generate", "--threads", "(default: the checkpoint's, 1 unless"},
+       {"generate", "--seed", "(default: 0)"},
        {"bench", "--n", "(default: 256,512,1024,2048,4096,8192)"},
        {"inspect", "--share", "(default: 0.99)"},
        {"params", "--dk", "(default: d_model/heads)"}};

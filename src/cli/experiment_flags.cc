@@ -7,10 +7,20 @@
 
 #include "cli/cli_common.h"
 #include "relpos/error.h"
+#include "relpos/lab/files.h"
 #include "relpos/lab/model.h"
 #include "relpos/schemes.h"
 
 namespace relpos::cli {
+namespace {
+
+}  // namespace
+
+std::string Quoted(const std::string& path) {
+  const std::string text = PathText(path);
+  return text != path ? text : "'" + text + "'";
+}
+
 namespace {
 
 // "--max-distance,-k" -> "--max-distance".
@@ -53,6 +63,41 @@ std::string PositionLabel(const ExperimentConfig& c) {
     s += ")";
   }
   return s;
+}
+
+uint64_t ParseSeed(const std::string& text, const std::string& flag) {
+  ExperimentConfig scratch;
+  scratch.Set("train", "seed", text, flag);
+  return std::stoull(scratch.Get("train", "seed"));
+}
+
+CLI::Option* AddSeedOption(CLI::App* sub, const std::string& flag,
+                           uint64_t* seed, const std::string& help) {
+  CLI::Option* option = sub->add_option_function<std::string>(
+      flag, [seed, flag](const std::string& text) {
+        *seed = ParseSeed(text, flag);
+      },
+      help);
+  option->type_name("UINT");
+  // The start value, shown as the default (add_option_function captures
+  // none).
+  option->default_str(std::to_string(*seed));
+  option->check(CLI::Validator(
+      [flag](std::string& text) -> std::string {
+        try {
+          ParseSeed(text, flag);
+        } catch (const Error& e) {
+          // CLI11 puts the flag in front already.
+          std::string message = MessageBody(e);
+          if (message.rfind(flag + " ", 0) == 0) {
+            message.erase(0, flag.size() + 1);
+          }
+          return message;
+        }
+        return "";
+      },
+      "[0, 2^64 - 1]"));
+  return option;
 }
 
 void ExperimentFlags::Add(CLI::App* sub, FlagGroups groups,
@@ -170,24 +215,56 @@ void CheckOutDir(const std::string& out, bool refuse_checkpoint) {
   const fs::path p(out);
   if (fs::exists(p, ec)) {
     RELPOS_CLI_CHECK(fs::is_directory(p, ec),
-                     "--out '" << out << "' exists and is not a folder");
+                     "--out " << Quoted(out) << " exists and is not a folder");
     RELPOS_CLI_CHECK(!refuse_checkpoint || !HasCheckpoint(out),
-                     "--out '"
-                         << out
-                         << "' already holds a checkpoint (continue it with "
+                     "--out "
+                         << Quoted(out)
+                         << " already holds a checkpoint (continue it with "
                             "--resume, or choose another folder)");
     RELPOS_CLI_CHECK(access(out.c_str(), W_OK | X_OK) == 0,
-                     "--out '" << out << "' is not writable");
+                     "--out " << Quoted(out) << " is not writable");
     return;
   }
   fs::path parent = p.parent_path();
   if (parent.empty()) parent = ".";
   RELPOS_CLI_CHECK(fs::is_directory(parent, ec),
-                   "--out '" << out << "': parent folder '" << parent.string()
-                             << "' does not exist");
+                   "--out " << Quoted(out) << ": parent folder "
+                            << Quoted(parent.string()) << " does not exist");
   RELPOS_CLI_CHECK(access(parent.c_str(), W_OK | X_OK) == 0,
-                   "--out '" << out << "': parent folder '" << parent.string()
-                             << "' is not writable");
+                   "--out " << Quoted(out) << ": parent folder "
+                            << Quoted(parent.string()) << " is not writable");
+}
+
+OutputFolder::OutputFolder(const std::string& out, bool refuse_checkpoint)
+    : dir_(out) {
+  namespace fs = std::filesystem;
+  CheckOutDir(out, refuse_checkpoint);
+  std::error_code ec;
+  if (!fs::exists(out, ec)) {
+    created_ = fs::create_directory(out, ec);
+    if (ec) {
+      throw IoError("--out " + Quoted(out) + ": cannot create the folder (" +
+                    ec.message() + ")");
+    }
+  }
+  try {
+    lock_ = std::make_unique<FolderLock>(out);
+  } catch (const Error&) {
+    created_ = false;  // the other process's now: never removed by us
+    throw;
+  }
+  // Under the lock: another run may have committed a checkpoint between
+  // the first check and the lock.
+  RELPOS_CLI_CHECK(!refuse_checkpoint || !HasCheckpoint(out),
+                   "--out " << Quoted(out)
+                            << " already holds a checkpoint (continue it "
+                               "with --resume, or choose another folder)");
+}
+
+OutputFolder::~OutputFolder() {
+  if (!created_ || keep_ || HasCheckpoint(dir_)) return;
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);  // still under the lock
 }
 
 }  // namespace relpos::cli

@@ -8,15 +8,27 @@
 
 #include <CLI/CLI.hpp>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "relpos/lab/config.h"
+#include "relpos/lab/files.h"
 
 namespace relpos::cli {
 
 // "--progress auto|bar|lines|none", the one spelling every verb shares.
 CLI::Option* AddProgressFlag(CLI::App* sub, std::string* storage);
+
+// The one seed parser of every verb: a decimal integer in [0, 2^64 - 1],
+// read by the same rule as the train.seed setting (digits only: no sign,
+// spaces or exponent); anything else, 2^64 included, is InvalidArgument
+// "<flag> must be a non-negative integer (got '-1')", never clamped.
+uint64_t ParseSeed(const std::string& text, const std::string& flag);
+// A --seed option read by ParseSeed into *seed (a usage error while parsing
+// for a bad value).
+CLI::Option* AddSeedOption(CLI::App* sub, const std::string& flag,
+                           uint64_t* seed, const std::string& help);
 
 // Which groups of flags a verb takes.
 struct FlagGroups {
@@ -72,6 +84,31 @@ class ExperimentFlags {
 // `refuse_checkpoint`, a folder that already holds a checkpoint is refused
 // too (continuing one is what --resume is for).
 void CheckOutDir(const std::string& out, bool refuse_checkpoint);
+
+// A path for a message: 'runs/a', or PathText's quoted form ("t\xff") when
+// the bytes are not printable UTF-8 (relpos/lab/files.h).
+std::string Quoted(const std::string& path);
+
+// An output folder a verb writes, from start to end: checked (CheckOutDir),
+// created if missing, locked (one writer per folder: a second relpos
+// process is refused with "... is in use by another relpos process"), and
+// checked again under the lock (another run may have committed a checkpoint
+// meanwhile). A folder this verb created is removed again when the object
+// goes unless a checkpoint was written into it or Keep() was called, so a
+// failed command leaves nothing behind.
+class OutputFolder {
+ public:
+  OutputFolder(const std::string& out, bool refuse_checkpoint);
+  ~OutputFolder();
+  OutputFolder(const OutputFolder&) = delete;
+  OutputFolder& operator=(const OutputFolder&) = delete;
+  void Keep() { keep_ = true; }
+
+ private:
+  std::string dir_;
+  bool created_ = false, keep_ = false;
+  std::unique_ptr<FolderLock> lock_;
+};
 
 // Short description: "relative (k=16)", "learned", ...
 std::string PositionLabel(const ExperimentConfig& config);

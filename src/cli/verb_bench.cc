@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -121,7 +122,11 @@ struct Row {
   std::string extra_bytes_source;
   // Relative rows: fwd+bwd time over the vanilla row's at the same n, minus
   // one, and the FLOP bound (2k+1)/Nk of docs/math.md section 4.
+  // The overhead is the median of per-round ratios, the rows timed
+  // interleaved with vanilla (bench::InterleavedSeconds); min / max: the
+  // smallest and largest round's.
   std::optional<double> overhead_pct, flop_bound_pct;
+  std::optional<double> overhead_min_pct, overhead_max_pct;
   // Reference rows: reference fwd+bwd time over relative fused's (same n, k).
   std::optional<double> fused_speedup;
 
@@ -184,22 +189,82 @@ std::string HumanBytes(int64_t bytes) {
   return buf;
 }
 
-Row Measure(Variant variant, const bench::WorkloadShape& shape, int threads,
-            int repeats) {
-  bench::AttentionWorkload w(variant, shape, threads);
+// A row's description (everything but its times).
+Row AttentionRow(bench::AttentionWorkload& w, Variant variant,
+                 const bench::WorkloadShape& shape) {
   Row row;
   row.variant = variant;
   row.name = bench::VariantName(variant);
   row.has_k = variant != Variant::kVanilla;
   row.path = variant == Variant::kReference ? "reference" : "fused";
   row.shape = shape;
+  row.extra_bytes = w.ExtraBytes();
+  row.extra_bytes_source = w.ExtraBytesSource();
+  return row;
+}
+
+Row Measure(Variant variant, const bench::WorkloadShape& shape, int threads,
+            int repeats) {
+  bench::AttentionWorkload w(variant, shape, threads);
+  Row row = AttentionRow(w, variant, shape);
   row.repeats = repeats;
   // The forward's warm-up also leaves out and lse for the backward.
   row.fwd_s = bench::MedianSeconds([&w] { w.Forward(); }, repeats);
   row.bwd_s = bench::MedianSeconds([&w] { w.Backward(); }, repeats);
-  row.extra_bytes = w.ExtraBytes();
-  row.extra_bytes_source = w.ExtraBytesSource();
   return row;
+}
+
+// A workload's two timed calls (the backward needs the forward before it).
+struct Calls {
+  std::function<void()> fwd, bwd;
+};
+
+// Samples of vanilla's calls collected over one n.
+struct Samples {
+  std::vector<double> fwd, bwd;
+};
+
+std::vector<double> Totals(const std::vector<double>& fwd,
+                           const std::vector<double>& bwd) {
+  std::vector<double> t(fwd.size());
+  for (size_t r = 0; r < t.size(); ++r) t[r] = fwd[r] + bwd[r];
+  return t;
+}
+
+// Times `row_calls` interleaved with vanilla's, round by round (vanilla
+// forward, backward, then the row's), so that load on a shared machine
+// moves both alike: sets the row's medians and its overhead, the median of
+// the per-round ratios of forward + backward time, with their spread, and
+// appends vanilla's samples to *vanilla.
+void TimeAgainstVanilla(const Calls& vanilla_calls, const Calls& row_calls,
+                        int repeats, Row* row, Samples* vanilla) {
+  const std::vector<std::vector<double>> t = bench::InterleavedSeconds(
+      {vanilla_calls.fwd, vanilla_calls.bwd, row_calls.fwd, row_calls.bwd},
+      repeats);
+  row->repeats = static_cast<int>(t[2].size());
+  row->fwd_s = bench::Median(t[2]);
+  row->bwd_s = bench::Median(t[3]);
+  const bench::RatioSpread ratio =
+      bench::RoundRatios(Totals(t[2], t[3]), Totals(t[0], t[1]));
+  row->overhead_pct = 100.0 * (ratio.median - 1.0);
+  row->overhead_min_pct = 100.0 * (ratio.min - 1.0);
+  row->overhead_max_pct = 100.0 * (ratio.max - 1.0);
+  vanilla->fwd.insert(vanilla->fwd.end(), t[0].begin(), t[0].end());
+  vanilla->bwd.insert(vanilla->bwd.end(), t[1].begin(), t[1].end());
+}
+
+// The vanilla row's times: the medians of every sample of it taken beside
+// the other rows, or (none) its own `repeats` rounds.
+void SetVanillaTimes(const Calls& calls, int repeats, Samples samples,
+                     Row* row) {
+  if (samples.fwd.empty()) {
+    const std::vector<std::vector<double>> t =
+        bench::InterleavedSeconds({calls.fwd, calls.bwd}, repeats);
+    samples = {t[0], t[1]};
+  }
+  row->repeats = static_cast<int>(samples.fwd.size());
+  row->fwd_s = bench::Median(samples.fwd);
+  row->bwd_s = bench::Median(samples.bwd);
 }
 
 std::string Percent(double pct) {
@@ -239,6 +304,10 @@ void PrintRow(const Row& r, double sgemm_gflops, std::ostream& out) {
   std::string note;
   if (r.overhead_pct) {
     note = "overhead vs vanilla " + Percent(*r.overhead_pct);
+    if (r.overhead_min_pct && r.overhead_max_pct) {
+      note += " [" + Percent(*r.overhead_min_pct) + ", " +
+              Percent(*r.overhead_max_pct) + "]";
+    }
     if (r.flop_bound_pct) {
       note += " (FLOP bound " + Percent(*r.flop_bound_pct) + ")";
     }
@@ -289,6 +358,8 @@ nlohmann::json RowJson(const Row& r) {
       {"nxn_bytes", s.n * s.n * static_cast<int64_t>(sizeof(float))},
   };
   if (r.overhead_pct) j["overhead_pct"] = *r.overhead_pct;
+  if (r.overhead_min_pct) j["overhead_min_pct"] = *r.overhead_min_pct;
+  if (r.overhead_max_pct) j["overhead_max_pct"] = *r.overhead_max_pct;
   if (r.flop_bound_pct) j["flop_bound_pct"] = *r.flop_bound_pct;
   if (r.fused_speedup) j["fused_speedup"] = *r.fused_speedup;
   return j;
@@ -309,26 +380,28 @@ std::vector<std::string> BenchSchemeNames() {
   return names;
 }
 
-Row MeasureScheme(const Scheme& scheme, const bench::WorkloadShape& shape,
-                  int threads, int repeats) {
-  bench::SchemeWorkload w(scheme, shape, threads);
+// A scheme row's description (everything but its times).
+Row SchemeRow(const bench::SchemeWorkload& w,
+              const bench::WorkloadShape& shape) {
   Row row;
-  row.name = RowName(scheme);
-  row.has_k = bench::SchemeUsesMaxDistance(scheme);
+  row.name = RowName(w.scheme());
+  row.has_k = bench::SchemeUsesMaxDistance(w.scheme());
   row.path = w.Fused() ? "fused" : "reference";
   row.shape = shape;
-  row.repeats = repeats;
-  row.fwd_s = bench::MedianSeconds([&w] { w.Forward(); }, repeats);
-  row.bwd_s = bench::MedianSeconds([&w] { w.Backward(); }, repeats);
   row.extra_bytes = w.ExtraBytes();
   row.extra_bytes_source =
       w.Fused() ? "FusedExtraBytes" : "computed (reference row buffers)";
   return row;
 }
 
+Calls SchemeCalls(bench::SchemeWorkload& w) {
+  return {[&w] { w.Forward(); }, [&w] { w.Backward(); }};
+}
+
 // --positions: per n, vanilla first (every other row's overhead is over it),
-// then each listed scheme; shaw and shaw-asym once per --k. Schemes the
-// fused kernel does not run yet take the reference path, with
+// then each listed scheme; shaw and shaw-asym once per --k. Each scheme is
+// timed interleaved with vanilla (TimeAgainstVanilla). Schemes the fused
+// kernel does not run yet take the reference path, with
 // --reference-repeats, and only up to --reference-max-n.
 std::vector<const Scheme*> ListedSchemes(const BenchFlags& f) {
   std::vector<const Scheme*> schemes;
@@ -358,37 +431,49 @@ void RunSchemes(const BenchFlags& f, int threads, double sgemm_gflops,
     bench::WorkloadShape shape{.batch = f.batch, .heads = f.heads, .n = n,
                                .dim = f.dim, .max_distance = 0};
     progress.Start(Describe("vanilla", n, false, 0));
-    const Row vanilla =
-        MeasureScheme(vanilla_scheme, shape, threads, f.repeats);
-    progress.Clear();
-    rows->push_back(vanilla);
-    if (!f.json) PrintRow(rows->back(), sgemm_gflops, out);
+    bench::SchemeWorkload vanilla_w(vanilla_scheme, shape, threads);
+    const Calls vanilla_calls = SchemeCalls(vanilla_w);
+    Samples vanilla_samples;
+    std::vector<Row> timed;
     for (const Scheme* scheme : schemes) {
       const std::vector<int64_t> ks =
           bench::SchemeUsesMaxDistance(*scheme) ? f.k : std::vector<int64_t>{0};
       for (int64_t k : ks) {
         shape.max_distance = k;
-        const bool fused =
-            bench::SchemeWorkload(*scheme, shape, threads).Fused();
-        if (!fused && n > f.reference_max_n) {
+        bench::SchemeWorkload w(*scheme, shape, threads);
+        if (!w.Fused() && n > f.reference_max_n) {
           progress.Skip();
-          if (!f.json) {
-            out << RowName(*scheme) << " at n=" << n
-                << ": skipped (reference path beyond --reference-max-n "
-                << f.reference_max_n << ")\n";
-          }
+          Row skipped;
+          skipped.name = RowName(*scheme);
+          skipped.repeats = 0;  // a placeholder line, printed in order
+          timed.push_back(skipped);
           continue;
         }
         progress.Start(Describe(RowName(*scheme), n,
                                 bench::SchemeUsesMaxDistance(*scheme), k));
-        Row r = MeasureScheme(*scheme, shape, threads,
-                              fused ? f.repeats : f.reference_repeats);
-        progress.Clear();
-        r.overhead_pct =
-            100.0 * (r.TotalSeconds() / vanilla.TotalSeconds() - 1.0);
-        rows->push_back(r);
-        if (!f.json) PrintRow(rows->back(), sgemm_gflops, out);
+        Row r = SchemeRow(w, shape);
+        TimeAgainstVanilla(vanilla_calls, SchemeCalls(w),
+                           w.Fused() ? f.repeats : f.reference_repeats, &r,
+                           &vanilla_samples);
+        timed.push_back(r);
       }
+    }
+    shape.max_distance = 0;
+    Row vanilla = SchemeRow(vanilla_w, shape);
+    SetVanillaTimes(vanilla_calls, f.repeats, vanilla_samples, &vanilla);
+    progress.Clear();
+    timed.insert(timed.begin(), vanilla);
+    for (const Row& r : timed) {
+      if (r.repeats == 0) {
+        if (!f.json) {
+          out << r.name << " at n=" << n
+              << ": skipped (reference path beyond --reference-max-n "
+              << f.reference_max_n << ")\n";
+        }
+        continue;
+      }
+      rows->push_back(r);
+      if (!f.json) PrintRow(r, sgemm_gflops, out);
     }
   }
 }
@@ -401,7 +486,9 @@ struct LayerRow {
   int repeats = 0;
   double fwd_s = 0;
   int64_t peak_bytes = 0;
-  std::optional<double> overhead_pct;  // shaw: over vanilla at the same n
+  // shaw: over vanilla at the same n, the median of interleaved rounds'
+  // ratios, and the smallest and largest round's.
+  std::optional<double> overhead_pct, overhead_min_pct, overhead_max_pct;
 };
 
 std::vector<std::string> LayerPositions(const BenchFlags& f) {
@@ -457,12 +544,17 @@ nlohmann::json LayerRowJson(const LayerRow& r) {
        "computed: weights, x, y, the block's buffers and FusedExtraBytes"},
   };
   if (r.overhead_pct) j["overhead_pct"] = *r.overhead_pct;
+  if (r.overhead_min_pct) j["overhead_min_pct"] = *r.overhead_min_pct;
+  if (r.overhead_max_pct) j["overhead_max_pct"] = *r.overhead_max_pct;
   return j;
 }
 
 void PrintLayerRow(const LayerRow& r, std::ostream& out) {
   const std::string note =
-      r.overhead_pct ? "overhead vs vanilla " + Percent(*r.overhead_pct) : "";
+      r.overhead_pct ? "overhead vs vanilla " + Percent(*r.overhead_pct) +
+                           " [" + Percent(*r.overhead_min_pct) + ", " +
+                           Percent(*r.overhead_max_pct) + "]"
+                     : "";
   const std::string k =
       r.shape.relative ? std::to_string(r.shape.max_distance) : "-";
   char line[256];
@@ -473,8 +565,66 @@ void PrintLayerRow(const LayerRow& r, std::ostream& out) {
   out << line << std::flush;
 }
 
-// Per n: vanilla (if listed) first, then shaw once per --k, each a fresh
-// layer with the same seeded weights.
+// The rows of one n: vanilla (if listed) first, then shaw once per --k,
+// each a fresh layer with the same seeded weights. With both listed each
+// shaw layer is timed interleaved with vanilla's (rounds of vanilla then
+// shaw), its overhead the median of the per-round ratios; vanilla's time
+// is the median of all its rounds.
+std::vector<LayerRow> MeasureLayersAtN(const BenchFlags& f,
+                                       const std::vector<std::string>& positions,
+                                       bench::LayerShape shape, int threads,
+                                       BenchProgress& progress) {
+  const bool has_vanilla =
+      std::find(positions.begin(), positions.end(), "vanilla") !=
+      positions.end();
+  const bool has_shaw = std::find(positions.begin(), positions.end(),
+                                  "shaw") != positions.end();
+  std::vector<LayerRow> rows;
+  std::optional<bench::LayerWorkload> vanilla_w;
+  std::vector<double> vanilla_s;
+  if (has_vanilla) {
+    progress.Start("layer " + Describe("vanilla", shape.n, false, 0));
+    vanilla_w.emplace(shape, threads);
+    rows.push_back({.name = "vanilla", .shape = shape});
+  }
+  for (int64_t k : has_shaw ? f.k : std::vector<int64_t>{}) {
+    bench::LayerShape s = shape;
+    s.relative = true;
+    s.max_distance = k;
+    progress.Start("layer " + Describe("shaw", s.n, true, k));
+    if (!vanilla_w) {
+      rows.push_back(MeasureLayer("shaw", s, threads, f.repeats));
+      continue;
+    }
+    bench::LayerWorkload w(s, threads);
+    const std::vector<std::vector<double>> t = bench::InterleavedSeconds(
+        {[&vanilla_w] { vanilla_w->Forward(); }, [&w] { w.Forward(); }},
+        f.repeats);
+    const bench::RatioSpread ratio = bench::RoundRatios(t[1], t[0]);
+    rows.push_back({.name = "shaw",
+                    .shape = s,
+                    .repeats = static_cast<int>(t[1].size()),
+                    .fwd_s = bench::Median(t[1]),
+                    .peak_bytes = w.PeakBytes(),
+                    .overhead_pct = 100.0 * (ratio.median - 1.0),
+                    .overhead_min_pct = 100.0 * (ratio.min - 1.0),
+                    .overhead_max_pct = 100.0 * (ratio.max - 1.0)});
+    vanilla_s.insert(vanilla_s.end(), t[0].begin(), t[0].end());
+  }
+  if (vanilla_w) {
+    if (vanilla_s.empty()) {
+      vanilla_s = bench::InterleavedSeconds(
+          {[&vanilla_w] { vanilla_w->Forward(); }}, f.repeats)[0];
+    }
+    rows[0].repeats = static_cast<int>(vanilla_s.size());
+    rows[0].fwd_s = bench::Median(vanilla_s);
+    rows[0].peak_bytes = vanilla_w->PeakBytes();
+  }
+  progress.Clear();
+  return rows;
+}
+
+// Per n: vanilla (if listed) first, then shaw once per --k.
 void RunLayer(const BenchFlags& f, std::ostream& out) {
   ValidateLayer(f);
   bench::ScopedOmpThreads omp(f.threads);
@@ -507,27 +657,10 @@ void RunLayer(const BenchFlags& f, std::ostream& out) {
                             .d_model = f.heads * f.dim, .heads = f.heads,
                             .d_ff = f.d_ff, .relative = false,
                             .max_distance = 0};
-    std::optional<double> vanilla_s;
-    for (const std::string& name : positions) {
-      if (name != "vanilla") continue;
-      progress.Start("layer " + Describe(name, n, false, 0));
-      rows.push_back(MeasureLayer(name, shape, threads, f.repeats));
-      progress.Clear();
-      vanilla_s = rows.back().fwd_s;
+    for (LayerRow& r : MeasureLayersAtN(f, positions, shape, threads,
+                                        progress)) {
+      rows.push_back(r);
       if (!f.json) PrintLayerRow(rows.back(), out);
-    }
-    for (const std::string& name : positions) {
-      if (name != "shaw") continue;
-      for (int64_t k : f.k) {
-        shape.relative = true;
-        shape.max_distance = k;
-        progress.Start("layer " + Describe(name, n, true, k));
-        LayerRow r = MeasureLayer(name, shape, threads, f.repeats);
-        progress.Clear();
-        if (vanilla_s) r.overhead_pct = 100.0 * (r.fwd_s / *vanilla_s - 1.0);
-        rows.push_back(r);
-        if (!f.json) PrintLayerRow(rows.back(), out);
-      }
     }
   }
   if (f.json) {
@@ -538,6 +671,59 @@ void RunLayer(const BenchFlags& f, std::ostream& out) {
     for (const LayerRow& r : rows) j["rows"].push_back(LayerRowJson(r));
     out << j.dump() << "\n";
   }
+}
+
+// The vanilla and relative rows of one n. With both selected, each
+// relative row is timed interleaved with vanilla (TimeAgainstVanilla) and
+// vanilla's row gets the medians of all its samples; appends and prints
+// them (vanilla first) and returns the relative rows.
+std::vector<Row> RunFusedVariants(const BenchFlags& f,
+                                  bench::WorkloadShape shape, int threads,
+                                  BenchProgress& progress, double sgemm_gflops,
+                                  std::vector<Row>* rows, std::ostream& out) {
+  const int64_t n = shape.n;
+  std::optional<bench::AttentionWorkload> vanilla_w;
+  Calls vanilla_calls;
+  Samples vanilla_samples;
+  if (Selected(f, "vanilla")) {
+    progress.Start(Describe("vanilla", n, false, 0));
+    vanilla_w.emplace(Variant::kVanilla, shape, threads);
+    vanilla_calls = {[&vanilla_w] { vanilla_w->Forward(); },
+                     [&vanilla_w] { vanilla_w->Backward(); }};
+  }
+  std::vector<Row> relative;
+  if (Selected(f, "relative")) {
+    for (int64_t k : f.k) {
+      shape.max_distance = k;
+      progress.Start(Describe("relative", n, true, k));
+      if (!vanilla_w) {
+        relative.push_back(
+            Measure(Variant::kRelative, shape, threads, f.repeats));
+        continue;
+      }
+      bench::AttentionWorkload w(Variant::kRelative, shape, threads);
+      Row r = AttentionRow(w, Variant::kRelative, shape);
+      TimeAgainstVanilla(vanilla_calls,
+                         {[&w] { w.Forward(); }, [&w] { w.Backward(); }},
+                         f.repeats, &r, &vanilla_samples);
+      r.flop_bound_pct =
+          100.0 * static_cast<double>(2 * k + 1) / static_cast<double>(n);
+      relative.push_back(r);
+    }
+  }
+  progress.Clear();
+  if (vanilla_w) {
+    shape.max_distance = 0;
+    Row vanilla = AttentionRow(*vanilla_w, Variant::kVanilla, shape);
+    SetVanillaTimes(vanilla_calls, f.repeats, vanilla_samples, &vanilla);
+    rows->push_back(vanilla);
+    if (!f.json) PrintRow(vanilla, sgemm_gflops, out);
+  }
+  for (const Row& r : relative) {
+    rows->push_back(r);
+    if (!f.json) PrintRow(r, sgemm_gflops, out);
+  }
+  return relative;
 }
 
 // How many measurements RunBench plans (for the progress count).
@@ -574,32 +760,8 @@ void RunBench(const BenchFlags& f, std::ostream& out) {
   for (int64_t n : f.positions.empty() ? f.n : std::vector<int64_t>{}) {
     bench::WorkloadShape shape{.batch = f.batch, .heads = f.heads, .n = n,
                                .dim = f.dim, .max_distance = 0};
-    std::optional<Row> vanilla;
-    if (Selected(f, "vanilla")) {
-      progress.Start(Describe("vanilla", n, false, 0));
-      vanilla = Measure(Variant::kVanilla, shape, threads, f.repeats);
-      progress.Clear();
-      rows.push_back(*vanilla);
-      if (!f.json) PrintRow(rows.back(), sgemm_gflops, out);
-    }
-    std::vector<Row> relative;
-    if (Selected(f, "relative")) {
-      for (int64_t k : f.k) {
-        shape.max_distance = k;
-        progress.Start(Describe("relative", n, true, k));
-        Row r = Measure(Variant::kRelative, shape, threads, f.repeats);
-        progress.Clear();
-        if (vanilla) {
-          r.overhead_pct =
-              100.0 * (r.TotalSeconds() / vanilla->TotalSeconds() - 1.0);
-          r.flop_bound_pct = 100.0 * static_cast<double>(2 * k + 1) /
-                             static_cast<double>(n);
-        }
-        relative.push_back(r);
-        rows.push_back(r);
-        if (!f.json) PrintRow(rows.back(), sgemm_gflops, out);
-      }
-    }
+    const std::vector<Row> relative =
+        RunFusedVariants(f, shape, threads, progress, sgemm_gflops, &rows, out);
     if (Selected(f, "reference") && n <= f.reference_max_n) {
       for (size_t t = 0; t < f.k.size(); ++t) {
         shape.max_distance = f.k[t];

@@ -3,6 +3,7 @@
 // timing is asserted beyond "positive and finite": this is not a speed test.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -65,7 +66,8 @@ TEST(BenchVerb, JsonTinySizesAllVariants) {
     EXPECT_EQ(row["heads"], 2);
     EXPECT_EQ(row["dim"], 8);
     EXPECT_EQ(row["batch"], 1);
-    EXPECT_EQ(row["repeats"], 1);
+    // Vanilla is timed beside each relative row (one round per k).
+    EXPECT_EQ(row["repeats"], variant == "vanilla" ? 2 : 1) << row.dump();
     for (const char* field : {"fwd_ms", "bwd_ms", "fwd_gflops", "bwd_gflops"}) {
       EXPECT_TRUE(PositiveFinite(row[field])) << field << " " << row.dump();
     }
@@ -83,6 +85,9 @@ TEST(BenchVerb, JsonTinySizesAllVariants) {
       // Overhead is measured (any sign on a noisy machine); the bound is exact.
       ASSERT_TRUE(row.contains("overhead_pct")) << row.dump();
       EXPECT_TRUE(std::isfinite(row["overhead_pct"].get<double>()));
+      // One round: the spread is that round's ratio.
+      EXPECT_EQ(row["overhead_min_pct"], row["overhead_pct"]) << row.dump();
+      EXPECT_EQ(row["overhead_max_pct"], row["overhead_pct"]) << row.dump();
       EXPECT_DOUBLE_EQ(row["flop_bound_pct"].get<double>(),
                        100.0 * (2 * k + 1) / static_cast<double>(n));
       EXPECT_EQ(row["extra_bytes_source"], "FusedExtraBytes");
@@ -201,6 +206,31 @@ TEST(BenchVerb, ProgressOnStderrOneLinePerMeasurement) {
   r = RunCapturingCerr(args, &progress);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(progress.empty()) << progress;
+}
+
+// Side-by-side timing: rounds call every function once, in order, after
+// an untimed warm-up round (kept when slower than self_warm_seconds).
+TEST(BenchTiming, InterleavedRoundsAlternate) {
+  std::string log;
+  const std::vector<std::function<void()>> fns = {[&log] { log += 'a'; },
+                                                  [&log] { log += 'b'; }};
+  std::vector<std::vector<double>> t = bench::InterleavedSeconds(fns, 3);
+  EXPECT_EQ(log, "abababab");  // warm-up round, then three timed rounds
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].size(), 3u);
+  EXPECT_EQ(t[1].size(), 3u);
+  log.clear();
+  t = bench::InterleavedSeconds(fns, 2, /*self_warm_seconds=*/-1.0);
+  EXPECT_EQ(log, "abab");  // the warm-up round counts as the first
+  EXPECT_EQ(t[0].size(), 2u);
+  EXPECT_THROW(bench::InterleavedSeconds(fns, 0), InvalidArgument);
+
+  const bench::RatioSpread r = bench::RoundRatios({2, 9, 4}, {1, 3, 2});
+  EXPECT_EQ(r.median, 2.0);
+  EXPECT_EQ(r.min, 2.0);
+  EXPECT_EQ(r.max, 3.0);
+  EXPECT_EQ(bench::Median({3, 1, 4, 2}), 2.5);
+  EXPECT_THROW(bench::RoundRatios({1}, {1, 2}), InvalidArgument);
 }
 
 TEST(BenchVerb, TextTable) {

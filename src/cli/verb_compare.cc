@@ -51,39 +51,44 @@ struct CompareFlags {
   bool json = false;
 };
 
-// "3" -> 0, 1, 2; "4-6" -> 4, 5, 6; "0,7,9" -> those.
+// "3" -> 0, 1, 2; "4-6" -> 4, 5, 6; "0,7,9" -> those. Each number is read
+// by ParseSeed (the rule of every --seed), and the list is capped at
+// kMaxCompareSeeds while it is read: "0-999,1000-1999,..." is refused
+// before it is built.
 std::vector<uint64_t> ParseSeeds(const std::string& spec) {
   auto number = [&](const std::string& text) -> uint64_t {
-    RELPOS_CLI_CHECK(!text.empty() && text.size() <= 19 &&
-                         text.find_first_not_of("0123456789") ==
-                             std::string::npos,
-                     "--seeds must be N (seeds 0..N-1), A-B or a comma list "
-                     "of seeds (got '"
-                         << spec << "')");
-    return std::stoull(text);
+    try {
+      return ParseSeed(text, "--seeds");
+    } catch (const InvalidArgument&) {
+      throw InvalidArgument("--seeds must be N (seeds 0..N-1), A-B or a comma "
+                            "list of seeds in [0, 2^64 - 1] (got " +
+                            Quoted(spec) + ")");
+    }
   };
+  const uint64_t cap = static_cast<uint64_t>(kMaxCompareSeeds);
   const std::vector<std::string> items = SplitList(spec);
   std::vector<uint64_t> seeds;
   if (items.size() == 1 && items[0].find('-') == std::string::npos) {
     const uint64_t n = number(items[0]);
-    RELPOS_CLI_CHECK(n >= 1 && n <= 1000,
-                     "--seeds N must be in [1, 1000] (got " << n << ")");
+    RELPOS_CLI_CHECK(n >= 1 && n <= cap, "--seeds N must be in [1, "
+                                             << cap << "] (got " << n << ")");
     for (uint64_t s = 0; s < n; ++s) seeds.push_back(s);
     return seeds;
   }
   for (const std::string& item : items) {
     const size_t dash = item.find('-');
-    if (dash == std::string::npos) {
-      seeds.push_back(number(item));
-      continue;
-    }
-    const uint64_t lo = number(item.substr(0, dash)),
-                   hi = number(item.substr(dash + 1));
-    RELPOS_CLI_CHECK(lo <= hi && hi - lo < 1000,
-                     "--seeds range '" << item
-                                       << "' must be A-B with A <= B and at "
-                                          "most 1000 seeds");
-    for (uint64_t s = lo; s <= hi; ++s) seeds.push_back(s);
+    const uint64_t lo = number(item.substr(0, dash));
+    const uint64_t hi = dash == std::string::npos
+                            ? lo
+                            : number(item.substr(dash + 1));
+    RELPOS_CLI_CHECK(lo <= hi, "--seeds range " << Quoted(item)
+                                                << " must be A-B with A <= B");
+    RELPOS_CLI_CHECK(hi - lo < cap - seeds.size(),
+                     "--seeds names more than " << cap
+                                                << " seeds (the most a compare "
+                                                   "takes)");
+    // Counted, so that hi = 2^64 - 1 cannot wrap the loop.
+    for (uint64_t k = 0; k <= hi - lo; ++k) seeds.push_back(lo + k);
   }
   return seeds;
 }
@@ -255,21 +260,29 @@ void RunCompareVerb(CompareFlags& f, std::ostream& out) {
     spec.extra_lengths = ParseLengths(f.eval_lengths, "--eval-lengths");
   }
   spec.sequences_per_length = f.sequences;
+  // Nothing is created before the grid is known to be valid: RunCompare
+  // creates --out once it is (and says so through on_start).
   CheckOutDir(f.out, /*refuse_checkpoint=*/false);
-  std::error_code ec;
-  fs::create_directories(f.out, ec);
-  if (ec) throw IoError("--out '" + f.out + "': " + ec.message());
+  const std::string svg_path = (fs::path(f.out) / "compare.svg").string();
+  CheckWritableFile(svg_path);
 
-  const size_t cells =
-      spec.tasks.size() * spec.positions.size() * spec.seeds.size();
-  std::cerr << "compare: " << spec.tasks.size() << " task(s) x "
-            << spec.positions.size() << " scheme(s) x " << spec.seeds.size()
-            << " seed(s) = " << cells << " models of "
-            << spec.base.Get("train", "steps") << " steps; results in "
-            << f.out << "\n";
   ScopedStopSignals signals;
   CompareOptions options;
   options.out_dir = f.out;
+  // Held from the start of the grid until compare.svg is written (nested in
+  // RunCompare's own lock of the folder).
+  auto lock = std::make_shared<std::unique_ptr<FolderLock>>();
+  options.on_start = [&f, &spec, lock](const CompareResult& planned) {
+    *lock = std::make_unique<FolderLock>(f.out);
+    std::cerr << "compare: " << spec.tasks.size() << " task(s) x "
+              << spec.positions.size() << " scheme(s) x " << spec.seeds.size()
+              << " seed(s) = " << planned.cells_planned << " models of "
+              << spec.base.Get("train", "steps") << " steps; results in "
+              << PathText(f.out) << "\n";
+    if (!planned.previous_note.empty()) {
+      std::cerr << "compare: " << planned.previous_note << "\n";
+    }
+  };
   options.progress = {.out = &std::cerr, .mode = f.exp.progress()};
   options.stop_flag = signals.flag();
   // One line per finished cell, with the grid's time so far and an
@@ -300,10 +313,14 @@ void RunCompareVerb(CompareFlags& f, std::ostream& out) {
   const CompareResult r = RunWithFlagNames([&] {
     return RunCompare(spec, options);
   });
-  const std::string svg = ComparePlot(r);
-  if (!svg.empty()) {
-    WriteFileAtomically((fs::path(f.out) / "compare.svg").string(), svg);
+  if (r.interrupted && r.cells_planned == 0) {  // stopped while planning
+    std::cerr << "compare: stopped by signal " << signals.signal_number()
+              << " while planning the grid; nothing was written\n";
+    signals.Reraise();
+    return;
   }
+  const std::string svg = ComparePlot(r);
+  if (!svg.empty()) WriteFileAtomically(svg_path, svg);
   if (f.json) {
     out << r.ToJson();
   } else {

@@ -267,7 +267,8 @@ void RunDemo(const DemoFlags& f, std::ostream& out) {
   CheckOutDir(f.out, /*refuse_checkpoint=*/false);
   std::error_code ec;
   fs::create_directories(f.out, ec);
-  if (ec) throw IoError("--out '" + f.out + "': " + ec.message());
+  if (ec) throw IoError("--out " + Quoted(f.out) + ": " + ec.message());
+  const FolderLock lock(f.out);  // one writer per folder
   const DataInfo data = DescribeData(tc);
   auto tokens = [&](int64_t length) { return SequenceLength(tc, length); };
 

@@ -9,6 +9,7 @@
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
 #include "relpos/lab/config.h"
+#include "relpos/lab/files.h"
 #include "relpos/lab/model.h"
 #include "relpos/lab/training.h"
 
@@ -56,7 +57,7 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
       bits[key] = r.bits_per_token;
     }
     nlohmann::ordered_json j = {
-        {"checkpoint", f.dir},
+        {"checkpoint", PathText(f.dir)},
         {"task", c.Get("train", "task")},
         {"position", c.Get("model", "position")},
         {"max_distance", std::stoll(c.Get("model", "max_distance"))},
@@ -75,7 +76,7 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
     out << j.dump() << "\n";
     return;
   }
-  out << "checkpoint " << f.dir << ": task " << c.Get("train", "task")
+  out << "checkpoint " << PathText(f.dir) << ": task " << c.Get("train", "task")
       << ", position " << PositionLabel(c) << ", step " << model.step()
       << ", trained on lengths " << c.Get("train", "--train-lengths") << "\n"
       << "data: " << data.source << "\n"
@@ -115,9 +116,9 @@ void AddEvalVerb(CLI::App& app, std::ostream& out) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--batch-size", flags->batch_size, "Sequences per batch")
       ->check(CLI::Range(int64_t{1}, int64_t{65536}));
-  sub->add_option("--seed", flags->seed,
-                  "Seed of the evaluation examples (the default is the "
-                  "fixed evaluation seed, the same for every model)");
+  AddSeedOption(sub, "--seed", &flags->seed,
+                "Seed of the evaluation examples (the default is the fixed "
+                "evaluation seed, the same for every model)");
   sub->add_option("--threads", flags->threads,
                   "OpenMP threads")
       ->check(CLI::Range(1, 1024))

@@ -9,7 +9,9 @@
 #include <utility>
 
 #include "cli/cli_common.h"
+#include "cli/experiment_flags.h"
 #include "relpos/error.h"
+#include "relpos/lab/files.h"
 #include "relpos/lab/generate.h"
 #include "relpos/lab/model.h"
 
@@ -21,6 +23,7 @@ struct GenerateFlags {
   int64_t max_new = 256, top_k = 0;
   double temperature = 1.0;
   uint64_t seed = 0;
+  int threads = 0;
   bool no_cache = false, json = false;
 };
 
@@ -41,13 +44,13 @@ GenerateResult GenerateAsFlags(Model& model, const GenerateFlags& f,
         throw InvalidArgument(message);
       }
     }
-    throw InvalidArgument(f.dir + ": " + message);
+    throw InvalidArgument(PathText(f.dir) + ": " + message);
   }
 }
 
 void RunGenerate(const GenerateFlags& f, std::ostream& out) {
   RELPOS_CLI_CHECK(HasCheckpoint(f.dir),
-                   f.dir << " holds no checkpoint (no config.json; expected "
+                   Quoted(f.dir) << " holds no checkpoint (no config.json; expected "
                             "a folder written by relpos train --task lm)");
   Model model = Model::Load(f.dir);
   GenerateOptions options;
@@ -56,6 +59,7 @@ void RunGenerate(const GenerateFlags& f, std::ostream& out) {
   options.top_k = f.top_k;
   options.seed = f.seed;
   options.use_cache = !f.no_cache;
+  options.threads = f.threads;
   if (!f.json) {
     // Stream: the prompt, then each new byte as soon as it is drawn. The
     // prompt goes out with the first byte (Generate has checked everything
@@ -68,7 +72,7 @@ void RunGenerate(const GenerateFlags& f, std::ostream& out) {
     options.on_token = [&](char byte) {
       echo();
       out.put(byte);
-      out.flush();
+      CheckOutput(out);  // stops generating at the first write error
     };
     GenerateAsFlags(model, f, options);
     echo();
@@ -113,8 +117,12 @@ void AddGenerateVerb(CLI::App& app, std::ostream& out) {
   sub->add_option("--top-k", flags->top_k,
                   "Sample among the K most likely bytes (0 = all)")
       ->check(CLI::Range(int64_t{0}, int64_t{256}));
-  sub->add_option("--seed", flags->seed,
-                  "Seed of the sampling stream (same seed, same text)");
+  AddSeedOption(sub, "--seed", &flags->seed,
+                "Seed of the sampling stream (same seed, same text)");
+  sub->add_option("--threads", flags->threads,
+                  "OpenMP threads (one is fastest for small models)")
+      ->check(CLI::Range(1, 1024))
+      ->default_str("the checkpoint's, 1 unless it was trained with more");
   sub->add_flag("--no-cache", flags->no_cache,
                 "Recompute the whole prefix for every byte (no key/value "
                 "cache; slow, for comparison)");

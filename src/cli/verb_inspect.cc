@@ -159,7 +159,7 @@ void RunInspect(const InspectFlags& f, std::ostream& out) {
     nlohmann::ordered_json tables = nlohmann::ordered_json::array();
     for (const TableInspection& t : in.tables) tables.push_back(TableJson(t));
     nlohmann::ordered_json j = {
-        {"checkpoint", f.dir},
+        {"checkpoint", PathText(f.dir)},
         {"position", in.config.Get("model", "position")},
         {"arch", in.config.Get("model", "arch")},
         {"step", in.step},
@@ -177,7 +177,7 @@ void RunInspect(const InspectFlags& f, std::ostream& out) {
     out << j.dump() << "\n";
     return;
   }
-  out << "checkpoint " << f.dir << ": position " << PositionLabel(in.config)
+  out << "checkpoint " << PathText(f.dir) << ": position " << PositionLabel(in.config)
       << ", " << in.config.Get("model", "arch") << ", step " << in.step;
   if (in.train_max_tokens > 0) {
     out << ", trained on sequences of at most " << in.train_max_tokens

@@ -129,7 +129,8 @@ SweepLengths MakeSweepLengths(const SweepFlags& f, int64_t lo, int64_t hi) {
 
 // --out (optional, for sweep.json): an existing writable folder, or one
 // created in an existing writable parent.
-void PrepareOutDir(const std::string& out) {
+// Checks, creates and locks --out (one writer per folder).
+std::unique_ptr<FolderLock> PrepareOutDir(const std::string& out) {
   std::error_code ec;
   const fs::path p(out);
   if (!fs::exists(p, ec)) {
@@ -138,14 +139,16 @@ void PrepareOutDir(const std::string& out) {
     RELPOS_CLI_CHECK(
         fs::is_directory(parent, ec) &&
             access(parent.c_str(), W_OK | X_OK) == 0,
-        "--out '" << out << "': parent folder is missing or not writable");
+        "--out " << Quoted(out)
+                 << ": parent folder is missing or not writable");
     fs::create_directory(p, ec);
-    if (ec) throw IoError("--out '" + out + "': " + ec.message());
+    if (ec) throw IoError("--out " + Quoted(out) + ": " + ec.message());
   } else {
     RELPOS_CLI_CHECK(
         fs::is_directory(p, ec) && access(out.c_str(), W_OK | X_OK) == 0,
-        "--out '" << out << "' is not a writable folder");
+        "--out " << Quoted(out) << " is not a writable folder");
   }
+  return std::make_unique<FolderLock>(out);
 }
 
 // Mean token accuracy over lengths <= hi, and mean token and sequence
@@ -215,7 +218,8 @@ void RunSweep(SweepFlags& f, std::ostream& out) {
   AsFlag("--eval-lengths", "lengths",
          [&] { CheckEvalLengths(base, all_lengths); });
 
-  if (!f.out.empty()) PrepareOutDir(f.out);
+  std::unique_ptr<FolderLock> lock;
+  if (!f.out.empty()) lock = PrepareOutDir(f.out);
 
   std::cerr << "sweep: task " << base.Get("train", "task") << ", "
             << runs.size() << " runs of " << base.Get("train", "steps")

@@ -13,6 +13,7 @@
 #include "cli/experiment_flags.h"
 #include "cli/signals.h"
 #include "relpos/lab/config.h"
+#include "relpos/lab/files.h"
 #include "relpos/error.h"
 #include "relpos/lab/model.h"
 #include "relpos/lab/training.h"
@@ -27,27 +28,13 @@ struct TrainFlags {
   std::string out, resume;
 };
 
-
-// Removes a folder this run created if the run failed before its first
-// checkpoint, so a failed command leaves nothing behind.
-class CreatedDirGuard {
- public:
-  explicit CreatedDirGuard(std::string dir) : dir_(std::move(dir)) {}
-  ~CreatedDirGuard() {
-    if (dir_.empty() || HasCheckpoint(dir_)) return;
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  void Release() { dir_.clear(); }
-
- private:
-  std::string dir_;
-};
-
 void RunTrain(TrainFlags& f, std::ostream& out) {
   std::unique_ptr<Training> training;
   std::string dir;
-  std::unique_ptr<CreatedDirGuard> guard;
+  // One writer per folder, from before the checkpoint is read (resume) or
+  // the folder is created (a new run) to the end of the run.
+  std::unique_ptr<FolderLock> resume_lock;
+  std::unique_ptr<OutputFolder> folder;
   if (!f.resume.empty()) {
     RELPOS_CLI_CHECK(
         f.out.empty() || fs::path(f.out) == fs::path(f.resume),
@@ -59,6 +46,10 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
                        "checkpoint; drop "
                            << name << " (only --steps may change)");
     }
+    std::error_code ec;
+    if (fs::is_directory(f.resume, ec)) {
+      resume_lock = std::make_unique<FolderLock>(f.resume);
+    }
     training = std::make_unique<Training>(Training::Resume(f.resume));
     if (const std::string steps = f.exp.GivenText("--steps"); !steps.empty()) {
       AsFlag("--steps", "steps",
@@ -68,16 +59,8 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
   } else {
     RELPOS_CLI_CHECK(!f.out.empty(), "--out DIR is required (or --resume DIR)");
     const ExperimentConfig config = f.exp.Build(ExperimentConfig{});
-    CheckOutDir(f.out, /*refuse_checkpoint=*/true);
     dir = f.out;
-    std::error_code ec;
-    if (!fs::exists(dir, ec)) {
-      if (!fs::create_directory(dir, ec)) {
-        throw IoError("--out '" + dir + "': cannot create the folder (" +
-                      ec.message() + ")");
-      }
-      guard = std::make_unique<CreatedDirGuard>(dir);
-    }
+    folder = std::make_unique<OutputFolder>(dir, /*refuse_checkpoint=*/true);
     training = std::make_unique<Training>(config);
   }
 
@@ -97,12 +80,13 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
                       .label = "train"};
   options.stop_flag = signals.flag();
   const TrainSummary r = training->Run(options);
-  if (guard) guard->Release();
+  if (folder) folder->Keep();
 
   if (r.interrupted) {
     std::cerr << "train: stopped by signal " << signals.signal_number()
-              << " at step " << r.final_step << "; checkpoint saved in " << dir
-              << " (continue with: relpos train --resume " << dir << ")\n";
+              << " at step " << r.final_step << "; checkpoint saved in "
+              << PathText(dir) << " (continue with: relpos train --resume "
+              << PathText(dir) << ")\n";
     signals.Reraise();
     return;
   }
@@ -110,7 +94,7 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
   std::snprintf(loss, sizeof loss, "%.4f", r.final_loss);
   out << "trained " << r.steps_run << " steps (to step " << r.final_step
       << ") in " << FormatDuration(r.seconds) << ", final loss " << loss
-      << "; checkpoint: " << dir << "\n";
+      << "; checkpoint: " << PathText(dir) << "\n";
 }
 
 }  // namespace

@@ -410,6 +410,12 @@ TEST_F(VerbTrainTest, SigkillAtAnyMomentKeepsTheCheckpoint) {
                                  "none"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(train::ReadCheckpoint(dir, true).state.step, last_step + 2);
+  // The kills left temporary files of interrupted saves; the resumed run's
+  // saves removed them (docs/training.md).
+  for (const auto& e : fs::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
+        << e.path();
+  }
 }
 
 }  // namespace

@@ -60,8 +60,12 @@ void AttentionForward(const AttentionInputs<T>& in, TensorView<T> out,
   const AttentionProblem p = MakeAttentionProblem<T>(in, out, lse, options);
   if constexpr (std::is_same_v<T, float>) {
     if (UseFused<T>(p, options.path)) {
-      FusedForward(p, in, out.data(), lse.empty() ? nullptr : lse.data(),
-                   options.num_threads);
+      float* lse_data = lse.empty() ? nullptr : lse.data();
+      if (p.FewQuery()) {
+        FewQueryForward(p, in, out.data(), lse_data, options.num_threads);
+      } else {
+        FusedForward(p, in, out.data(), lse_data, options.num_threads);
+      }
       return;
     }
   }

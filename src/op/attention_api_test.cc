@@ -4,6 +4,7 @@
 // with "relpos: " and names the argument and the offending value.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -131,6 +132,78 @@ TEST_F(ApiTest, KeyLengths) {
   EXPECT_NO_THROW(Forward(in_, fwd_.Out(), fwd_.Lse(), o));
 }
 
+// Per-row query offsets and key starts (left padding), and the score scale.
+TEST_F(ApiTest, PerRowOptionsAndScale) {
+  AttentionOptions o = c_.options;
+  o.query_offsets = {1};
+  ExpectInvalid([&] { Forward(in_, fwd_.Out(), fwd_.Lse(), o); },
+                {"query_offsets", "batch = 2", "got 1"});
+  o.query_offsets = {0, (int64_t{1} << 40) + 1};
+  ExpectInvalid([&] { Forward(in_, fwd_.Out(), fwd_.Lse(), o); },
+                {"query_offsets[b]", "+-2^40", "1099511627777",
+                 "batch item 1"});
+  o.query_offsets = {3, -2};
+  o.query_offset = 1;
+  ExpectInvalid([&] { Forward(in_, fwd_.Out(), fwd_.Lse(), o); },
+                {"query_offset and query_offsets", "query_offset = 1"});
+  o.query_offset.reset();
+  EXPECT_NO_THROW(Forward(in_, fwd_.Out(), fwd_.Lse(), o));
+
+  o = c_.options;
+  o.key_starts = {0};
+  ExpectInvalid([&] { Forward(in_, fwd_.Out(), fwd_.Lse(), o); },
+                {"key_starts", "batch = 2", "got 1"});
+  o.key_starts = {-1, 0};
+  ExpectInvalid([&] { Forward(in_, fwd_.Out(), fwd_.Lse(), o); },
+                {"key_starts[0]", "key_lengths[0] = 5", "-1"});
+  o.key_lengths = {5, 3};
+  o.key_starts = {2, 4};
+  ExpectInvalid([&] { Forward(in_, fwd_.Out(), fwd_.Lse(), o); },
+                {"key_starts[1]", "key_lengths[1] = 3", "got 4"});
+  o.key_starts = {5, 3};  // both ends: an item that sees nothing
+  EXPECT_NO_THROW(Forward(in_, fwd_.Out(), fwd_.Lse(), o));
+
+  o = c_.options;
+  for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    o.scale = bad;
+    ExpectInvalid([&] { Forward(in_, fwd_.Out(), fwd_.Lse(), o); },
+                  {"scale must be finite and > 0"});
+  }
+  o.scale = 1.0;
+  EXPECT_NO_THROW(Backward(grads_.Grads(), o));
+}
+
+// Grouped-query attention: k and v with Hkv heads (Hkv dividing H); their
+// gradients are shaped like them.
+TEST_F(ApiTest, GroupedQueryShapes) {
+  AttentionCase c = c_;
+  c.heads = 4;
+  c.kv_heads = 2;
+  const AttentionData<double> data = MakeRandomData<double>(c, 3);
+  AttentionOutputBuffers<double> fwd = MakeOutputs<double>(c);
+  EXPECT_NO_THROW(
+      Forward(data.Inputs(), fwd.Out(), fwd.Lse(), c.options));
+  AttentionInputs<double> in = data.Inputs();
+  in.v = ConstView<double>(data.v.data(), {2, 1, 5, 7});
+  ExpectInvalid([&] { Forward(in, fwd.Out(), fwd.Lse(), c.options); },
+                {"v has shape [2, 1, 5, 7]", "heads of k = 2"});
+  in = data.Inputs();
+  in.k = ConstView<double>(data.k.data(), {2, 3, 5, 6});
+  in.v = ConstView<double>(data.v.data(), {2, 3, 5, 7});
+  ExpectInvalid([&] { Forward(in, fwd.Out(), fwd.Lse(), c.options); },
+                {"Hkv = 3", "H = 4"});
+  AttentionGradBuffers<double> g = MakeGrads<double>(c, data);
+  AttentionGrads<double> grads = g.Grads();
+  grads.dk = TensorView<double>(g.dk.data(), {2, 4, 5, 3});
+  std::vector<double> dout = RandomVector<double>(c.OutNumel(), 4);
+  ExpectInvalid(
+      [&] {
+        AttentionBackward<double>(data.Inputs(), fwd.Out(), fwd.Lse(),
+                                  OutShaped(c, dout), grads, c.options);
+      },
+      {"dk must have shape [2, 2, 5, 6]"});
+}
+
 TEST_F(ApiTest, EmptyAndRankOfQkv) {
   AttentionInputs<double> in = in_;
   in.q = ConstView<double>();
@@ -180,16 +253,18 @@ TEST_F(ApiTest, MismatchedQkvDims) {
       {"k",
        {1, 3, 5, 6},
        {"k has shape [1, 3, 5, 6]", "dim 0", "batch of q = 2"}},
+      // Grouped-query attention: Hkv must divide H.
       {"k",
        {2, 2, 5, 6},
-       {"k has shape [2, 2, 5, 6]", "dim 1", "heads of q = 3"}},
+       {"k has shape [2, 2, 5, 6]", "Hkv = 2", "must divide the heads of q, "
+        "H = 3"}},
       {"k", {2, 3, 5, 5}, {"k has shape [2, 3, 5, 5]", "dim 3", "dk of q = 6"}},
       {"v",
        {1, 3, 5, 7},
        {"v has shape [1, 3, 5, 7]", "dim 0", "batch of q = 2"}},
       {"v",
        {2, 1, 5, 7},
-       {"v has shape [2, 1, 5, 7]", "dim 1", "heads of q = 3"}},
+       {"v has shape [2, 1, 5, 7]", "dim 1", "heads of k = 3"}},
       {"v", {2, 3, 4, 7}, {"v has shape [2, 3, 4, 7]", "dim 2", "Nk of k = 5"}},
   };
   for (const Bad& b : bad) {

@@ -53,6 +53,8 @@ namespace relpos {
 struct AttentionCase {
   std::string name;  // unique, [A-Za-z0-9_]
   int64_t batch = 1, heads = 1, q_len = 1, k_len = 1, dk = 1, dv = 1;
+  // Key/value heads (grouped-query attention); 0 means `heads`.
+  int64_t kv_heads = 0;
   AttentionOptions options;
 
   // docs/math.md section 7 convention (see the comment at the top of this file).
@@ -64,9 +66,11 @@ struct AttentionCase {
 
   // Table rows nb of the bucket map (2k+1 by default; docs/math.md section 8).
   int64_t TableRows() const;
-  // Row b(r) of the pair (query row i, key j), r = j - (i + off), computed
-  // here from the public bucket functions independently of src/op/core.
-  int64_t Bucket(int64_t i, int64_t j) const;
+  // Row b(r) of the pair (query row i, key j) of batch item b, r = j - (i +
+  // off_b), computed here from the public bucket functions independently
+  // of src/op/core. The two-argument form is batch item 0's.
+  int64_t Bucket(int64_t b, int64_t i, int64_t j) const;
+  int64_t Bucket(int64_t i, int64_t j) const { return Bucket(0, i, j); }
   // Which optional inputs the scheme reads.
   bool UsesAk() const {
     return options.key_term && options.score_term == ScoreTerm::kVector;
@@ -80,22 +84,41 @@ struct AttentionCase {
   double AlibiSlope(int64_t h) const;
   // Number of table copies: H for per-head tables, 1 for shared ones.
   int64_t TableHeads() const { return options.per_head_tables ? heads : 1; }
-  // Resolved query offset: options.query_offset or Nk - Nq (docs/math.md section 1).
-  int64_t QueryOffset() const {
+  // Resolved query offset of batch item b: options.query_offsets[b],
+  // options.query_offset or Nk - Nq (docs/math.md section 1).
+  int64_t QueryOffset(int64_t b = 0) const {
+    if (!options.query_offsets.empty()) return options.query_offsets[b];
     return options.query_offset.value_or(k_len - q_len);
   }
+  // First visible key of batch item b (left padding).
+  int64_t KeyBegin(int64_t b) const {
+    return options.key_starts.empty() ? 0 : options.key_starts[b];
+  }
+  int64_t KvHeads() const { return kv_heads > 0 ? kv_heads : heads; }
+  // Index of the [Nk, d] slice of k / v that query head h of item b reads
+  // (head h / (H / Hkv), as transformers' repeat_kv).
+  int64_t KvSlice(int64_t b, int64_t h) const {
+    return b * KvHeads() + h / (heads / KvHeads());
+  }
+  // The score scale: options.scale or 1 / sqrt(dk).
+  double ScoreScale() const {
+    return options.scale.value_or(1.0 / std::sqrt(static_cast<double>(dk)));
+  }
   int64_t QNumel() const { return batch * heads * q_len * dk; }
-  int64_t KNumel() const { return batch * heads * k_len * dk; }
-  int64_t VNumel() const { return batch * heads * k_len * dv; }
+  int64_t KNumel() const { return batch * KvHeads() * k_len * dk; }
+  int64_t VNumel() const { return batch * KvHeads() * k_len * dv; }
   int64_t AkNumel() const { return TableHeads() * TableRows() * dk; }
   int64_t AvNumel() const { return TableHeads() * TableRows() * dv; }
   int64_t BiasNumel() const { return heads * TableRows(); }
   int64_t PbNumel() const { return heads * dk; }
   int64_t OutNumel() const { return batch * heads * q_len * dv; }
   int64_t LseNumel() const { return batch * heads * q_len; }
-  // Keys visible to row i of batch item b are exactly [0, KeyEnd(b, i))
-  // (docs/math.md section 1 masks), computed here independently of src/op/core.
+  // Keys visible to row i of batch item b are exactly [KeyBegin(b),
+  // KeyEnd(b, i)), none when KeyEnd <= KeyBegin (docs/math.md section 1
+  // masks), computed here independently of src/op/core.
   int64_t KeyEnd(int64_t b, int64_t i) const;
+  // Whether row i of item b sees any key.
+  bool Sees(int64_t b, int64_t i) const { return KeyEnd(b, i) > KeyBegin(b); }
   // One line: shapes and options, for failure messages.
   std::string Describe() const;
 };
@@ -145,6 +168,37 @@ std::vector<AttentionCase> SchemeSweepCases();
 // the reference in float (each case well under 1e8 FLOPs).
 std::vector<AttentionCase> SizeSweepCases();
 
+// The options of row layout, over the scheme family at the small sizes of
+// StandardCases (finite differences): grouped-query attention (H = 4 with
+// Hkv = 2 and multi-query Hkv = 1), per-row query offsets, left padding
+// (key_starts, with rows that see nothing, and with right padding too),
+// an explicit score scale, each under shaw (per-head tables, both terms),
+// shaw-asym, shaw-log, t5 (both bucket kinds), alibi and xl with values.
+std::vector<AttentionCase> LayoutCases();
+
+// The same options at the fused kernel's awkward sizes (63/64/65/129 key
+// starts around tile edges, decoding with a cache, Nq != Nk, a single
+// key/value head split over key-tile chunks) under realistic scheme
+// settings, for fast-path-vs-reference comparisons in float.
+std::vector<AttentionCase> LayoutSweepCases();
+
+// The few-query path's cases (Nq <= 4: decoding, speculative and beam
+// steps): every scheme of SchemeCases and SchemeSweepCases, Shaw in each
+// term combination, shared and per-head, k = 0 and plain attention, on
+// Nq in 1..4 against key ranges across the path's 512-key chunks (1 to
+// 2100 keys), widths from 1 to 64 (1, 3, 5, 9 and 17 no multiple of the
+// vector length), causal and bidirectional, per-row offsets with left and right
+// padding, rows that see nothing, Nq > Nk, every key far on either side,
+// grouped-query and multi-query heads (up to 16 query rows per key/value
+// head), an explicit scale, and ALiBi's distances around 2^24.
+std::vector<AttentionCase> FewQueryCases();
+
+// ALiBi (score term only, slopes 1e-6 and -2e-6 on two heads) with the
+// queries at offset 100 - 2^24, so the distances cross 2^24, where float
+// stops representing them exactly; small slopes keep the scores O(1).
+AttentionCase AlibiExactnessEdgeCase(const std::string& name, int64_t q_len,
+                                     int64_t k_len);
+
 template <typename T>
 struct AttentionData {
   AttentionCase c;
@@ -155,8 +209,8 @@ struct AttentionData {
   AttentionInputs<T> Inputs() const {
     AttentionInputs<T> in;
     in.q = ConstView<T>(q.data(), {c.batch, c.heads, c.q_len, c.dk});
-    in.k = ConstView<T>(k.data(), {c.batch, c.heads, c.k_len, c.dk});
-    in.v = ConstView<T>(v.data(), {c.batch, c.heads, c.k_len, c.dv});
+    in.k = ConstView<T>(k.data(), {c.batch, c.KvHeads(), c.k_len, c.dk});
+    in.v = ConstView<T>(v.data(), {c.batch, c.KvHeads(), c.k_len, c.dv});
     in.ak = TableView(ak, c.dk);
     in.av = TableView(av, c.dv);
     if (!bias.empty())
@@ -264,8 +318,8 @@ struct AttentionGradBuffers {
   AttentionGrads<T> Grads() {
     AttentionGrads<T> g;
     g.dq = {dq.data(), {c.batch, c.heads, c.q_len, c.dk}};
-    g.dk = {dk.data(), {c.batch, c.heads, c.k_len, c.dk}};
-    g.dv = {dv.data(), {c.batch, c.heads, c.k_len, c.dv}};
+    g.dk = {dk.data(), {c.batch, c.KvHeads(), c.k_len, c.dk}};
+    g.dv = {dv.data(), {c.batch, c.KvHeads(), c.k_len, c.dv}};
     g.dak = Table(dak, c.dk);
     g.dav = Table(dav, c.dv);
     if (!dbias.empty())

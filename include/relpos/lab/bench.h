@@ -206,6 +206,29 @@ class LayerWorkload {
 double MedianSeconds(const std::function<void()>& fn, int repeats,
                      double self_warm_seconds = 1.0);
 
+// Interleaved timing, for comparisons on a shared machine: `repeats` rounds,
+// each calling every function of `fns` once, in order (ABAB...), after one
+// untimed warm-up round, which is kept as the first round when its slowest
+// call took more than `self_warm_seconds` (as MedianSeconds). Load that
+// comes and goes during the run then slows every function of a round alike,
+// where timing all repeats of one function before the next turns it into a
+// bias between them. Returns seconds[f][round]. repeats >= 1.
+std::vector<std::vector<double>> InterleavedSeconds(
+    const std::vector<std::function<void()>>& fns, int repeats,
+    double self_warm_seconds = 1.0);
+
+// The median of x (the mean of the two middle values for an even count);
+// x non-empty.
+double Median(std::vector<double> x);
+
+// Per-round ratios num[r] / den[r] of two interleaved series: their median
+// and their smallest and largest value (the spread). Same non-zero length.
+struct RatioSpread {
+  double median = 0, min = 0, max = 0;
+};
+RatioSpread RoundRatios(const std::vector<double>& num,
+                        const std::vector<double>& den);
+
 // GFLOP/s of relpos's SGEMM (oneDNN) on size x size x size, C = A B, the
 // median of `repeats` after a warm-up, 2 size^3 FLOPs per call. Runs with the
 // calling thread's OpenMP thread count.

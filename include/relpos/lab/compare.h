@@ -27,6 +27,12 @@
 
 namespace relpos {
 
+// The largest grid a compare plans (checked before anything is planned):
+// at most kMaxCompareSeeds seeds and kMaxCompareCells cells (tasks x
+// schemes x seeds). A grid that size trains for days on a workstation.
+inline constexpr int64_t kMaxCompareSeeds = 1000;
+inline constexpr int64_t kMaxCompareCells = 10000;
+
 struct CompareSpec {
   // Shared settings (model size, steps, train lengths, corpus, ...). The
   // task, position scheme and seed of each cell replace its values; the
@@ -86,8 +92,11 @@ struct CompareResult {
   std::vector<CompareTask> tasks;
   std::vector<CompareCell> cells;  // finished cells, in grid order
   std::vector<CompareRow> rows;    // aggregated, in grid order
-  int64_t cells_planned = 0;
+  int64_t cells_planned = 0;  // 0 if stopped while planning
   bool interrupted = false;
+  // What of a previous compare.json was not reused and why (cells that
+  // failed validation, a file of another version), or "".
+  std::string previous_note;
   double seconds = 0;  // wall time of this call
   // {"tasks": [...], "rows": [...], "cells": [...], ...}: compare.json.
   std::string ToJson() const;
@@ -95,15 +104,23 @@ struct CompareResult {
 
 struct CompareOptions {
   // compare.json is rewritten here (atomically) after every finished cell;
-  // empty: nowhere. A previous compare.json in the folder is read first and
-  // its cells whose configuration, lengths and sequence count match are
-  // reused instead of trained again.
+  // empty: nowhere. The folder is created once the grid is known to be
+  // valid (and removed again if nothing was written into it), and locked
+  // for the run: a second writer gets IoError. A previous compare.json in
+  // the folder is read first and its cells whose configuration, lengths and
+  // sequence count match are reused instead of trained again, if they pass
+  // validation (finite values in range, labels and parameter count of their
+  // configuration); the others are trained again.
   std::string out_dir;
   // Progress of each cell's training (its label is set per cell).
   ProgressOptions progress;
-  // Polled during training and between cells: nonzero stops the grid; the
-  // cell being trained is dropped, the finished ones are kept.
+  // Polled while planning, during training and between cells: nonzero stops
+  // the grid; the cell being trained is dropped, the finished ones are kept.
   const volatile std::sig_atomic_t* stop_flag = nullptr;
+  // Called once the grid is planned and valid and out_dir is ready (created
+  // if missing, locked, the previous compare.json read), before the first
+  // cell: with the tasks, cells_planned and previous_note filled in.
+  std::function<void(const CompareResult& planned)> on_start;
   // Called after every finished (or reused) cell with its index in the grid
   // (grid order: task by task as spec.tasks lists them, within a task scheme
   // by scheme, within a scheme seed by seed; `done` is the cell's index + 1).
@@ -149,9 +166,12 @@ ExperimentConfig CompareCellConfig(const CompareSpec& spec,
 std::vector<int64_t> CompareLengths(int64_t train_min, int64_t train_max,
                                     const std::vector<int64_t>& extra);
 
-// Checks the whole grid first (every cell's config, every length; nothing
-// is trained before the grid is known to be valid), then trains and
-// evaluates cell after cell. InvalidArgument for an empty or repeated list.
+// Checks the whole grid first (its size against the caps, every cell's
+// config, every length, that every cell fits in memory; nothing is trained
+// and out_dir is not touched before the grid is known to be valid), then
+// trains and evaluates cell after cell. InvalidArgument for an empty or
+// repeated list or a grid over the caps, ResourceError for a cell that does
+// not fit.
 CompareResult RunCompare(const CompareSpec& spec,
                          const CompareOptions& options = {});
 

@@ -41,6 +41,10 @@ struct GenerateOptions {
   // true: key/value cache; false: recompute the whole prefix per byte (the
   // same bytes up to rounding, far slower).
   bool use_cache = true;
+  // OpenMP threads; 0: the checkpoint's training thread count (1 unless it
+  // was trained with more). Small models decode fastest on one thread: a
+  // step's work is far below what waking a team of threads costs.
+  int threads = 0;
   // Called with each new byte as soon as it is drawn (to stream it).
   std::function<void(char)> on_token;
 };

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "relpos/lab/config.h"
@@ -98,6 +100,10 @@ class Model {
   // Tensor names in the model's order (docs/model.md), and their values.
   std::vector<std::string> ParameterNames() const;
   ConstView<float> Parameter(const std::string& name) const;
+  // Overwrites parameter `name` with `values` (row-major, exactly its
+  // numel); InvalidArgument for an unknown name or another size. For
+  // importers of weights trained elsewhere (relpos.opennmt).
+  void SetParameter(const std::string& name, std::span<const float> values);
   // Gradient of the last ForwardBackward, same shape as Parameter(name).
   ConstView<float> Gradient(const std::string& name) const;
 
@@ -117,6 +123,9 @@ class Model {
   std::vector<Translation> Translate(
       const std::vector<std::vector<int32_t>>& sources,
       const DecodeOptions& options = {});
+  // Seq2seq models: the BOS and EOS ids of the model's training data (what
+  // Translate uses when the options give none); InvalidArgument otherwise.
+  std::pair<int32_t, int32_t> BosEos() const;
 
   struct Impl;  // defined in src/lab/api/
   Impl& impl() { return *impl_; }

@@ -206,8 +206,37 @@ TEST(Model, Seq2seqTakesSourcesInTheBatch) {
   EXPECT_LE(greedy[0].score, 0.0);
   EXPECT_EQ(m.Translate({{3, 1}}, {.beam_size = 4}).size(), 1u);
   EXPECT_THROW(m.Translate({{3}}, {.length_penalty = "avg"}), InvalidArgument);
+  // The search's caches are planned before they are allocated: 256
+  // sentences at the largest beam, 4096 (2^20 hypotheses, about 1 GiB of
+  // key/value cache), are refused under a 256 MiB limit that a beam of 4
+  // fits.
+  ::setenv("RELPOS_MEMORY_LIMIT", "256M", 1);
+  EXPECT_EQ(m.Translate({{3, 1}}, {.beam_size = 4}).size(), 1u);
+  try {
+    m.Translate(std::vector<std::vector<int32_t>>(256, {3, 1}),
+                {.beam_size = 4096});
+    ADD_FAILURE() << "no ResourceError";
+  } catch (const ResourceError& e) {
+    EXPECT_NE(std::string(e.what()).find("translation needs about"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("RELPOS_MEMORY_LIMIT");
   Model encoder(Tiny());
   EXPECT_THROW(encoder.Translate({{1}}), InvalidArgument);
+  EXPECT_EQ(m.BosEos(), std::make_pair(8, 9));
+  EXPECT_THROW(encoder.BosEos(), InvalidArgument);
+  // SetParameter: the values land (and change the model's outputs); an
+  // unknown name or another size is refused and changes nothing.
+  std::vector<float> bias(10, 0.f);
+  bias[9] = 100.f;  // EOS first, always
+  m.SetParameter("head.bias", bias);
+  EXPECT_EQ(m.Parameter("head.bias").data()[9], 100.f);
+  EXPECT_TRUE(m.Translate({{3, 1}}, {.beam_size = 1})[0].tokens.empty());
+  EXPECT_THROW(m.SetParameter("head.bias", std::vector<float>(9)),
+               InvalidArgument);
+  EXPECT_THROW(m.SetParameter("no.such", bias), InvalidArgument);
+  EXPECT_EQ(m.Parameter("head.bias").data()[9], 100.f);
   TokenBatch no_source = b;
   no_source.source_length = 0;
   no_source.source_tokens.clear();

@@ -8,14 +8,20 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <system_error>
 #include <utility>
 
+#include "api/compare_file.h"
 #include "core/check.h"
 #include "io/file_io.h"
+#include "io/path_text.h"
+#include "api/internal.h"
+#include "model/transformer.h"
 #include "relpos/lab/model.h"
+#include "train/memory_plan.h"
 
 namespace relpos {
 namespace {
@@ -23,8 +29,6 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr const char* kFileName = "compare.json";
-// compare.json's layout; a file of another version is not reused.
-constexpr int kFormatVersion = 1;
 
 bool IsLm(const std::string& task) { return task == "lm"; }
 
@@ -58,30 +62,6 @@ Json StatsJson(const SeedStats& s) {
           {"seeds", s.n}};
 }
 
-Json MetricsJson(const LengthMetrics& m) {
-  return {{"length", m.length},
-          {"sequence_length", m.sequence_length},
-          {"token_accuracy", m.token_accuracy},
-          {"sequence_accuracy", m.sequence_accuracy},
-          {"loss", m.loss},
-          {"bits_per_token", m.bits_per_token},
-          {"tokens", m.tokens},
-          {"sequences", m.sequences}};
-}
-
-LengthMetrics MetricsFromJson(const Json& j) {
-  LengthMetrics m;
-  m.length = j.at("length").get<int64_t>();
-  m.sequence_length = j.at("sequence_length").get<int64_t>();
-  m.token_accuracy = j.at("token_accuracy").get<double>();
-  m.sequence_accuracy = j.at("sequence_accuracy").get<double>();
-  m.loss = j.at("loss").get<double>();
-  m.bits_per_token = j.at("bits_per_token").get<double>();
-  m.tokens = j.at("tokens").get<int64_t>();
-  m.sequences = j.at("sequences").get<int64_t>();
-  return m;
-}
-
 // What makes a finished cell reusable: its resolved configuration, the
 // lengths and the number of evaluation sequences.
 struct CellKey {
@@ -102,56 +82,34 @@ CellKey KeyOf(const CompareCell& c) {
   return k;
 }
 
-Json CellJson(const CompareCell& c) {
-  Json by_length = Json::array();
-  for (const LengthMetrics& m : c.by_length) by_length.push_back(MetricsJson(m));
-  return {{"task", c.task},
-          {"position", c.position},
-          {"seed", c.seed},
-          {"parameters", c.parameters},
-          {"train_seconds", c.train_seconds},
-          {"eval_seconds", c.eval_seconds},
-          {"final_train_loss", c.final_loss},
-          {"by_length", by_length},
-          {"sequences_per_length", c.sequences_per_length},
-          {"config", c.config_json.empty() ? Json()
-                                           : Json::parse(c.config_json)}};
-}
-
-// The cells of a previous compare.json in `dir`, if there is a readable one
-// of this format; a missing or unreadable file means nothing to reuse.
-std::vector<CompareCell> ReadPrevious(const std::string& dir) {
-  std::vector<CompareCell> out;
-  if (dir.empty()) return out;
+// The cells of a previous compare.json in `dir` that pass the checks of
+// ParseCompareCells (the others are trained again); a missing file, or one
+// that is not a compare.json of this version, means nothing to reuse and is
+// said in *note. A compare.json that is not a regular file (a FIFO, a
+// device, a link) is an error: it would never be replaced.
+std::vector<CompareCell> ReadPrevious(const std::string& dir,
+                                      std::string* note) {
+  if (dir.empty()) return {};
   const std::string path = (std::filesystem::path(dir) / kFileName).string();
+  io::CheckReplaceable(path);
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return out;
+  if (!std::filesystem::exists(path, ec)) return {};
   try {
-    const Json j = Json::parse(io::ReadFileBounded(path, int64_t{256} << 20));
-    if (j.value("format_version", 0) != kFormatVersion) return out;
-    for (const Json& c : j.at("cells")) {
-      CompareCell cell;
-      cell.config_json = c.at("config").dump();
-      cell.sequences_per_length = c.at("sequences_per_length").get<int64_t>();
-      cell.task = c.at("task").get<std::string>();
-      cell.position = c.at("position").get<std::string>();
-      cell.seed = c.at("seed").get<uint64_t>();
-      cell.parameters = c.at("parameters").get<int64_t>();
-      cell.train_seconds = c.at("train_seconds").get<double>();
-      cell.eval_seconds = c.at("eval_seconds").get<double>();
-      cell.final_loss = c.at("final_train_loss").get<double>();
-      for (const Json& m : c.at("by_length")) {
-        cell.by_length.push_back(MetricsFromJson(m));
-      }
-      cell.reused = true;
-      out.push_back(std::move(cell));
+    int64_t rejected = 0;
+    std::string problem;
+    std::vector<CompareCell> cells = ParseCompareCells(
+        io::ReadFileBounded(path, kMaxCompareJsonBytes), path, &rejected,
+        &problem);
+    if (rejected > 0) {
+      *note = std::to_string(rejected) + " cell(s) of " + io::PathText(path) +
+              " failed validation and are trained again (first: " + problem +
+              ")";
     }
-  } catch (const nlohmann::json::exception&) {
-    return {};  // not a compare.json this version wrote: train again
-  } catch (const IoError&) {
+    return cells;
+  } catch (const Error& e) {
+    *note = io::PathText(path) + " is not reused: " + MessageBody(e);
     return {};
   }
-  return out;
 }
 
 template <typename T>
@@ -178,14 +136,70 @@ struct Grid {
   std::vector<Planned> cells;
 };
 
-Grid PlanGrid(const CompareSpec& spec) {
+// Whether one cell's training, and its evaluation at the longest length,
+// fit in memory (ResourceError naming the cell otherwise).
+void CheckCellFits(const ExperimentConfig& c, int64_t longest,
+                   int64_t sequences) {
+  const model::ModelConfig& m = c.impl().model;
+  const train::TrainConfig& t = c.impl().train;
+  try {
+    train::CheckMemory(train::PlanTraining(
+        m, t.batch_size, SequenceLength(c, t.train_max_length), t.threads));
+    train::CheckMemory(train::PlanInference(
+        m, std::min<int64_t>(64, sequences), SequenceLength(c, longest),
+        t.threads));
+  } catch (const ResourceError& e) {
+    RELPOS_THROW(ResourceError, "the cell " << c.Get("train", "task") << " "
+                                            << c.Get("model", "position")
+                                            << ": " << MessageBody(e));
+  }
+}
+
+// The grid's size, checked before anything of it is built: the caps of
+// compare.h.
+void CheckGridSize(const CompareSpec& spec) {
+  RELPOS_CHECK_ARG(static_cast<int64_t>(spec.seeds.size()) <= kMaxCompareSeeds,
+                   "seeds must name at most " << kMaxCompareSeeds
+                                              << " seeds (got "
+                                              << spec.seeds.size() << ")");
+  const double cells = static_cast<double>(spec.tasks.size()) *
+                       static_cast<double>(spec.positions.size()) *
+                       static_cast<double>(spec.seeds.size());
+  RELPOS_CHECK_ARG(cells <= static_cast<double>(kMaxCompareCells),
+                   "the grid of " << spec.tasks.size() << " tasks x "
+                                  << spec.positions.size() << " schemes x "
+                                  << spec.seeds.size() << " seeds = "
+                                  << static_cast<int64_t>(cells)
+                                  << " cells exceeds the " << kMaxCompareCells
+                                  << " a compare may plan");
+}
+
+// Plans every cell (nothing is trained before the whole grid is valid),
+// checking that each fits in memory. Returns false if the stop flag was
+// raised meanwhile (planning a large grid takes a while).
+bool PlanGrid(const CompareSpec& spec, const CompareOptions& options,
+              Grid* g) {
+  CheckGridSize(spec);
   CheckList(spec.tasks, "tasks");
   CheckList(spec.positions, "positions");
   CheckList(spec.seeds, "seeds");
+  // An alias is the scheme it names ("relative" is "shaw"): listed with it,
+  // it would train the same cells twice.
+  std::set<std::string> canonical;
+  for (const std::string& position : spec.positions) {
+    ExperimentConfig probe;
+    probe.Set("model", "position", position, "positions");
+    const std::string name = probe.Get("model", "position");
+    RELPOS_CHECK_ARG(canonical.insert(name).second,
+                     "positions names " << name << " twice ('" << position
+                                        << "' is '" << name << "')");
+  }
   RELPOS_CHECK_ARG(spec.sequences_per_length >= 1,
                    "sequences per length must be >= 1 (got "
                        << spec.sequences_per_length << ")");
-  Grid g;
+  auto stopped = [&] {
+    return options.stop_flag != nullptr && *options.stop_flag != 0;
+  };
   for (const std::string& task : spec.tasks) {
     // The task's lengths come from its first cell's resolved config.
     const ExperimentConfig first =
@@ -201,23 +215,47 @@ Grid PlanGrid(const CompareSpec& spec) {
     t.train_max_length = std::stoll(first.Get("train", "train_max_length"));
     t.lengths = CompareLengths(t.train_min_length, t.train_max_length,
                                spec.extra_lengths);
-    g.tasks.push_back(t);
+    g->tasks.push_back(t);
     for (const std::string& position : spec.positions) {
       for (uint64_t seed : spec.seeds) {
-        Planned p{.task = g.tasks.size() - 1,
+        if (stopped()) return false;
+        Planned p{.task = g->tasks.size() - 1,
                   .position = position,
                   .seed = seed,
                   .config = CompareCellConfig(spec, task, position, seed),
                   .key = {}};
         CheckEvalLengths(p.config, t.lengths);
+        CheckCellFits(p.config, t.lengths.back(), spec.sequences_per_length);
         p.key.config = Json::parse(p.config.ToJson());
         p.key.lengths = t.lengths;
         p.key.sequences = spec.sequences_per_length;
-        g.cells.push_back(std::move(p));
+        g->cells.push_back(std::move(p));
       }
     }
   }
-  return g;
+  return true;
+}
+
+// A previous cell is reused for a planned one only if it is that cell: the
+// same key (configuration, lengths, sequence count), and the labels,
+// parameter count and sequence lengths the planned configuration gives.
+bool Reusable(const CompareCell& c, const Planned& p) {
+  if (!(KeyOf(c) == p.key) || c.seed != p.seed ||
+      c.task != p.config.Get("train", "task") ||
+      c.position != p.config.Get("model", "position") ||
+      c.by_length.size() != p.key.lengths.size()) {
+    return false;
+  }
+  int64_t parameters = 0;
+  for (const model::ParameterShape& s :
+       model::ParameterShapes(p.config.impl().model)) {
+    parameters += s.numel();
+  }
+  if (c.parameters != parameters) return false;
+  for (const LengthMetrics& m : c.by_length) {
+    if (m.sequence_length != SequenceLength(p.config, m.length)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -318,7 +356,7 @@ std::vector<CompareRow> AggregateCells(const std::vector<CompareTask>& tasks,
 
 std::string CompareResult::ToJson() const {
   Json j;
-  j["format_version"] = kFormatVersion;
+  j["format_version"] = kCompareFormatVersion;
   j["spread"] = "min and max over seeds";
   j["cells_planned"] = cells_planned;
   j["cells_finished"] = static_cast<int64_t>(cells.size());
@@ -356,6 +394,42 @@ std::string CompareResult::ToJson() const {
   j["cells"] = cs;
   return j.dump(2) + "\n";
 }
+
+namespace {
+
+// The output folder of a run: created if missing, locked for the run (one
+// writer per folder), the temporary files of killed writes removed; if this
+// run created it and wrote nothing into it, removed again.
+class OutFolder {
+ public:
+  explicit OutFolder(const std::string& dir) : dir_(dir) {
+    std::error_code ec;
+    if (!std::filesystem::exists(dir, ec)) {
+      created_ = std::filesystem::create_directories(dir, ec);
+      if (ec) {
+        RELPOS_THROW(IoError, "cannot create the folder "
+                                  << io::QuotedPath(dir) << ": "
+                                  << ec.message());
+      }
+    }
+    lock_ = io::FolderLock(dir);
+    io::RemoveTemporaryFiles(dir, [](const std::string& target) {
+      return target == kFileName || target == "compare.svg";
+    });
+  }
+  ~OutFolder() {
+    std::error_code ec;
+    if (created_ && !kept_) std::filesystem::remove(dir_, ec);  // if empty
+  }
+  void Keep() { kept_ = true; }
+
+ private:
+  std::string dir_;
+  bool created_ = false, kept_ = false;
+  io::FolderLock lock_;
+};
+
+}  // namespace
 
 CompareTimeEstimate::CompareTimeEstimate(const CompareSpec& spec)
     : tasks_(spec.tasks.size()),
@@ -419,24 +493,35 @@ double CompareTimeEstimate::SecondsLeft(int64_t next) const {
 CompareResult RunCompare(const CompareSpec& spec,
                          const CompareOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  const Grid grid = PlanGrid(spec);
-  const std::vector<CompareCell> previous = ReadPrevious(options.out_dir);
-
   CompareResult result;
+  Grid grid;
+  if (!PlanGrid(spec, options, &grid)) {  // stopped while planning
+    result.interrupted = true;
+    return result;
+  }
   result.tasks = grid.tasks;
   result.cells_planned = static_cast<int64_t>(grid.cells.size());
+  // Only a valid grid touches the output folder.
+  std::optional<OutFolder> folder;
+  if (!options.out_dir.empty()) folder.emplace(options.out_dir);
+  const std::vector<CompareCell> previous =
+      ReadPrevious(options.out_dir, &result.previous_note);
+  if (options.on_start) options.on_start(result);
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                          start)
         .count();
   };
+  // compare.json is rewritten after every finished cell (a run stopped
+  // before its first leaves an existing one as it was).
   auto save = [&] {
     result.rows = AggregateCells(result.tasks, result.cells);
     result.seconds = elapsed();
-    if (options.out_dir.empty()) return;
+    if (options.out_dir.empty() || result.cells.empty()) return;
     io::AtomicWriteFile(
         (std::filesystem::path(options.out_dir) / kFileName).string(),
         result.ToJson());
+    folder->Keep();
   };
   auto stopped = [&] {
     return options.stop_flag != nullptr && *options.stop_flag != 0;
@@ -453,7 +538,7 @@ CompareResult RunCompare(const CompareSpec& spec,
     CompareCell cell;
     bool reused = false;
     for (const CompareCell& s : previous) {
-      if (KeyOf(s) == p.key) {
+      if (Reusable(s, p)) {
         cell = s;
         reused = true;
         break;

@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -18,6 +19,7 @@
 
 #include "relpos/error.h"
 #include "relpos/schemes.h"
+#include "support/subprocess.h"
 
 namespace relpos {
 namespace {
@@ -309,6 +311,127 @@ TEST(RunCompare, BadGridsAreRefusedBeforeAnyTraining) {
   spec = TinySpec();
   spec.seeds = {};
   EXPECT_THROW(RunCompare(spec), InvalidArgument);
+}
+
+// A reused cell is shown as if trained in this run, so a compare.json cell
+// edited out of range (accuracy -5, a loss of 1e308 whose bits no longer
+// match, a label that is not its configuration's) is trained again, and the
+// result says so; the untouched cells are still reused.
+TEST(RunCompare, ReusedCellsAreValidatedAndBadOnesTrainedAgain) {
+  const std::string out = TempDir("edited");
+  const CompareSpec spec = TinySpec();
+  const CompareResult first = RunCompare(spec, {.out_dir = out});
+  nlohmann::json j = ReadJson(out + "/compare.json");
+  j["cells"][0]["by_length"][1]["token_accuracy"] = -5;
+  j["cells"][1]["by_length"][0]["loss"] = 1e308;
+  j["cells"][2]["position"] = "none";  // its config says shaw
+  std::ofstream(out + "/compare.json") << j.dump();
+  const CompareResult again = RunCompare(spec, {.out_dir = out});
+  ASSERT_EQ(again.cells.size(), 4u);
+  EXPECT_FALSE(again.cells[0].reused);
+  EXPECT_FALSE(again.cells[1].reused);
+  EXPECT_FALSE(again.cells[2].reused);
+  EXPECT_TRUE(again.cells[3].reused);
+  EXPECT_THAT(again.previous_note, HasSubstr("3 cell(s)"));
+  EXPECT_THAT(again.previous_note, HasSubstr("token_accuracy"));
+  for (const CompareCell& c : again.cells) {
+    for (const LengthMetrics& m : c.by_length) {
+      EXPECT_GE(m.token_accuracy, 0);
+      EXPECT_LE(m.loss, 100);
+    }
+  }
+  // Retrained deterministically: the same numbers as the first run.
+  EXPECT_EQ(again.cells[0].final_loss, first.cells[0].final_loss);
+  // A cell whose parameter count is not its configuration's is not reused
+  // either (the check against the planned cell).
+  j = ReadJson(out + "/compare.json");
+  j["cells"][3]["parameters"] = 7;
+  std::ofstream(out + "/compare.json") << j.dump();
+  EXPECT_FALSE(RunCompare(spec, {.out_dir = out}).cells[3].reused);
+  fs::remove_all(out);
+}
+
+// compare.json is bounded before it is parsed: 20 MB of '[' (which
+// nlohmann::json alone turns into 1.5 GB) is refused at once, in a child
+// whose address space is limited to 1 GiB; the grid then trains as if there
+// were no file.
+TEST(RunCompare, AHostileCompareJsonCostsNoMemory) {
+  const std::string out = TempDir("brackets");
+  std::ofstream(out + "/compare.json") << std::string(20 << 20, '[');
+  const relpos::testing::ChildResult r = relpos::testing::RunInChild([&] {
+    const rlimit lim{uint64_t{1} << 30, uint64_t{1} << 30};
+    ::setrlimit(RLIMIT_AS, &lim);
+    CompareSpec spec = TinySpec();
+    spec.positions = {"none"};
+    spec.seeds = {0};
+    const CompareResult c = RunCompare(spec, {.out_dir = out});
+    return c.cells.size() == 1 && !c.cells[0].reused &&
+                   c.previous_note.find("deeper than 64") != std::string::npos
+               ? 0
+               : 1;
+  });
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 0);
+  fs::remove_all(out);
+}
+
+// The grid's size is capped before anything is planned, and a stop flag
+// raised while planning ends the call before any cell or any folder.
+TEST(RunCompare, TheGridIsCappedAndPlanningHonoursTheStopFlag) {
+  CompareSpec spec = TinySpec();
+  spec.seeds.clear();
+  for (uint64_t s = 0; s <= kMaxCompareSeeds; ++s) spec.seeds.push_back(s);
+  try {
+    RunCompare(spec);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("at most 1000 seeds"));
+  }
+  spec.seeds.resize(1000);
+  // Every name the registry accepts (11 with the alias): 1000 seeds each.
+  spec.positions.clear();
+  for (const Scheme& s : Schemes()) {
+    spec.positions.push_back(s.name);
+    for (const std::string& alias : s.aliases) spec.positions.push_back(alias);
+  }
+  ASSERT_GT(spec.positions.size(), 10u);
+  try {
+    RunCompare(spec);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(),
+                HasSubstr(std::to_string(1000 * spec.positions.size()) +
+                          " cells exceeds the 10000"));
+  }
+  spec = TinySpec();
+  const std::string out =
+      (fs::path(TempDir("planning")) / "not-created").string();
+  volatile std::sig_atomic_t stop = SIGTERM;
+  const CompareResult r =
+      RunCompare(spec, {.out_dir = out, .stop_flag = &stop});
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_EQ(r.cells_planned, 0);
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// A refused grid leaves no folder behind; a valid one creates it.
+TEST(RunCompare, OnlyAValidGridCreatesTheOutputFolder) {
+  const std::string out = (fs::path(TempDir("fresh")) / "out").string();
+  CompareSpec spec = TinySpec();
+  spec.positions = {"none", "nosuch"};
+  EXPECT_THROW(RunCompare(spec, {.out_dir = out}), InvalidArgument);
+  EXPECT_FALSE(fs::exists(out));
+  spec.positions = {"none"};
+  spec.seeds = {0};
+  int64_t started = 0;
+  CompareOptions options{.out_dir = out};
+  options.on_start = [&](const CompareResult& planned) {
+    started = planned.cells_planned;
+    EXPECT_TRUE(fs::is_directory(out));
+  };
+  RunCompare(spec, options);
+  EXPECT_EQ(started, 1);
+  EXPECT_TRUE(fs::exists(out + "/compare.json"));
 }
 
 // `relpos compare` runs every scheme of the registry by default: each name

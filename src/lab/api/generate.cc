@@ -13,6 +13,8 @@
 #include "core/rng.h"
 #include "model/decoder_session.h"
 #include "model/positions.h"
+#include "train/determinism.h"
+#include "train/memory_plan.h"
 
 namespace relpos {
 namespace {
@@ -45,6 +47,8 @@ void CheckRequest(const model::Transformer& t, const ExperimentConfig& config,
                    "temperature must be in [0, 100] (got " << o.temperature
                                                            << ")");
   RELPOS_CHECK_ARG(o.top_k >= 0, "top_k must be >= 0 (got " << o.top_k << ")");
+  RELPOS_CHECK_ARG(o.threads >= 0 && o.threads <= 1024,
+                   "threads must be in [0, 1024] (got " << o.threads << ")");
   const int64_t n = static_cast<int64_t>(prompt.size());
   RELPOS_CHECK_ARG(n > 0,
                    "prompt is empty: a byte-level LM has no "
@@ -91,6 +95,16 @@ GenerateResult Generate(Model& model, const std::string& prompt,
     if (options.on_token) options.on_token(static_cast<char>(byte));
   };
   const int64_t total = result.prompt_tokens + options.max_new_tokens;
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : std::stoi(model.config().Get("train", "threads"));
+  // The cache (or, without it, the longest prefix's forward pass) must fit
+  // beside the loaded model.
+  train::MemoryPlan plan =
+      train::PlanGeneration(t.config(), total, options.use_cache, threads);
+  plan.resident = train::PlanModel(t.config()).total();
+  train::CheckMemory(plan);
+  train::SetThreads(threads);
   if (options.use_cache && options.max_new_tokens > 0) {
     model::DecoderSession session(t, 1, total);
     std::vector<float> logits;

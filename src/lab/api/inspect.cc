@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "relpos/lab/training.h"
 #include "train/checkpoint.h"
+#include "train/memory_plan.h"
 #include "train/signal_stats.h"
 
 namespace relpos {
@@ -173,6 +174,14 @@ Inspection Describe(const model::Transformer& trained,
 
 Inspection Inspect(const std::string& dir, const InspectOptions& options) {
   CheckOptions(options);
+  {
+    // The checkpoint's model, and its initial values beside it (Describe).
+    const model::ModelConfig mc = train::ReadCheckpointConfig(dir).model_config;
+    train::MemoryPlan plan = train::PlanCheckpointLoad(mc, false);
+    plan.Add(train::PlanModel(mc));
+    plan.what = "inspecting the checkpoint";
+    train::CheckMemory(plan);
+  }
   train::Checkpoint ck =
       train::ReadCheckpoint(dir, /*with_optimizer=*/false,
                             /*with_signal=*/true);

@@ -9,6 +9,7 @@
 #include "model/beam_search.h"
 #include "train/checkpoint.h"
 #include "train/data_source.h"
+#include "train/memory_plan.h"
 
 namespace relpos {
 namespace {
@@ -60,6 +61,7 @@ Model::Model(const ExperimentConfig& config)
     : impl_(std::make_unique<Impl>()) {
   impl_->config = config;
   impl_->config.Resolve();
+  train::CheckMemory(train::PlanModel(impl_->config.impl().model));
   impl_->transformer =
       std::make_shared<model::Transformer>(impl_->config.impl().model);
 }
@@ -118,6 +120,18 @@ std::vector<std::string> Model::ParameterNames() const {
 ConstView<float> Model::Parameter(const std::string& name) const {
   const model::Parameter& p = Find(*impl_->transformer, name);
   return ViewOf(p.value.data(), p.shape);
+}
+
+void Model::SetParameter(const std::string& name,
+                         std::span<const float> values) {
+  const int64_t i = impl_->transformer->FindParameter(name);
+  RELPOS_CHECK_ARG(i >= 0, "the model has no parameter '" << name << "'");
+  std::vector<float>& v =
+      impl_->transformer->parameters()[static_cast<size_t>(i)].value;
+  RELPOS_CHECK_ARG(values.size() == v.size(),
+                   "parameter '" << name << "' has " << v.size()
+                                 << " values; got " << values.size());
+  std::copy(values.begin(), values.end(), v.begin());
 }
 
 ConstView<float> Model::Gradient(const std::string& name) const {
@@ -197,17 +211,38 @@ std::vector<Translation> Model::Translate(
                    "translation needs a seq2seq model; this model's arch is "
                        << model::ToString(t.config().arch));
   if (o.bos < 0 || o.eos < 0) {
-    const auto data = train::MakeDataSource(impl_->config.impl().train.data);
-    RELPOS_CHECK_ARG(data->pairs() != nullptr,
-                     "the model's data has no BOS / EOS; give them");
-    if (o.bos < 0) o.bos = data->pairs()->tokens().bos;
-    if (o.eos < 0) o.eos = data->pairs()->tokens().eos;
+    const auto [bos, eos] = BosEos();
+    if (o.bos < 0) o.bos = bos;
+    if (o.eos < 0) o.eos = eos;
   }
+  // Options first (MaxDecodingSteps needs valid ones); then the caches
+  // the search allocates must fit beside the model.
+  model::Validate(o, t.config().vocab_size);
+  int64_t longest = 0;
+  for (const std::vector<int32_t>& s : sources) {
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
+  }
+  train::MemoryPlan plan = train::PlanTranslation(
+      t.config(), static_cast<int64_t>(sources.size()), longest, o.beam_size,
+      model::MaxDecodingSteps(longest, o), impl_->config.impl().train.threads);
+  plan.resident = train::PlanModel(t.config()).total();
+  train::CheckMemory(plan);
   std::vector<Translation> out;
   for (model::Hypothesis& h : model::Translate(t, sources, o)) {
     out.push_back({std::move(h.tokens), h.log_prob, h.score, h.ended_by_eos});
   }
   return out;
+}
+
+std::pair<int32_t, int32_t> Model::BosEos() const {
+  RELPOS_CHECK_ARG(impl_->transformer->config().arch == model::Arch::kSeq2seq,
+                   "BOS / EOS: this model's arch is "
+                       << model::ToString(impl_->transformer->config().arch)
+                       << ", not seq2seq");
+  const auto data = train::MakeDataSource(impl_->config.impl().train.data);
+  RELPOS_CHECK_ARG(data->pairs() != nullptr,
+                   "the model's data has no BOS / EOS; give them");
+  return {data->pairs()->tokens().bos, data->pairs()->tokens().eos};
 }
 
 bool HasCheckpoint(const std::string& dir) { return train::HasCheckpoint(dir); }

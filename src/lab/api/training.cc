@@ -2,11 +2,14 @@
 // train::EvaluateByLength.
 #include "relpos/lab/training.h"
 
+#include <algorithm>
+
 #include "api/internal.h"
 #include "core/check.h"
 #include "train/determinism.h"
 #include "train/evaluation.h"
 #include "train/lengths.h"
+#include "train/memory_plan.h"
 #include "train/progress.h"
 
 namespace relpos {
@@ -99,8 +102,18 @@ std::vector<LengthMetrics> Evaluate(Model& model, const EvalOptions& options) {
                        << ec.sequences_per_length << ", " << ec.batch_size
                        << ")");
   train::CheckEvalLengths(config.impl().model, *data, ec.lengths);
-  train::SetThreads(options.threads > 0 ? options.threads
-                                        : config.impl().train.threads);
+  const int threads =
+      options.threads > 0 ? options.threads : config.impl().train.threads;
+  // One batch of the longest length must fit beside the model.
+  int64_t longest = 0;
+  for (int64_t n : ec.lengths) longest = std::max(longest, n);
+  const model::ModelConfig& mc = model.impl().transformer->config();
+  train::MemoryPlan plan = train::PlanInference(
+      mc, std::min(ec.batch_size, ec.sequences_per_length),
+      data->SequenceLength(longest), threads);
+  plan.resident = train::PlanModel(mc).total();
+  train::CheckMemory(plan);
+  train::SetThreads(threads);
   std::unique_ptr<train::Progress> progress;
   if (options.progress.out) {
     const int64_t batches =

@@ -5,11 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "relpos/error.h"
+#include "support/subprocess.h"
 
 namespace relpos::io {
 namespace {
@@ -75,20 +77,46 @@ TEST_F(FileIoTest, MissingDirectoryIsAnIoError) {
   EXPECT_TRUE(Listing().empty());
 }
 
-// The rename fails after the temporary file was fully written and synced
-// (the target is a non-empty directory): the temp file must be removed and
-// the target left alone.
-TEST_F(FileIoTest, FailedRenameRemovesTheTemporaryFile) {
+// A folder at the target: refused before anything is written (no
+// temporary file), the folder left alone.
+TEST_F(FileIoTest, FolderAtTheTargetIsRefusedBeforeWriting) {
   fs::create_directories(dir_ / "target");
   std::ofstream(dir_ / "target" / "keep") << "keep";
   try {
     AtomicWriteFile((dir_ / "target").string(), "data");
     FAIL() << "expected IoError";
   } catch (const IoError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("rename failed"));
+    EXPECT_THAT(e.what(), HasSubstr("it exists and is a folder"));
   }
   EXPECT_EQ(Listing(), std::vector<std::string>{"target"});
   EXPECT_TRUE(fs::exists(dir_ / "target" / "keep"));
+}
+
+// Atomic replacement is for regular files: a device node, a FIFO or a
+// symbolic link at the path is refused and stays what it was (rename()
+// would otherwise turn /dev/null into a regular file).
+TEST_F(FileIoTest, ReplacesOnlyRegularFiles) {
+  const fs::path fifo = dir_ / "fifo", link = dir_ / "link";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  AtomicWriteFile((dir_ / "real").string(), "old");
+  fs::create_symlink("real", link);
+  for (const auto& [path, kind] :
+       {std::pair<std::string, std::string>{fifo.string(), "a FIFO"},
+        {link.string(), "a symbolic link"},
+        {"/dev/null", "a character device"}}) {
+    try {
+      CheckReplaceable(path);
+      AtomicWriteFile(path, "new");
+      FAIL() << "expected IoError for " << path;
+    } catch (const IoError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("is " + kind + ", not a regular file"));
+    }
+  }
+  EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo)));
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link)));
+  EXPECT_TRUE(fs::is_character_file(fs::status("/dev/null")));
+  EXPECT_EQ(ReadFileBounded((dir_ / "real").string(), 10), "old");
+  EXPECT_EQ(Listing(), (std::vector<std::string>{"fifo", "link", "real"}));
 }
 
 TEST_F(FileIoTest, UnwritableDirectoryLeavesNoFile) {
@@ -133,6 +161,109 @@ TEST_F(FileIoTest, ReadFileBoundedChecksSizeAndKind) {
     EXPECT_THAT(e.what(), HasSubstr("not a regular file"));
   }
   EXPECT_THROW(ReadFileBounded(path, -1), InvalidArgument);
+}
+
+// A FIFO is refused without blocking (open() of a FIFO with no writer waits
+// forever), in a child with a deadline so that a regression fails instead
+// of hanging; so is a device, whose open could have side effects.
+TEST_F(FileIoTest, NeverOpensAFifoOrADevice) {
+  const std::string fifo = (dir_ / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero")}) {
+    const relpos::testing::ChildResult r = relpos::testing::RunInChild(
+        [&] {
+          std::string out;
+          bool whole = false;
+          int refused = 0;
+          for (int i = 0; i < 3; ++i) {
+            try {
+              if (i == 0) ReadFileBounded(path, 100);
+              if (i == 1) AppendFilePrefix(path, 100, &out, &whole);
+              if (i == 2) OpenRegularFile(path);
+            } catch (const IoError& e) {
+              refused += std::string(e.what()).find("not a regular file") !=
+                         std::string::npos;
+            }
+          }
+          return refused == 3 ? 0 : 1;
+        },
+        std::chrono::seconds(10));
+    EXPECT_FALSE(r.timed_out) << path << ": the read blocked";
+    EXPECT_EQ(r.exit_code, 0) << path;
+  }
+}
+
+// Files whose size reads as 0 (/proc) are read to their end; a regular file
+// is read to its end within the bound.
+TEST_F(FileIoTest, ReadsProcFilesAndPrefixes) {
+  EXPECT_NE(ReadFileBounded("/proc/self/status", 1 << 20).find("Pid:"),
+            std::string::npos);
+  EXPECT_THROW(ReadFileBounded("/proc/self/status", 10), IoError);
+  const std::string path = (dir_ / "text").string();
+  AtomicWriteFile(path, "0123456789");
+  std::string out = "x";
+  bool whole = true;
+  AppendFilePrefix(path, 4, &out, &whole);
+  EXPECT_EQ(out, "x0123");
+  EXPECT_FALSE(whole);
+  AppendFilePrefix(path, 10, &out, &whole);
+  EXPECT_EQ(out, "x01230123456789");
+  EXPECT_TRUE(whole);
+}
+
+// Leftover "<name>.tmp.<pid>.<n>" files of a killed write are recognised
+// and removed for the names a caller owns, and nothing else.
+TEST_F(FileIoTest, RemovesLeftoverTemporaryFiles) {
+  EXPECT_EQ(TemporaryFileTarget("config.json.tmp.123.4"), "config.json");
+  EXPECT_EQ(TemporaryFileTarget("a.tmp.b.tmp.1.2"), "a.tmp.b");
+  for (const char* name : {"config.json", "config.json.tmp.1", "x.tmp.1.y",
+                           ".tmp.1.2", "x.tmp..2"}) {
+    EXPECT_EQ(TemporaryFileTarget(name), "") << name;
+  }
+  for (const char* name : {"mine.tmp.1.2", "other.tmp.3.4", "mine"}) {
+    std::ofstream(dir_ / name) << "x";
+  }
+  fs::create_directories(dir_ / "mine.tmp.5.6");  // not a regular file
+  RemoveTemporaryFiles(dir_.string(),
+                       [](const std::string& t) { return t == "mine"; });
+  EXPECT_EQ(Listing(), (std::vector<std::string>{"mine", "mine.tmp.5.6",
+                                                 "other.tmp.3.4"}));
+}
+
+// One writer per folder: a second process is refused while the first holds
+// the lock (and may lock once it is released); within one process the lock
+// nests.
+TEST_F(FileIoTest, FolderLockAdmitsOneProcess) {
+  const std::string dir = dir_.string();
+  auto other_process_locks = [&] {
+    return relpos::testing::RunInChild([&] {
+      try {
+        FolderLock lock(dir);
+        return 0;
+      } catch (const IoError& e) {
+        const std::string what = e.what();
+        return what.find("in use by another relpos process (pid " +
+                         std::to_string(::getppid()) + ")") !=
+                       std::string::npos
+                   ? 3
+                   : 4;
+      }
+    });
+  };
+  {
+    FolderLock lock(dir);
+    ASSERT_TRUE(lock.held());
+    {
+      FolderLock nested(dir);  // the same process: shares the lock
+      EXPECT_TRUE(nested.held());
+    }
+    EXPECT_EQ(other_process_locks().exit_code, 3);  // still held
+    FolderLock moved = std::move(lock);
+    EXPECT_EQ(other_process_locks().exit_code, 3);
+  }
+  EXPECT_EQ(other_process_locks().exit_code, 0);  // released
+  EXPECT_THROW(FolderLock((dir_ / "missing").string()), IoError);
+  EXPECT_TRUE(Listing().empty());  // the lock leaves no file
 }
 
 }  // namespace

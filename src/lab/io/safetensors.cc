@@ -21,13 +21,14 @@
 #include <bit>
 #include <cstring>
 #include <limits>
-#include <set>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "io/file_io.h"
+#include "io/json_reader.h"
+#include "io/path_text.h"
 
 namespace relpos::io {
 namespace {
@@ -40,7 +41,8 @@ constexpr uint64_t kF32Bytes = 4;
 #define RELPOS_FORMAT_CHECK(condition, source, message_stream)          \
   do {                                                                  \
     if (!(condition)) {                                                 \
-      RELPOS_THROW(FormatError, (source) << ": " << message_stream);    \
+      RELPOS_THROW(FormatError,                                         \
+                   PathText(source) << ": " << message_stream);         \
     }                                                                   \
   } while (0)
 
@@ -104,43 +106,14 @@ bool ShapeProductAtMost(const std::vector<uint64_t>& dims, uint64_t limit,
   return true;
 }
 
-// Parses the header, rejecting duplicate keys in any object (nlohmann keeps
-// the last one silently, which would let two tensors claim the same name).
+// Parses the header with the one JSON reader (io/json_reader.h), which also
+// rejects duplicate keys in any object (nlohmann keeps the last one
+// silently, which would let two tensors claim the same name).
 json ParseHeaderJson(std::string_view text, const std::string& source) {
-  std::vector<std::set<std::string>> keys_stack;
-  bool has_duplicate = false;
-  std::string duplicate;  // the first duplicated key (may be "")
-  const json::parser_callback_t callback =
-      [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-        switch (event) {
-          case json::parse_event_t::object_start:
-            keys_stack.emplace_back();
-            break;
-          case json::parse_event_t::object_end:
-            if (!keys_stack.empty()) keys_stack.pop_back();
-            break;
-          case json::parse_event_t::key:
-            if (!keys_stack.empty() && !has_duplicate &&
-                !keys_stack.back().insert(parsed.get<std::string>()).second) {
-              has_duplicate = true;
-              duplicate = parsed.get<std::string>();
-            }
-            break;
-          default:
-            break;
-        }
-        return true;
-      };
-  json header;
-  try {
-    header = json::parse(text.begin(), text.end(), callback,
-                         /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const json::exception& e) {
-    RELPOS_THROW(FormatError, source << ": header is not valid JSON: "
-                                     << e.what());
-  }
-  RELPOS_FORMAT_CHECK(!has_duplicate, source,
-                      "duplicate key '" << duplicate << "' in the header");
+  const json header = ParseJson(
+      text, source,
+      {.max_bytes = static_cast<int64_t>(kMaxSafetensorsHeaderBytes),
+       .what = "header"});
   RELPOS_FORMAT_CHECK(header.is_object(), source,
                       "header must be a JSON object (got "
                           << header.type_name() << ")");

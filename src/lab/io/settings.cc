@@ -86,8 +86,8 @@ std::string CheckValue(SettingType type, const Range& r,
     for (const std::string& c : choices) {
       if (c == std::get<std::string>(value)) return "";
     }
-    return "must be one of " + DescribeValid(type, r, choices) + " (got '" +
-           std::get<std::string>(value) + "')";
+    return "must be one of " + DescribeValid(type, r, choices) + " (got " +
+           QuotedPath(std::get<std::string>(value)) + ")";
   }
   if (type == SettingType::kBool) return "";
   const double x = AsDouble(value);
@@ -149,7 +149,7 @@ SettingValue ReadJsonSetting(SettingType type, const nlohmann::json& v,
       return v.get<bool>();
     case SettingType::kString:
       if (!v.is_string()) fail("a string");
-      return v.get<std::string>();
+      return PathFromText(v.get<std::string>(), what + " field '" + key + "'");
   }
   fail("valid");
   return {};
@@ -159,22 +159,30 @@ SettingValue ParseSettingText(SettingType type, const std::string& text,
                               const std::string& name) {
   auto fail = [&]() {
     RELPOS_THROW(InvalidArgument, name << " must be " << TypeWord(type)
-                                       << " (got '" << text << "')");
+                                       << " (got " << QuotedPath(text)
+                                       << ")");
   };
   const char* begin = text.c_str();
   char* end = nullptr;
   errno = 0;
+  // Integers are decimal digits (a '-' first for kInt) and nothing else:
+  // strtoll and strtoull would skip spaces, take a '+', and turn " -1" into
+  // 2^64 - 1; every such text is refused, never clamped.
+  const auto digits_from = [&](size_t i) {
+    return text.size() > i &&
+           text.find_first_not_of("0123456789", i) == std::string::npos;
+  };
   switch (type) {
     case SettingType::kInt: {
+      if (!digits_from(!text.empty() && text[0] == '-' ? 1 : 0)) fail();
       const long long x = std::strtoll(begin, &end, 10);
-      if (text.empty() || *end != '\0' || errno == ERANGE) fail();
+      if (*end != '\0' || errno == ERANGE) fail();
       return static_cast<int64_t>(x);
     }
     case SettingType::kUnsigned: {
+      if (!digits_from(0)) fail();
       const unsigned long long x = std::strtoull(begin, &end, 10);
-      if (text.empty() || text[0] == '-' || *end != '\0' || errno == ERANGE) {
-        fail();
-      }
+      if (*end != '\0' || errno == ERANGE) fail();
       return static_cast<uint64_t>(x);
     }
     case SettingType::kDouble: {

@@ -21,6 +21,8 @@
 #include <variant>
 #include <vector>
 
+#include "io/path_text.h"
+
 namespace relpos::io {
 
 enum class SettingType { kInt, kUnsigned, kDouble, kBool, kString };
@@ -70,7 +72,8 @@ std::string DescribeValid(SettingType type, const Range& range,
 // The value as text ("64", "0.001", "true", "relative").
 std::string FormatSettingValue(const SettingValue& value);
 // Reads a JSON value as `type`, strictly: integers must be integers (no
-// 3.0, no "3"), unsigned ones non-negative, and so on. FormatError
+// 3.0, no "3"), unsigned ones non-negative, and so on; strings are read
+// back from io::PathText (io/path_text.h). FormatError
 // "<what> '<key>' must be an integer (got 64.5)".
 SettingValue ReadJsonSetting(SettingType type, const nlohmann::json& v,
                              const std::string& what, const std::string& key);
@@ -195,7 +198,9 @@ Setting<C> OmitAtDefault(Setting<C> s) {
 // -------------------------------------------------------- derived behaviour
 
 // Every keyed setting of `c` as one JSON object (an OmitAtDefault setting
-// only when it differs from C{}'s value).
+// only when it differs from C{}'s value). String values are bytes (a corpus
+// path need not be UTF-8): they are stored as io::PathText, which is valid
+// UTF-8 and reads back exactly (ReadJsonSetting).
 template <typename C>
 nlohmann::json SettingsToJson(const std::vector<Setting<C>>& settings,
                               const C& c) {
@@ -204,7 +209,16 @@ nlohmann::json SettingsToJson(const std::vector<Setting<C>>& settings,
   for (const Setting<C>& s : settings) {
     if (s.key.empty()) continue;
     if (s.omit_default && s.get(c) == s.get(defaults)) continue;
-    std::visit([&](const auto& x) { j[s.key] = x; }, s.get(c));
+    std::visit(
+        [&](const auto& x) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(x)>,
+                                       std::string>) {
+            j[s.key] = PathText(x);
+          } else {
+            j[s.key] = x;
+          }
+        },
+        s.get(c));
   }
   return j;
 }

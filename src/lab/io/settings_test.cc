@@ -131,6 +131,22 @@ TEST(Settings, TextParsing) {
   }
   EXPECT_THROW(ParseSettingText(SettingType::kUnsigned, "-1", "--n"),
                InvalidArgument);
+  // Out-of-range or oddly written integers are refused, never clamped or
+  // wrapped (strtoull alone reads " -1" as 2^64 - 1).
+  for (const char* bad : {" -1", "-0", "+5", " 5", "5 ", "1e23", "0x10",
+                          "18446744073709551616", "-"}) {
+    EXPECT_THROW(ParseSettingText(SettingType::kUnsigned, bad, "--seed"),
+                 InvalidArgument)
+        << bad;
+  }
+  for (const char* bad : {" 5", "+5", "--5", "9223372036854775808"}) {
+    EXPECT_THROW(ParseSettingText(SettingType::kInt, bad, "--n"),
+                 InvalidArgument)
+        << bad;
+  }
+  EXPECT_EQ(std::get<uint64_t>(ParseSettingText(
+                SettingType::kUnsigned, "18446744073709551615", "--seed")),
+            UINT64_MAX);
 }
 
 TEST(Settings, DocsTable) {

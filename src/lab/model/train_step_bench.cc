@@ -15,11 +15,17 @@
 // its count, the padded length its maximum unless RELPOS_BENCH_SEQ is
 // larger), gives a padded batch like the trainer's; bench/train_step_torch.py
 // drives it that way next to the same model in PyTorch.
+// BM_Seq2seqTrainStep also reads RELPOS_BENCH_S2S_SOURCE_LENGTHS and
+// _TARGET_LENGTHS (one length per pair each), RELPOS_BENCH_DROPOUT and
+// RELPOS_BENCH_S2S_OPTIMIZER (1: each step also clips and takes the trainer's
+// AdamW update); bench/train_step_seq2seq.py drives it that way next to
+// OpenNMT-py and eole.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,6 +33,7 @@
 #include "core/rng.h"
 #include "model/transformer.h"
 #include "relpos/attention.h"
+#include "train/optimizer.h"
 
 namespace relpos::model {
 namespace {
@@ -36,10 +43,11 @@ int64_t EnvOr(const char* name, int64_t fallback) {
   return v == nullptr ? fallback : std::atoll(v);
 }
 
-// RELPOS_BENCH_LENGTHS as numbers; empty when unset.
-std::vector<int64_t> EnvLengths() {
+// A comma-separated list of numbers (RELPOS_BENCH_LENGTHS by default);
+// empty when unset.
+std::vector<int64_t> EnvLengths(const char* name = "RELPOS_BENCH_LENGTHS") {
   std::vector<int64_t> out;
-  const char* v = std::getenv("RELPOS_BENCH_LENGTHS");
+  const char* v = std::getenv(name);
   if (v == nullptr) return out;
   std::stringstream in(v);
   std::string item;
@@ -95,13 +103,53 @@ void BM_TrainStep(benchmark::State& state, PositionScheme position) {
       static_cast<double>(b.batch * b.length), benchmark::Counter::kIsRate);
 }
 
+// The seq2seq batch: RELPOS_BENCH_S2S_SOURCE_LENGTHS / _TARGET_LENGTHS when
+// both are set (one length per pair), else RELPOS_BENCH_S2S_PAIRS pairs of
+// the default lengths; random tokens below `vocab`, padded per side.
+Batch Seq2seqBatch(int64_t vocab) {
+  Batch b;
+  Rng data(7);
+  std::vector<int64_t> src = EnvLengths("RELPOS_BENCH_S2S_SOURCE_LENGTHS");
+  std::vector<int64_t> tgt = EnvLengths("RELPOS_BENCH_S2S_TARGET_LENGTHS");
+  if (src.empty() || src.size() != tgt.size()) {
+    b.batch = EnvOr("RELPOS_BENCH_S2S_PAIRS", 112);
+    src.resize(b.batch);
+    tgt.resize(b.batch);
+    for (int64_t s = 0; s < b.batch; ++s) {
+      src[s] = 4 + static_cast<int64_t>(data.Below(25));
+      tgt[s] = (12 * src[s] + 5) / 10;
+    }
+  }
+  b.batch = static_cast<int64_t>(src.size());
+  b.source_length = *std::max_element(src.begin(), src.end());
+  b.length = *std::max_element(tgt.begin(), tgt.end());
+  for (int64_t s = 0; s < b.batch; ++s) {
+    for (int64_t i = 0; i < b.source_length; ++i) {
+      b.source_tokens.push_back(
+          i < src[s] ? static_cast<int32_t>(data.Below(vocab)) : 0);
+    }
+    for (int64_t i = 0; i < b.length; ++i) {
+      const bool valid = i < tgt[s];
+      b.tokens.push_back(valid ? static_cast<int32_t>(data.Below(vocab)) : 0);
+      b.targets.push_back(valid ? static_cast<int32_t>(data.Below(vocab)) : -1);
+    }
+  }
+  b.lengths = tgt;
+  b.source_lengths = src;
+  return b;
+}
+
 // One training step of the translation model the evidence runs plan:
 // seq2seq, d_model 256, 4 heads, d_ff 1024, 3 + 3 blocks, a shared
 // vocabulary of 8000 (SentencePiece's default size here), dropout 0.1,
 // label smoothing 0.1, on a batch of RELPOS_BENCH_S2S_PAIRS pairs (112)
 // whose source lengths are uniform in [4, 28] and targets 1.2 times as long
 // (about 4000 source + target tokens). RELPOS_BENCH_D_MODEL, _HEADS, _D_FF,
-// _LAYERS, _VOCAB and _K override the model as above.
+// _LAYERS, _VOCAB and _K override the model as above,
+// RELPOS_BENCH_S2S_SOURCE_LENGTHS / _TARGET_LENGTHS the lengths,
+// RELPOS_BENCH_DROPOUT the dropout, and RELPOS_BENCH_S2S_OPTIMIZER=1 adds the
+// trainer's gradient norm, clipping and AdamW update (weight decay 0: Adam)
+// to every step.
 void BM_Seq2seqTrainStep(benchmark::State& state, PositionScheme position) {
   ModelConfig c;
   c.arch = Arch::kSeq2seq;
@@ -112,46 +160,42 @@ void BM_Seq2seqTrainStep(benchmark::State& state, PositionScheme position) {
   c.d_ff = EnvOr("RELPOS_BENCH_D_FF", 1024);
   c.position = position;
   c.max_distance = EnvOr("RELPOS_BENCH_K", 16);
-  c.dropout = 0.1;
+  const char* dropout = std::getenv("RELPOS_BENCH_DROPOUT");
+  c.dropout = dropout == nullptr ? 0.1 : std::atof(dropout);
   c.seed = 1;
   Transformer model(c);
   model.set_label_smoothing(0.1);
-  Batch b;
-  b.batch = EnvOr("RELPOS_BENCH_S2S_PAIRS", 112);
-  Rng data(7);
-  std::vector<int64_t> src(b.batch), tgt(b.batch);
-  for (int64_t s = 0; s < b.batch; ++s) {
-    src[s] = 4 + static_cast<int64_t>(data.Below(25));
-    tgt[s] = (12 * src[s] + 5) / 10;
-  }
-  b.source_length = *std::max_element(src.begin(), src.end());
-  b.length = *std::max_element(tgt.begin(), tgt.end());
-  for (int64_t s = 0; s < b.batch; ++s) {
-    for (int64_t i = 0; i < b.source_length; ++i) {
-      b.source_tokens.push_back(
-          i < src[s] ? static_cast<int32_t>(data.Below(c.vocab_size)) : 0);
-    }
-    for (int64_t i = 0; i < b.length; ++i) {
-      const bool valid = i < tgt[s];
-      b.tokens.push_back(valid ? static_cast<int32_t>(data.Below(c.vocab_size))
-                               : 0);
-      b.targets.push_back(valid ? static_cast<int32_t>(data.Below(c.vocab_size))
-                                : -1);
-    }
-  }
-  b.lengths = tgt;
-  b.source_lengths = src;
+  const Batch b = Seq2seqBatch(c.vocab_size);
   int64_t tokens = 0;
-  for (int64_t s = 0; s < b.batch; ++s) tokens += src[s] + tgt[s];
+  for (int64_t s = 0; s < b.batch; ++s)
+    tokens += b.source_lengths[s] + b.lengths[s];
+  const bool optimize = EnvOr("RELPOS_BENCH_S2S_OPTIMIZER", 0) != 0;
+  std::vector<int64_t> sizes;
+  for (const Parameter& p : model.parameters()) sizes.push_back(p.numel());
+  train::AdamWConfig adam;
+  adam.weight_decay = 0.0;
+  train::AdamW optimizer(adam, sizes);
+  auto step = [&](Rng& rng) {
+    const float loss = model.ForwardBackward(b, rng, nullptr);
+    if (optimize) {
+      std::vector<train::ParamSlot> slots;
+      for (Parameter& p : model.parameters()) {
+        slots.push_back({std::span<float>(p.value),
+                         std::span<const float>(p.grad), p.decay});
+      }
+      optimizer.Step(slots, 1e-4,
+                     train::ClipScale(train::GradNorm(slots), 5.0));
+    }
+    return loss;
+  };
   Rng rng(3);
-  model.ForwardBackward(b, rng, nullptr);  // warm-up: allocations
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(model.ForwardBackward(b, rng, nullptr));
-  }
+  step(rng);  // warm-up: allocations
+  for (auto _ : state) benchmark::DoNotOptimize(step(rng));
   state.counters["threads"] = omp_get_max_threads();
   state.counters["tokens"] = static_cast<double>(tokens);
-  state.counters["tokens/s"] = benchmark::Counter(
-      static_cast<double>(tokens), benchmark::Counter::kIsRate);
+  state.counters["parameters"] = static_cast<double>(model.NumParameters());
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(tokens),
+                                                  benchmark::Counter::kIsRate);
 }
 
 // The attention part alone (forward + backward of one layer's attention at

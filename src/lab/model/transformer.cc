@@ -607,6 +607,18 @@ void StackBackward(const StackParams& sp,
 
 }  // namespace
 
+std::vector<ParameterShape> ParameterShapes(const ModelConfig& config) {
+  Validate(config);
+  std::vector<ParamSpec> specs;
+  BuildSpecs(config, &specs);
+  std::vector<ParameterShape> shapes;
+  shapes.reserve(specs.size());
+  for (ParamSpec& s : specs) {
+    shapes.push_back({std::move(s.name), std::move(s.shape)});
+  }
+  return shapes;
+}
+
 template <typename T>
 struct BasicTransformer<T>::State {
   ParamIndex index;

@@ -107,6 +107,21 @@ ModelConfig ModelConfigFromJson(const nlohmann::json& json);
 // that an untrusted config cannot request absurd allocations.
 void Validate(const ModelConfig& config);
 
+// The name and shape of every parameter a model of `config` holds, in
+// checkpoint order, without allocating any of them (what a checkpoint's
+// tensor files are checked against, and what the memory planner counts).
+// Validates `config` first.
+struct ParameterShape {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t e : shape) n *= e;
+    return n;
+  }
+};
+std::vector<ParameterShape> ParameterShapes(const ModelConfig& config);
+
 // A batch of token sequences, padded to `length`. For a seq2seq model the
 // sequences are the decoder's (the target side: tokens = BOS y_1 .. y_m,
 // targets = y_1 .. y_m EOS under teacher forcing) and each has a source

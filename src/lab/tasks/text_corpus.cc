@@ -1,14 +1,10 @@
 // Byte-level LM data and relpos's own synthetic text.
 #include "tasks/text_corpus.h"
 
-#include <fcntl.h>
 #include <fnmatch.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -18,6 +14,7 @@
 
 #include "core/check.h"
 #include "io/file_io.h"
+#include "io/path_text.h"
 
 namespace relpos::tasks {
 namespace {
@@ -129,58 +126,16 @@ class TextGenerator {
   std::string_view favourite_;
 };
 
-// Closes a file descriptor on scope exit.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// Appends at most `budget` bytes of the regular file at `path` to `out`;
-// sets *whole to whether the file ended within the budget. IoError naming
-// the path if it cannot be opened or read or is not a regular file.
+// Appends at most `budget` bytes of the regular file at `path` to `out`
+// (io::AppendFilePrefix: never opens a FIFO or device); IoError naming the
+// corpus and the path.
 void AppendFilePrefix(const std::string& path, int64_t budget, std::string& out,
                       bool* whole) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    RELPOS_THROW(IoError, "text corpus: cannot open '"
-                              << path << "': " << std::strerror(err));
+  try {
+    io::AppendFilePrefix(path, budget, &out, whole);
+  } catch (const IoError& e) {
+    RELPOS_THROW(IoError, "text corpus: " << MessageBody(e));
   }
-  ScopedFd file(fd);
-  struct stat st {};
-  if (::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    RELPOS_THROW(IoError,
-                 "text corpus: '" << path << "' is not a readable regular file");
-  }
-  const size_t start = out.size();
-  // Reads one byte past the budget, to know whether the file ends there.
-  const int64_t want = std::min<int64_t>(st.st_size, budget) + 1;
-  out.resize(start + static_cast<size_t>(want));
-  size_t done = 0;
-  while (done < static_cast<size_t>(want)) {
-    const ssize_t n =
-        ::read(file.get(), out.data() + start + done, want - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      out.resize(start);
-      RELPOS_THROW(IoError, "text corpus: cannot read '"
-                                << path << "': " << std::strerror(err));
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  *whole = static_cast<int64_t>(done) <= budget;
-  out.resize(start + std::min<size_t>(done, static_cast<size_t>(budget)));
 }
 
 // "4500 bytes", "10.71 MiB".
@@ -201,8 +156,8 @@ void CheckOptions(const CorpusOptions& options) {
   RELPOS_CHECK_ARG(!options.pattern.empty() &&
                        options.pattern.find('/') == std::string::npos,
                    "corpus_pattern must be a non-empty file-name glob without "
-                   "'/' (got '"
-                       << options.pattern << "')");
+                   "'/' (got "
+                       << io::QuotedPath(options.pattern) << ")");
 }
 
 }  // namespace
@@ -217,7 +172,7 @@ uint64_t TextCorpus::PathHash(std::string_view relative_path) {
 }
 
 TextCorpus TextCorpus::FromFile(const std::string& path) {
-  return FromBytes(io::ReadFileBounded(path, kMaxFileBytes), path);
+  return FromBytes(io::ReadFileBounded(path, kMaxFileBytes), io::PathText(path));
 }
 
 TextCorpus TextCorpus::FromPath(const std::string& path,
@@ -226,8 +181,8 @@ TextCorpus TextCorpus::FromPath(const std::string& path,
   std::error_code ec;
   const std::filesystem::file_status st = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(st)) {
-    RELPOS_THROW(IoError, "text corpus: cannot open '"
-                              << path << "': "
+    RELPOS_THROW(IoError, "text corpus: cannot open "
+                              << io::QuotedPath(path) << ": "
                               << (ec ? ec.message() : "no such file"));
   }
   if (std::filesystem::is_directory(st)) return FromDirectory(path, options);
@@ -236,11 +191,11 @@ TextCorpus TextCorpus::FromPath(const std::string& path,
   AppendFilePrefix(path, options.max_bytes, bytes, &whole);
   if (bytes.find('\0') != std::string::npos) {
     RELPOS_THROW(FormatError,
-                 "text corpus: '" << path
-                                  << "' holds NUL bytes: a binary file, not "
+                 "text corpus: " << io::QuotedPath(path)
+                                  << " holds NUL bytes: a binary file, not "
                                      "text (directories skip such files)");
   }
-  std::string source = path;
+  std::string source = io::PathText(path);
   if (!whole) {
     source += " (first " + std::to_string(bytes.size()) +
               " bytes: corpus_max_bytes reached)";
@@ -265,8 +220,8 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
   // directory is an error (skip_permission_denied is not set).
   fs::recursive_directory_iterator it(path, fs::directory_options::none, ec);
   if (ec) {
-    RELPOS_THROW(IoError, "text corpus: cannot list directory '"
-                              << path << "': " << ec.message());
+    RELPOS_THROW(IoError, "text corpus: cannot list directory "
+                              << io::QuotedPath(path) << ": " << ec.message());
   }
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;
@@ -280,7 +235,8 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
     if (!dangling && !e.is_regular_file(type_ec)) continue;
     ++seen;
     RELPOS_CHECK_ARG(seen <= kMaxFiles,
-                     "text corpus: directory '" << path << "' holds more than "
+                     "text corpus: directory " << io::QuotedPath(path)
+                                                << " holds more than "
                                                 << kMaxFiles
                                                 << " files; point --corpus at "
                                                    "a smaller tree");
@@ -290,17 +246,20 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
     files.push_back({PathHash(rel), std::move(rel)});
   }
   if (ec) {
-    RELPOS_THROW(IoError, "text corpus: cannot walk directory '"
-                              << path << "': " << ec.message());
+    RELPOS_THROW(IoError, "text corpus: cannot walk directory "
+                              << io::QuotedPath(path) << ": " << ec.message());
   }
   if (seen == 0) {
     RELPOS_THROW(FormatError,
-                 "text corpus: directory '" << path << "' holds no files");
+                 "text corpus: directory " << io::QuotedPath(path)
+                                         << " holds no files");
   }
   if (files.empty()) {
-    RELPOS_THROW(FormatError, "text corpus: no file under '"
-                                  << path << "' matches corpus_pattern '"
-                                  << options.pattern << "' (" << seen
+    RELPOS_THROW(FormatError, "text corpus: no file under "
+                                  << io::QuotedPath(path)
+                                  << " matches corpus_pattern "
+                                  << io::QuotedPath(options.pattern) << " ("
+                                  << seen
                                   << " files seen)");
   }
   // Read in hash order (a spread sample when capped); ties by path.
@@ -354,7 +313,8 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
   }
   const int64_t kept = static_cast<int64_t>(train.size() + held_out.size());
   std::ostringstream source;
-  source << path << " (" << options.pattern << "): " << stats.files_read
+  source << io::PathText(path) << " (" << io::PathText(options.pattern)
+         << "): " << stats.files_read
          << " of " << stats.files_matched << " matching files, "
          << MiB(kept) << "; train " << stats.train_files << " files "
          << MiB(static_cast<int64_t>(train.size())) << ", held-out "
@@ -370,9 +330,10 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
   if (stats.files_read == 0) {
     RELPOS_THROW(FormatError, "text corpus: every one of the "
                                   << stats.files_matched
-                                  << " files matching '" << options.pattern
-                                  << "' under '" << path
-                                  << "' holds NUL bytes (binary); none is text");
+                                  << " files matching "
+                                  << io::QuotedPath(options.pattern)
+                                  << " under " << io::QuotedPath(path)
+                                  << " holds NUL bytes (binary); none is text");
   }
   if (files.size() == 1 || stats.files_read == 1) {
     // One text file: split it by position like a single file.

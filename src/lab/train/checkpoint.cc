@@ -10,6 +10,9 @@
 
 #include "core/check.h"
 #include "io/file_io.h"
+#include "io/json_reader.h"
+#include "io/path_text.h"
+#include "train/memory_plan.h"
 
 namespace relpos::train {
 
@@ -28,9 +31,6 @@ const std::regex& FileNamePattern() {
       R"((signal-[0-9]{8}(\.[0-9]{1,6})?\.json))");
   return re;
 }
-
-// The signal file is small next to the model; far larger is not ours.
-constexpr int64_t kMaxSignalBytes = int64_t{1} << 30;
 
 std::string Hex(uint64_t v) {
   char buf[24];
@@ -75,9 +75,8 @@ std::string FileName(const char* kind, int64_t step, int suffix,
 std::set<std::string> ReferencedFiles(const std::string& dir) {
   std::set<std::string> names;
   try {
-    const std::string text = io::ReadFileBounded(
+    const nlohmann::json j = io::ReadJsonFile(
         (fs::path(dir) / kCheckpointConfigFile).string(), kMaxConfigBytes);
-    const nlohmann::json j = nlohmann::json::parse(text);
     for (const char* key : {"model", "optimizer", "signal"}) {
       if (j.at("files").contains(key) && j["files"][key].is_string()) {
         names.insert(j["files"][key].get<std::string>());
@@ -88,38 +87,35 @@ std::set<std::string> ReferencedFiles(const std::string& dir) {
   return names;
 }
 
-[[noreturn]] void Bad(const std::string& source, const std::string& problem) {
-  RELPOS_THROW(FormatError, source << ": " << problem);
-}
+using io::ThrowBadDocument;
 
-void CheckTensors(
-    const std::vector<io::NamedTensor>& got,
-    const std::vector<std::pair<std::string, std::vector<int64_t>>>& want,
-    const std::string& source) {
+void CheckTensors(const std::vector<io::NamedTensor>& got,
+                  const std::vector<model::ParameterShape>& want,
+                  const std::string& source) {
   if (got.size() != want.size()) {
-    Bad(source, "holds " + std::to_string(got.size()) +
+    ThrowBadDocument(source, "holds " + std::to_string(got.size()) +
                     " tensors, the model config implies " +
                     std::to_string(want.size()));
   }
   for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i].name != want[i].first) {
-      Bad(source, "tensor #" + std::to_string(i) + " is '" + got[i].name +
-                      "', expected '" + want[i].first + "'");
+    if (got[i].name != want[i].name) {
+      ThrowBadDocument(source, "tensor #" + std::to_string(i) + " is '" + got[i].name +
+                      "', expected '" + want[i].name + "'");
     }
-    if (got[i].shape != want[i].second) {
+    if (got[i].shape != want[i].shape) {
       auto fmt = [](const std::vector<int64_t>& s) {
         std::string r = "[";
         for (size_t k = 0; k < s.size(); ++k)
           r += (k ? ", " : "") + std::to_string(s[k]);
         return r + "]";
       };
-      Bad(source, "tensor '" + got[i].name + "' has shape " +
+      ThrowBadDocument(source, "tensor '" + got[i].name + "' has shape " +
                       fmt(got[i].shape) + ", the model config implies " +
-                      fmt(want[i].second));
+                      fmt(want[i].shape));
     }
     for (float x : got[i].data) {
       if (!std::isfinite(x))
-        Bad(source, "tensor '" + got[i].name + "' holds NaN or Inf");
+        ThrowBadDocument(source, "tensor '" + got[i].name + "' holds NaN or Inf");
     }
   }
 }
@@ -128,11 +124,11 @@ void CheckStepMetadata(const io::SafetensorsFile& f, const char* format,
                        int64_t step, const std::string& source) {
   auto it = f.metadata.find("format");
   if (it == f.metadata.end() || it->second != format) {
-    Bad(source, std::string("metadata 'format' must be '") + format + "'");
+    ThrowBadDocument(source, std::string("metadata 'format' must be '") + format + "'");
   }
   it = f.metadata.find("step");
   if (it == f.metadata.end() || it->second != std::to_string(step)) {
-    Bad(source, "metadata 'step' does not match config.json's step " +
+    ThrowBadDocument(source, "metadata 'step' does not match config.json's step " +
                     std::to_string(step) + " (files from different saves?)");
   }
 }
@@ -154,9 +150,10 @@ std::vector<io::NamedTensor> GetParameters(const model::Transformer& model) {
 
 void SetParameters(const std::vector<io::NamedTensor>& tensors,
                    const std::string& source, model::Transformer& model) {
-  std::vector<std::pair<std::string, std::vector<int64_t>>> want;
-  for (const model::Parameter& p : model.parameters())
-    want.emplace_back(p.name, p.shape);
+  std::vector<model::ParameterShape> want;
+  for (const model::Parameter& p : model.parameters()) {
+    want.push_back({p.name, p.shape});
+  }
   CheckTensors(tensors, want, source);
   auto& params = model.parameters();
   for (size_t i = 0; i < params.size(); ++i) {
@@ -170,12 +167,21 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& ck) {
   const fs::path d(dir);
   if (!fs::exists(d, ec)) {
     if (!fs::create_directory(d, ec) || ec) {
-      RELPOS_THROW(IoError, "cannot create checkpoint folder '"
-                                << dir << "': " << ec.message());
+      RELPOS_THROW(IoError, "cannot create checkpoint folder "
+                                << io::QuotedPath(dir) << ": " << ec.message());
     }
   } else if (!fs::is_directory(d, ec)) {
-    RELPOS_THROW(IoError, "'" << dir << "' exists and is not a folder");
+    RELPOS_THROW(IoError,
+                 io::QuotedPath(dir) << " exists and is not a folder");
   }
+  // One writer per folder (reentrant: a training run holds it already).
+  // Under the lock, no other writer's temporary file can exist, so any in
+  // the folder are leftovers of a killed save: removed here.
+  const io::FolderLock lock(dir);
+  io::RemoveTemporaryFiles(dir, [](const std::string& target) {
+    return target == kCheckpointConfigFile ||
+           std::regex_match(target, FileNamePattern());
+  });
 
   // New names that the current config.json does not refer to, so the
   // complete old set survives until config.json points at the new one.
@@ -226,143 +232,172 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& ck) {
   }
 }
 
-// Over 100 lines on purpose: one straight sequence of checks of an untrusted
-// folder (config.json, state, file names, tensors), each failing with its own
-// message; split up, the order of the checks would be harder to audit.
-Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer,
-                          bool with_signal) {
+namespace {
+
+// config.json of a checkpoint folder, validated, with the names of the files
+// it refers to.
+struct CheckpointHead {
+  Checkpoint ck;  // configs and state; no tensors
+  std::string model_file, optimizer_file, signal_file;  // signal: optional
+  std::string source;                                   // config.json's path
+};
+
+// A file name of files.<kind>: a plain name of our own pattern (a crafted
+// config cannot point outside the folder: "../x", "/etc/...").
+std::string FileEntry(const nlohmann::json& files, const char* kind,
+                      const std::string& source) {
+  const std::string prefix = std::string(kind) + "-";
+  if (!files.contains(kind) || !files[kind].is_string() ||
+      !std::regex_match(files[kind].get<std::string>(), FileNamePattern()) ||
+      files[kind].get<std::string>().rfind(prefix, 0) != 0) {
+    ThrowBadDocument(source, std::string("files.") + kind +
+                                 " must be a checkpoint file name (" + prefix +
+                                 "<step>...)");
+  }
+  return files[kind].get<std::string>();
+}
+
+void ReadState(const nlohmann::json& st, const std::string& source,
+               Checkpoint* ck) {
+  if (!st.contains("step") || !st["step"].is_number_integer() ||
+      st["step"].get<int64_t>() < 0 ||
+      st["step"].get<int64_t>() > ck->train_config.steps) {
+    ThrowBadDocument(source,
+                     "state.step must be an integer in [0, train.steps]");
+  }
+  ck->state.step = st["step"].get<int64_t>();
+  for (const auto& [key, out] :
+       {std::pair{"data_rng", &ck->state.data_rng},
+        std::pair{"dropout_rng", &ck->state.dropout_rng}}) {
+    if (!st.contains(key) || !st[key].is_string() ||
+        !ParseHex(st[key].get<std::string>(), out)) {
+      ThrowBadDocument(source,
+                       std::string("state.") + key +
+                           " must be a string \"0x\" + 16 lowercase hex digits");
+    }
+  }
+  if (st.size() != 3) ThrowBadDocument(source, "field 'state' has unknown members");
+}
+
+CheckpointHead ReadHead(const std::string& dir) {
   std::error_code ec;
   const fs::path d(dir);
   if (!fs::exists(d, ec)) {
-    RELPOS_THROW(IoError, "checkpoint folder '" << dir << "' does not exist");
+    RELPOS_THROW(IoError, "checkpoint folder " << io::QuotedPath(dir)
+                                               << " does not exist");
   }
   if (!fs::is_directory(d, ec)) {
-    RELPOS_THROW(IoError, "checkpoint '" << dir << "' is not a folder");
+    RELPOS_THROW(IoError,
+                 "checkpoint " << io::QuotedPath(dir) << " is not a folder");
   }
-  const fs::path config_path = d / kCheckpointConfigFile;
-  if (!fs::exists(config_path, ec)) {
-    RELPOS_THROW(IoError, "'" << dir << "' holds no checkpoint (no "
-                              << kCheckpointConfigFile << ")");
+  CheckpointHead h;
+  h.source = (d / kCheckpointConfigFile).string();
+  if (!fs::exists(fs::symlink_status(h.source, ec))) {
+    RELPOS_THROW(IoError, io::QuotedPath(dir) << " holds no checkpoint (no "
+                                              << kCheckpointConfigFile << ")");
   }
-  const std::string source = config_path.string();
-  const std::string text = io::ReadFileBounded(source, kMaxConfigBytes);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    Bad(source, std::string("not valid JSON (") + e.what() + ")");
-  }
-  if (!j.is_object()) Bad(source, "must hold a JSON object");
+  const std::string& source = h.source;
+  const nlohmann::json j = io::ReadJsonFile(source, kMaxConfigBytes);
+  io::CheckFormatAndVersion(j, source, kCheckpointFormat, kCheckpointVersion,
+                            "checkpoint");
   for (const auto& [key, value] : j.items()) {
     static const std::set<std::string> known = {"format", "version", "model",
                                                 "train",  "state",   "files"};
-    if (!known.count(key)) Bad(source, "unknown field '" + key + "'");
-  }
-  if (!j.contains("format") || j["format"] != kCheckpointFormat) {
-    Bad(source,
-        std::string("field 'format' must be \"") + kCheckpointFormat + "\"");
-  }
-  if (!j.contains("version") || j["version"] != kCheckpointVersion) {
-    Bad(source, "unsupported checkpoint version (this relpos reads version " +
-                    std::to_string(kCheckpointVersion) + ")");
+    if (!known.count(key)) {
+      ThrowBadDocument(source, "unknown field " + io::QuotedPath(key));
+    }
   }
   for (const char* key : {"model", "train", "state", "files"}) {
     if (!j.contains(key) || !j[key].is_object()) {
-      Bad(source, std::string("field '") + key + "' must be an object");
+      ThrowBadDocument(source, std::string("field '") + key +
+                                   "' must be an object");
     }
   }
-
-  Checkpoint ck;
   try {
-    ck.model_config = model::ModelConfigFromJson(j["model"]);
-    ck.train_config = TrainConfigFromJson(j["train"]);
+    h.ck.model_config = model::ModelConfigFromJson(j["model"]);
+    h.ck.train_config = TrainConfigFromJson(j["train"]);
   } catch (const Error& e) {
-    Bad(source, MessageBody(e));
+    ThrowBadDocument(source, MessageBody(e));
   }
-
-  const nlohmann::json& st = j["state"];
-  if (!st.contains("step") || !st["step"].is_number_integer() ||
-      st["step"].get<int64_t>() < 0 ||
-      st["step"].get<int64_t>() > ck.train_config.steps) {
-    Bad(source, "state.step must be an integer in [0, train.steps]");
-  }
-  ck.state.step = st["step"].get<int64_t>();
-  for (const auto& [key, out] :
-       {std::pair{"data_rng", &ck.state.data_rng},
-        std::pair{"dropout_rng", &ck.state.dropout_rng}}) {
-    if (!st.contains(key) || !st[key].is_string() ||
-        !ParseHex(st[key].get<std::string>(), out)) {
-      Bad(source, std::string("state.") + key +
-                      " must be a string \"0x\" + 16 lowercase hex digits");
-    }
-  }
-  if (st.size() != 3) Bad(source, "field 'state' has unknown members");
-
+  ReadState(j["state"], source, &h.ck);
   const nlohmann::json& files = j["files"];
-  std::string names[2];
-  const char* kinds[2] = {"model", "optimizer"};
-  for (int k = 0; k < 2; ++k) {
-    if (!files.contains(kinds[k]) || !files[kinds[k]].is_string()) {
-      Bad(source, std::string("files.") + kinds[k] + " must be a file name");
-    }
-    names[k] = files[kinds[k]].get<std::string>();
-    // Plain names of our own pattern only: a crafted config cannot point
-    // outside the folder ("../x", "/etc/...").
-    if (!std::regex_match(names[k], FileNamePattern()) ||
-        names[k].rfind(kinds[k], 0) != 0) {
-      Bad(source, std::string("files.") + kinds[k] + " '" + names[k] +
-                      "' is not a checkpoint file name");
-    }
+  h.model_file = FileEntry(files, "model", source);
+  h.optimizer_file = FileEntry(files, "optimizer", source);
+  // Optional (older checkpoints have none): the training signal.
+  if (files.contains("signal")) h.signal_file = FileEntry(files, "signal", source);
+  return h;
+}
+
+// Reads the tensor file `name` of `dir` after checking that its size can
+// hold what `want` implies (the header is checked against the config before
+// any tensor is read or any model built).
+std::vector<io::NamedTensor> ReadTensorFile(
+    const fs::path& dir, const std::string& name, const char* format,
+    const std::vector<model::ParameterShape>& want, int64_t step) {
+  const std::string path = (dir / name).string();
+  double data_bytes = 0;
+  for (const model::ParameterShape& p : want) {
+    data_bytes += 4.0 * static_cast<double>(p.numel());
   }
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (!ec && static_cast<double>(size) < data_bytes + 8) {
+    ThrowBadDocument(path, "holds " + std::to_string(size) +
+                               " bytes, fewer than the " +
+                               std::to_string(static_cast<int64_t>(data_bytes)) +
+                               " bytes of tensors the model config implies");
+  }
+  io::SafetensorsFile f = io::ReadSafetensors(path);
+  CheckStepMetadata(f, format, step, path);
+  CheckTensors(f.tensors, want, path);
+  return std::move(f.tensors);
+}
 
-  // Expected names and shapes: what a model with this config holds.
-  const model::Transformer reference(ck.model_config);
-  std::vector<std::pair<std::string, std::vector<int64_t>>> want;
-  for (const model::Parameter& p : reference.parameters())
-    want.emplace_back(p.name, p.shape);
+}  // namespace
 
-  const std::string model_path = (d / names[0]).string();
-  io::SafetensorsFile mf = io::ReadSafetensors(model_path);
-  CheckStepMetadata(mf, "relpos-model", ck.state.step, model_path);
-  CheckTensors(mf.tensors, want, model_path);
-  ck.parameters = std::move(mf.tensors);
+Checkpoint ReadCheckpointConfig(const std::string& dir) {
+  return ReadHead(dir).ck;
+}
 
+Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer,
+                          bool with_signal) {
+  CheckpointHead h = ReadHead(dir);
+  Checkpoint& ck = h.ck;
+  // What a model of this config holds, and whether reading it fits, before
+  // anything of it is read or allocated.
+  CheckMemory(PlanCheckpointLoad(ck.model_config, with_optimizer));
+  const std::vector<model::ParameterShape> want =
+      model::ParameterShapes(ck.model_config);
+  const fs::path d(dir);
+  ck.parameters = ReadTensorFile(d, h.model_file, "relpos-model", want,
+                                 ck.state.step);
   if (with_optimizer) {
-    const std::string opt_path = (d / names[1]).string();
-    io::SafetensorsFile of = io::ReadSafetensors(opt_path);
-    CheckStepMetadata(of, "relpos-adamw", ck.state.step, opt_path);
-    std::vector<std::pair<std::string, std::vector<int64_t>>> want_opt;
+    std::vector<model::ParameterShape> want_opt;
     for (const char* prefix : {"exp_avg.", "exp_avg_sq."}) {
-      for (const auto& [name, shape] : want)
-        want_opt.emplace_back(prefix + name, shape);
-    }
-    CheckTensors(of.tensors, want_opt, opt_path);
-    for (size_t i = want.size(); i < of.tensors.size(); ++i) {
-      for (float x : of.tensors[i].data) {
-        if (x < 0)
-          Bad(opt_path, "tensor '" + of.tensors[i].name +
-                            "' holds a negative second moment");
+      for (const model::ParameterShape& p : want) {
+        want_opt.push_back({prefix + p.name, p.shape});
       }
     }
-    ck.optimizer = std::move(of.tensors);
-  }
-
-  // Optional (older checkpoints have none): the training signal.
-  if (files.contains("signal")) {
-    if (!files["signal"].is_string() ||
-        !std::regex_match(files["signal"].get<std::string>(),
-                          FileNamePattern()) ||
-        files["signal"].get<std::string>().rfind("signal-", 0) != 0) {
-      Bad(source, "files.signal is not a checkpoint signal file name");
-    }
-    if (with_signal) {
-      const std::string path =
-          (d / files["signal"].get<std::string>()).string();
-      ck.signal = DecodeSignalStats(io::ReadFileBounded(path, kMaxSignalBytes),
-                                    path, ck.model_config, ck.state.step);
+    ck.optimizer = ReadTensorFile(d, h.optimizer_file, "relpos-adamw",
+                                  want_opt, ck.state.step);
+    const std::string opt_path = (d / h.optimizer_file).string();
+    for (size_t i = want.size(); i < ck.optimizer.size(); ++i) {
+      for (float x : ck.optimizer[i].data) {
+        if (x < 0) {
+          ThrowBadDocument(opt_path, "tensor '" + ck.optimizer[i].name +
+                                         "' holds a negative second moment");
+        }
+      }
     }
   }
-  return ck;
+  if (with_signal && !h.signal_file.empty()) {
+    const std::string path = (d / h.signal_file).string();
+    const SignalStats layout = MakeSignalStats(ck.model_config, 0);
+    ck.signal = DecodeSignalStats(
+        io::ReadFileBounded(path, MaxSignalFileBytes(layout)), path, layout,
+        ck.state.step);
+  }
+  return std::move(ck);
 }
 
 model::Transformer LoadModel(const std::string& dir, TrainConfig* train_config,

@@ -32,10 +32,16 @@
 // consistent set: the old one or the new one, never a mix.
 //
 // Reading treats the folder as untrusted: config.json is size-capped and
-// parsed strictly; file names must be plain names of the form above; tensor
-// names, order and shapes must match what the model config implies; every
-// value must be finite (second moments also >= 0); the safetensors metadata
-// must carry the same step.
+// parsed strictly (io/json_reader.h); file names must be plain names of the
+// form above; whether the model fits in memory is checked (memory_plan.h)
+// and each tensor file's size against the config before it is read; tensor
+// names, order and shapes must match what the model config implies
+// (model::ParameterShapes, no model is built for it); every value must be
+// finite (second moments also >= 0); the safetensors metadata must carry
+// the same step.
+//
+// Writing holds the folder's io::FolderLock (one writer per folder) and
+// first removes the temporary files a killed save left behind.
 #ifndef RELPOS_SRC_LAB_TRAIN_CHECKPOINT_H_
 #define RELPOS_SRC_LAB_TRAIN_CHECKPOINT_H_
 
@@ -80,6 +86,9 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint);
 // validated only with with_signal.
 Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer,
                           bool with_signal = false);
+// Only config.json, validated as ReadCheckpoint does: the configs and the
+// state (no tensors), e.g. to plan memory before reading the tensors.
+Checkpoint ReadCheckpointConfig(const std::string& dir);
 
 // True if `dir/config.json` exists (a checkpoint folder, valid or not).
 bool HasCheckpoint(const std::string& dir);

@@ -122,11 +122,20 @@ void AccumulateSignal(const model::Batch& batch,
 //                "pair_count": [...], "signal": [...],
 //                "signal_per_head": [[...], ...]}, ...]}
 std::string EncodeSignalStats(const SignalStats& stats, int64_t step);
-// Parses and validates untrusted text against the model config and the
-// checkpoint's step: FormatError "<source>: <problem>".
+// Parses and validates untrusted text against the tables `layout` holds
+// (MakeSignalStats of the model config: names, heads, rows) and the
+// checkpoint's step: FormatError "<source>: <problem>". The text is bounded
+// by MaxSignalFileBytes(layout) before it is parsed.
+SignalStats DecodeSignalStats(const std::string& text,
+                              const std::string& source,
+                              const SignalStats& layout, int64_t step);
+// The same, against MakeSignalStats(config, 0).
 SignalStats DecodeSignalStats(const std::string& text,
                               const std::string& source,
                               const model::ModelConfig& config, int64_t step);
+// The largest signal file a layout's statistics can take (what the reader
+// accepts): twice what EncodeSignalStats writes at most.
+int64_t MaxSignalFileBytes(const SignalStats& layout);
 
 }  // namespace relpos::train
 

@@ -342,6 +342,33 @@ TEST(SignalStats, EncodeDecodeRoundTripsExactly) {
   EXPECT_EQ(DecodeSignalStats(text, "x", c, 7), s);
 }
 
+// The reader's size bound comes from the layout: the largest file the
+// writer can produce fits (every number at its longest), and anything far
+// larger (1 GB of spaces took 3 GB and 14 s to parse) is refused before
+// parsing.
+TEST(SignalStats, TheFileIsBoundedByTheLayout) {
+  const model::ModelConfig c = TinyModel(model::Arch::kEncoder, true);
+  SignalStats s = MakeSignalStats(c, 0);
+  s.steps = 9;
+  for (TableSignal& t : s.tables) {
+    for (int64_t& n : t.pair_count) n = INT64_MAX;
+    for (double& x : t.signal) x = 1.2345678901234567e-300;
+    for (double& x : t.signal_per_head) x = 1.2345678901234567e-300;
+  }
+  const std::string text = EncodeSignalStats(s, 9);
+  const int64_t bound = MaxSignalFileBytes(MakeSignalStats(c, 0));
+  EXPECT_LT(static_cast<int64_t>(text.size()), bound / 2);
+  EXPECT_EQ(DecodeSignalStats(text, "x", c, 9), s);
+  const std::string padded = text + std::string(bound, ' ');
+  try {
+    DecodeSignalStats(padded, "signal.json", c, 9);
+    FAIL();
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("is too large"), std::string::npos)
+        << e.what();
+  }
+}
+
 // A checkpoint from before the statistics (no files.signal) loads and
 // resumes, counting from its step on; a damaged signal file is a
 // FormatError naming the file, not a crash.

@@ -4,10 +4,14 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <filesystem>
+#include <system_error>
 
 #include "core/check.h"
+#include "io/file_io.h"
 #include "train/batching.h"
 #include "train/checkpoint.h"
+#include "train/memory_plan.h"
 
 namespace relpos::train {
 namespace {
@@ -77,6 +81,15 @@ struct ProgressCloser {
   }
 };
 
+// The planner's verdict on a run of `m` on `data`, before anything of the
+// model is allocated.
+void CheckTrainingFits(const model::ModelConfig& m, const TrainConfig& c,
+                       const DataSource& data) {
+  CheckMemory(PlanTraining(m, c.batch_size,
+                           data.SequenceLength(c.train_max_length),
+                           c.threads));
+}
+
 bool StopRequested(const RunOptions& options, int64_t step) {
   return (options.stop_flag && *options.stop_flag != 0) ||
          step == options.stop_at_step;
@@ -94,6 +107,7 @@ Trainer::Trainer(const model::ModelConfig& model_config,
   m.seed = DeriveSeed(config_.seed, kInitStream);
   model::Validate(m);
   CheckModelAndData(m, config_, *data_);
+  CheckTrainingFits(m, config_, *data_);
   SetThreads(config_.threads);
   model_ = std::make_unique<model::Transformer>(m);
   model_->set_label_smoothing(config_.label_smoothing);
@@ -127,6 +141,15 @@ void Trainer::set_total_steps(int64_t steps) {
 }
 
 Trainer Trainer::Resume(const std::string& dir) {
+  // The run's configuration first: whether it fits is known before the
+  // tensor files are read.
+  {
+    const Checkpoint head = ReadCheckpointConfig(dir);
+    const std::unique_ptr<DataSource> data =
+        MakeDataSource(head.train_config.data);
+    CheckModelAndData(head.model_config, head.train_config, *data);
+    CheckTrainingFits(head.model_config, head.train_config, *data);
+  }
   Checkpoint ck =
       ReadCheckpoint(dir, /*with_optimizer=*/true, /*with_signal=*/true);
   Trainer t;
@@ -253,6 +276,21 @@ RunResult Trainer::Run(const RunOptions& options) {
                                           config_.steps, options.progress_mode);
   }
   const ProgressCloser closer{progress.get()};
+  // One writer per checkpoint folder for the whole run (a second run into
+  // it gets IoError; reentrant, so a caller holding the lock already is
+  // fine). A folder that the first save creates is locked after that save.
+  io::FolderLock lock;
+  bool locked = false;
+  auto lock_folder = [&] {
+    std::error_code ec;
+    if (locked || options.checkpoint_dir.empty() ||
+        !std::filesystem::is_directory(options.checkpoint_dir, ec)) {
+      return;
+    }
+    lock = io::FolderLock(options.checkpoint_dir);
+    locked = true;
+  };
+  lock_folder();
   Rng data_rng(state_.data_rng), dropout_rng(state_.dropout_rng);
   int64_t tokens_total = 0;
   RecentLoss recent;
@@ -266,7 +304,10 @@ RunResult Trainer::Run(const RunOptions& options) {
     if (progress) progress->Update(state_.step, recent.Running(), tokens_total);
 
     const bool stop = StopRequested(options, state_.step);
-    if (CheckpointDue(options, stop)) Save(options.checkpoint_dir);
+    if (CheckpointDue(options, stop)) {
+      Save(options.checkpoint_dir);
+      lock_folder();
+    }
     if (stop && state_.step < config_.steps) {
       result.interrupted = true;
       break;

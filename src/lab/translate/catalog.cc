@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "io/file_io.h"
+#include "io/path_text.h"
 #include "translate/utf8.h"
 
 namespace relpos::translate {
@@ -57,8 +58,9 @@ class ToUtf8 {
       return;
     cd_ = ::iconv_open("UTF-8", charset.c_str());
     if (cd_ == reinterpret_cast<iconv_t>(-1)) {
-      RELPOS_THROW(FormatError, "gettext catalog '"
-                                    << source << "': unknown charset '"
+      RELPOS_THROW(FormatError, "gettext catalog "
+                                    << io::QuotedPath(source)
+                                    << ": unknown charset '"
                                     << charset
                                     << "' (iconv cannot convert it to UTF-8)");
     }

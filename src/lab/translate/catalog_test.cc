@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <string>
 #include <vector>
 
@@ -242,6 +244,33 @@ TEST(CatalogTest, ReadCatalogByExtensionAndNamesMissingFiles) {
   } catch (const FormatError& e) {
     EXPECT_THAT(e.what(), HasSubstr("text.mo"));
     EXPECT_THAT(e.what(), HasSubstr("magic"));
+  }
+}
+
+// Catalogs are read through io::ReadFileBounded: a FIFO is refused at once
+// (never waited on), so is a device, and a name that is not UTF-8 is shown
+// escaped in the one-line message.
+TEST(CatalogTest, ReadCatalogRefusesFifosDevicesAndEscapesNames) {
+  const auto dir = testing::FreshTempDir("catalog_test");
+  const std::string fifo = (dir / "fifo.mo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero")}) {
+    try {
+      ReadCatalog(path);
+      ADD_FAILURE() << "no IoError for " << path;
+    } catch (const IoError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("not a regular file")) << e.what();
+    }
+  }
+  const std::string odd = (dir / "t\xff.po").string();
+  testing::WriteBinaryFile(odd, "msgid \"File\"\nbogus\n");
+  try {
+    ReadCatalog(odd);
+    ADD_FAILURE() << "no FormatError";
+  } catch (const FormatError& e) {
+    const std::string message = e.what();
+    EXPECT_THAT(message, HasSubstr("t\\xff.po")) << message;
+    EXPECT_EQ(message.find('\xff'), std::string::npos) << message;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "io/path_text.h"
 #include "translate/catalog.h"
 
 namespace relpos::translate {
@@ -131,7 +132,8 @@ class MoFile {
   }
 
   [[noreturn]] void Fail(const std::string& what) const {
-    RELPOS_THROW(FormatError, "gettext catalog '" << source_ << "': " << what);
+    RELPOS_THROW(FormatError, "gettext catalog " << io::QuotedPath(source_)
+                                                 << ": " << what);
   }
 
   std::string_view bytes_;

@@ -19,6 +19,7 @@
 
 #include "core/check.h"
 #include "io/file_io.h"
+#include "io/path_text.h"
 #include "tasks/text_corpus.h"
 #include "translate/catalog.h"
 #include "translate/utf8.h"
@@ -157,8 +158,8 @@ class CatalogSet {
   // be).
   std::vector<LoadedCatalog> FromFile(const std::string& path) {
     RELPOS_CHECK_ARG(wanted_.size() == 1,
-                     "a single catalog '"
-                         << path << "' cannot pair "
+                     "a single catalog "
+                         << io::QuotedPath(path) << " cannot pair "
                          << options_.source_language << " with "
                          << options_.target_language
                          << "; give a directory with catalogs of both");
@@ -170,7 +171,8 @@ class CatalogSet {
         !place.language.empty() ? place.language : catalog.language;
     if (language.empty()) language = want;
     if (language != want) {
-      RELPOS_THROW(FormatError, "gettext catalog '" << path << "' is a '"
+      RELPOS_THROW(FormatError, "gettext catalog "
+                                    << io::QuotedPath(path) << " is a '"
                                                     << language
                                                     << "' catalog, not '"
                                                     << want << "'");
@@ -207,8 +209,9 @@ class CatalogSet {
                                           m.msgstr.size());
     }
     if (text_bytes_ > kMaxCatalogTextBytes) {
-      RELPOS_THROW(FormatError, "translation corpus: the catalogs under '"
-                                    << root << "' hold more than "
+      RELPOS_THROW(FormatError, "translation corpus: the catalogs under "
+                                    << io::QuotedPath(root)
+                                    << " hold more than "
                                     << kMaxCatalogTextBytes
                                     << " bytes of text; point the corpus at "
                                        "a smaller tree");
@@ -229,7 +232,8 @@ class CatalogSet {
       std::error_code type_ec;
       if (it->is_directory(type_ec)) continue;
       RELPOS_CHECK_ARG(++listed <= kMaxWalkFiles,
-                       "corpus directory '" << root << "' holds more than "
+                       "corpus directory " << io::QuotedPath(root)
+                                           << " holds more than "
                                             << kMaxWalkFiles
                                             << " files; point the corpus at "
                                                "a smaller tree");
@@ -237,8 +241,9 @@ class CatalogSet {
       files.push_back(it->path().lexically_relative(root).generic_string());
     }
     if (ec) {
-      RELPOS_THROW(IoError, "cannot list corpus directory '"
-                                << root << "': " << ec.message());
+      RELPOS_THROW(IoError, "cannot list corpus directory "
+                                << io::QuotedPath(root) << ": "
+                                << ec.message());
     }
     std::sort(files.begin(), files.end());
     return files;
@@ -379,8 +384,8 @@ void ReadTsv(const std::string& path, ParallelTextStats& stats,
     std::ostringstream os;
     for (size_t i = 0; i < bad.size(); ++i) os << (i ? ", " : "") << bad[i];
     if (bad_lines > 5) os << ", ...";
-    RELPOS_THROW(FormatError, "TSV corpus '"
-                                  << path << "': " << bad_lines
+    RELPOS_THROW(FormatError, "TSV corpus "
+                                  << io::QuotedPath(path) << ": " << bad_lines
                                   << " bad lines (each must be "
                                      "source<TAB>target in UTF-8): line "
                                   << os.str());
@@ -568,8 +573,8 @@ ParallelText LoadParallelText(const ParallelTextOptions& options) {
   std::error_code ec;
   const fs::file_status st = fs::status(options.path, ec);
   if (ec || !fs::exists(st)) {
-    RELPOS_THROW(IoError, "translation corpus: cannot open '"
-                              << options.path << "': "
+    RELPOS_THROW(IoError, "translation corpus: cannot open "
+                              << io::QuotedPath(options.path) << ": "
                               << (ec ? ec.message() : "no such file"));
   }
   ParallelText text;

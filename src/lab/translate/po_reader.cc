@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "io/path_text.h"
 #include "translate/catalog.h"
 
 namespace relpos::translate {
@@ -62,9 +63,9 @@ class PoParser {
   }
 
   [[noreturn]] void Fail(const std::string& what) const {
-    RELPOS_THROW(FormatError, "gettext catalog '" << source_ << "' line "
-                                                  << line_number_ << ": "
-                                                  << what);
+    RELPOS_THROW(FormatError, "gettext catalog " << io::QuotedPath(source_)
+                                                 << " line " << line_number_
+                                                 << ": " << what);
   }
 
   // A comment ends an entry that is complete; "#," lines carry flags for the

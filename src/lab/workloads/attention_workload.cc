@@ -163,24 +163,53 @@ std::string AttentionWorkload::ExtraBytesSource() const {
 
 double MedianSeconds(const std::function<void()>& fn, int repeats,
                      double self_warm_seconds) {
+  return Median(InterleavedSeconds({fn}, repeats, self_warm_seconds)[0]);
+}
+
+std::vector<std::vector<double>> InterleavedSeconds(
+    const std::vector<std::function<void()>>& fns, int repeats,
+    double self_warm_seconds) {
   RELPOS_CHECK_ARG(repeats >= 1, "repeats must be >= 1 (got " << repeats
                                                               << ")");
+  RELPOS_CHECK_ARG(!fns.empty(), "nothing to time");
   using Clock = std::chrono::steady_clock;
-  auto time_once = [&fn] {
-    const auto start = Clock::now();
-    fn();
-    return std::chrono::duration<double>(Clock::now() - start).count();
+  auto round = [&fns] {
+    std::vector<double> t;
+    for (const std::function<void()>& fn : fns) {
+      const auto start = Clock::now();
+      fn();
+      t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    return t;
   };
-  std::vector<double> samples;
-  const double warm = time_once();
-  if (warm > self_warm_seconds) samples.push_back(warm);
-  while (static_cast<int>(samples.size()) < repeats) {
-    samples.push_back(time_once());
+  std::vector<std::vector<double>> seconds(fns.size());
+  auto keep = [&seconds](const std::vector<double>& t) {
+    for (size_t f = 0; f < t.size(); ++f) seconds[f].push_back(t[f]);
+  };
+  const std::vector<double> warm = round();
+  if (*std::max_element(warm.begin(), warm.end()) > self_warm_seconds) {
+    keep(warm);
   }
-  // Median: the middle sample, or the mean of the two middle ones.
-  std::sort(samples.begin(), samples.end());
-  const size_t m = samples.size() / 2;
-  return samples.size() % 2 ? samples[m] : 0.5 * (samples[m - 1] + samples[m]);
+  while (static_cast<int>(seconds[0].size()) < repeats) keep(round());
+  return seconds;
+}
+
+double Median(std::vector<double> x) {
+  RELPOS_CHECK_ARG(!x.empty(), "median of nothing");
+  std::sort(x.begin(), x.end());
+  const size_t m = x.size() / 2;
+  return x.size() % 2 ? x[m] : 0.5 * (x[m - 1] + x[m]);
+}
+
+RatioSpread RoundRatios(const std::vector<double>& num,
+                        const std::vector<double>& den) {
+  RELPOS_CHECK_ARG(!num.empty() && num.size() == den.size(),
+                   "ratios need two series of the same non-zero length (got "
+                       << num.size() << " and " << den.size() << ")");
+  std::vector<double> r;
+  for (size_t i = 0; i < num.size(); ++i) r.push_back(num[i] / den[i]);
+  const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
+  return {.median = Median(r), .min = *lo, .max = *hi};
 }
 
 double SgemmGflops(int64_t size, int repeats) {

@@ -127,6 +127,60 @@ void ResolveScheme(const AttentionOptions& options, AttentionProblem& p) {
   p.position_query_bias = options.position_query_bias;
 }
 
+// One entry per batch item of `values` (named `name` in messages), or
+// `fallback` for every item when `values` is empty.
+std::vector<int64_t> PerRow(const char* name,
+                            const std::vector<int64_t>& values,
+                            int64_t batch, int64_t fallback) {
+  if (values.empty()) return std::vector<int64_t>(batch, fallback);
+  RELPOS_CHECK_ARG(static_cast<int64_t>(values.size()) == batch,
+                   name << " must have one entry per batch item (batch = "
+                        << batch << ", got " << values.size() << ")");
+  return values;
+}
+
+// The per-row options of docs/math.md section 1: query offsets, key lengths
+// and key starts, each resolved to one entry per batch item. Needs p.batch,
+// p.q_len and p.k_len.
+void ResolveRows(const AttentionOptions& options, AttentionProblem& p) {
+  RELPOS_CHECK_ARG(!(options.query_offset && !options.query_offsets.empty()),
+                   "query_offset and query_offsets are alternatives; give at "
+                   "most one (got query_offset = "
+                       << *options.query_offset << " and "
+                       << options.query_offsets.size() << " query_offsets)");
+  const int64_t offset = options.query_offset.value_or(p.k_len - p.q_len);
+  p.query_offsets = PerRow("query_offsets", options.query_offsets, p.batch,
+                           offset);
+  p.min_offset = p.max_offset = offset;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t off = p.query_offsets[b];
+    const char* name = options.query_offsets.empty() ? "query_offset"
+                                                     : "query_offsets[b]";
+    RELPOS_CHECK_ARG(off >= -kMaxQueryOffset && off <= kMaxQueryOffset,
+                     name << " must be within +-2^40 (got " << off
+                          << " for batch item " << b << ")");
+    if (b == 0) p.min_offset = p.max_offset = off;
+    p.min_offset = std::min(p.min_offset, off);
+    p.max_offset = std::max(p.max_offset, off);
+  }
+
+  p.key_lengths = PerRow("key_lengths", options.key_lengths, p.batch, p.k_len);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t len = p.key_lengths[b];
+    RELPOS_CHECK_ARG(len >= 0 && len <= p.k_len,
+                     "key_lengths[" << b << "] must be in [0, Nk = " << p.k_len
+                                    << "] (got " << len << ")");
+  }
+  p.key_starts = PerRow("key_starts", options.key_starts, p.batch, 0);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t start = p.key_starts[b];
+    RELPOS_CHECK_ARG(start >= 0 && start <= p.key_lengths[b],
+                     "key_starts[" << b << "] must be in [0, key_lengths[" << b
+                                   << "] = " << p.key_lengths[b] << "] (got "
+                                   << start << ")");
+  }
+}
+
 }  // namespace
 
 const char* BucketKindName(BucketKind kind) {
@@ -181,10 +235,17 @@ AttentionProblem MakeAttentionProblem(const AttentionInputs<T>& in,
   RELPOS_CHECK_ARG(p.dv > 0, "v has shape " << in.v.ShapeString()
                                             << " but dv must be > 0");
   CheckDim("k", in.k, 0, p.batch, "batch of q");
-  CheckDim("k", in.k, 1, p.heads, "heads of q");
   CheckDim("k", in.k, 3, p.dk, "dk of q");
+  p.kv_heads = in.k.dim(1);
+  // Grouped-query attention: Hkv key/value heads, Hkv dividing H.
+  RELPOS_CHECK_ARG(
+      p.kv_heads == p.heads || (p.kv_heads > 0 && p.heads % p.kv_heads == 0),
+      "k has shape " << in.k.ShapeString() << " but its heads Hkv = "
+                     << p.kv_heads << " must divide the heads of q, H = "
+                     << p.heads);
+  p.group = p.kv_heads > 0 ? p.heads / p.kv_heads : 1;
   CheckDim("v", in.v, 0, p.batch, "batch of q");
-  CheckDim("v", in.v, 1, p.heads, "heads of q");
+  CheckDim("v", in.v, 1, p.kv_heads, "heads of k");
   CheckDim("v", in.v, 2, p.k_len, "Nk of k");
 
   p.max_distance = options.max_distance;
@@ -214,26 +275,13 @@ AttentionProblem MakeAttentionProblem(const AttentionInputs<T>& in,
     CheckTable("av", in.av, p, p.dv, "dv");
   }
 
-  p.query_offset = options.query_offset.value_or(p.k_len - p.q_len);
-  RELPOS_CHECK_ARG(
-      p.query_offset >= -kMaxQueryOffset && p.query_offset <= kMaxQueryOffset,
-      "query_offset must be within +-2^40 (got " << p.query_offset << ")");
-
-  if (options.key_lengths.empty()) {
-    p.key_lengths.assign(p.batch, p.k_len);
-  } else {
-    RELPOS_CHECK_ARG(
-        static_cast<int64_t>(options.key_lengths.size()) == p.batch,
-        "key_lengths must have one entry per batch item (batch = "
-            << p.batch << ", got " << options.key_lengths.size() << ")");
-    for (int64_t b = 0; b < p.batch; ++b) {
-      const int64_t len = options.key_lengths[b];
-      RELPOS_CHECK_ARG(len >= 0 && len <= p.k_len,
-                       "key_lengths[" << b << "] must be in [0, Nk = "
-                                      << p.k_len << "] (got " << len << ")");
-    }
-    p.key_lengths = options.key_lengths;
+  ResolveRows(options, p);
+  if (options.scale) {
+    RELPOS_CHECK_ARG(std::isfinite(*options.scale) && *options.scale > 0,
+                     "scale must be finite and > 0 (got " << *options.scale
+                                                          << ")");
   }
+  p.scale = options.scale;
 
   if (!out.empty()) {
     CheckRank("out", out, 4);

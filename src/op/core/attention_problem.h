@@ -5,7 +5,9 @@
 #define RELPOS_SRC_OP_CORE_ATTENTION_PROBLEM_H_
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "relpos/attention.h"
@@ -18,16 +20,31 @@ namespace relpos {
 const char* BucketKindName(BucketKind kind);
 const char* ScoreTermName(ScoreTerm term);
 
+// Query rows up to which the fused path's forward runs the few-query
+// path (decoding, speculative and beam steps; docs/kernel.md).
+inline constexpr int64_t kFewQueryRows = 4;
+
 struct AttentionProblem {
   int64_t batch = 0, heads = 0, q_len = 0, k_len = 0, dk = 0, dv = 0;
+  // Key/value heads Hkv (dividing heads) and the group size H / Hkv: query
+  // head h reads key/value head h / group (grouped-query attention).
+  int64_t kv_heads = 0, group = 1;
   int64_t max_distance = 0;  // k
-  int64_t query_offset = 0;  // off: query row i sits at position i + off
+  // off_b: query row i of batch item b sits at position i + off_b; always
+  // batch entries. min_offset / max_offset bound them (both the default
+  // offset when batch = 0).
+  std::vector<int64_t> query_offsets;
+  int64_t min_offset = 0, max_offset = 0;
   bool per_head_tables = false;
   // key_term: the score term of kind score_term is on (its table is then
   // present); value_term: AV is added.
   bool key_term = true, value_term = true;
   bool causal = false;
   std::vector<int64_t> key_lengths;  // always batch entries, in [0, Nk]
+  // Always batch entries, key_starts[b] in [0, key_lengths[b]].
+  std::vector<int64_t> key_starts;
+  // Multiplier of q . k and of the vector term (ScoreScale).
+  std::optional<double> scale;
 
   // The scheme (docs/math.md section 8). The defaults are Shaw's symmetric
   // clip by max_distance with the vector score term; the fused kernel handles
@@ -47,10 +64,22 @@ struct AttentionProblem {
                                                       : table_rows;
   }
 
-  // Table row b(r) of the bucket map for r = j - (i + off), query row i and
-  // key j (r + k for the symmetric clip).
-  int64_t Bucket(int64_t i, int64_t j) const {
-    const int64_t r = j - (i + query_offset);
+  // The score scale in T: options.scale, or 1 / sqrt(dk) formed in T (as
+  // both paths always have).
+  template <typename T>
+  T ScoreScale() const {
+    return scale ? static_cast<T>(*scale)
+                 : T(1) / std::sqrt(static_cast<T>(dk));
+  }
+
+  int64_t QueryOffset(int64_t b) const { return query_offsets[b]; }
+  int64_t KeyBegin(int64_t b) const { return key_starts[b]; }
+  // The key/value head query head h reads.
+  int64_t KvHead(int64_t h) const { return h / group; }
+
+  // Table row b(r) of the bucket map for the distance r = j - (i + off)
+  // (r + k for the symmetric clip).
+  int64_t BucketOf(int64_t r) const {
     switch (buckets.kind) {
       case BucketKind::kClip:
         return ClipBucket(r, buckets.clip);
@@ -82,11 +111,16 @@ struct AttentionProblem {
   // (kFused).
   bool FusedSupported() const { return true; }
 
-  // Keys visible to row i of batch item b are exactly [0, KeyEnd(b, i)):
-  // padding hides j >= key_lengths[b]; causality hides j > i + off.
+  // Whether the fused forward takes the few-query path (src/op/attention.cc):
+  // Nq <= kFewQueryRows, any Nk, scheme, mask, offsets and head grouping.
+  bool FewQuery() const { return q_len >= 1 && q_len <= kFewQueryRows; }
+
+  // Keys visible to row i of batch item b are exactly [KeyBegin(b),
+  // KeyEnd(b, i)) (none when KeyEnd <= KeyBegin): left padding hides j <
+  // key_starts[b], right padding j >= key_lengths[b], causality j > i + off_b.
   int64_t KeyEnd(int64_t b, int64_t i) const {
     int64_t end = key_lengths[b];
-    if (causal) end = std::min(end, i + query_offset + 1);
+    if (causal) end = std::min(end, i + query_offsets[b] + 1);
     return std::max<int64_t>(end, 0);
   }
 

@@ -311,8 +311,8 @@ HWY_INLINE TileKind Classify(const AttentionProblem& p,
                              int64_t kn) {
   const fused::ClipReach cr = fused::Reach(p);
   // Largest and smallest distance j - (i + off) over the tile pair.
-  const int64_t d_max = (j0 + kn - 1) - t.i0 - p.query_offset;
-  const int64_t d_min = j0 - (t.i0 + t.rows - 1) - p.query_offset;
+  const int64_t d_max = (j0 + kn - 1) - t.i0 - t.off;
+  const int64_t d_min = j0 - (t.i0 + t.rows - 1) - t.off;
   if (d_max <= -cr.left) return TileKind::kFarLeft;  // all in bucket 0
   if (d_min >= cr.right) return TileKind::kFarRight;  // all in the top one
   return TileKind::kBand;
@@ -330,7 +330,7 @@ HWY_INLINE BandRuns MakeBandRuns(const AttentionProblem& p,
                                  const fused::QueryTile& t, int64_t j) {
   const fused::ClipReach cr = fused::Reach(p);
   BandRuns r;
-  r.rel = j - t.i0 - p.query_offset;
+  r.rel = j - t.i0 - t.off;
   r.right_end = std::clamp<int64_t>(r.rel - cr.right + 1, 0, t.rows);
   // max(): with k = 0 both clamped runs would claim the column d = 0 (it is
   // bucket 0 = bucket 2k either way).
@@ -401,7 +401,7 @@ HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
   const bool right_visible = right_ok && !(p.causal && cr.right > 0);
   // Sign of the tile's mean distance (times 2, to stay in integers).
   const int64_t center2 =
-      (2 * j0 + kn - 1) - (2 * t.i0 + t.rows - 1) - 2 * p.query_offset;
+      (2 * j0 + kn - 1) - (2 * t.i0 + t.rows - 1) - 2 * t.off;
   const bool prefer_left = p.causal || center2 <= 0;
   if (left_ok && (prefer_left || !right_ok)) {
     b.bucket = 0;
@@ -413,7 +413,7 @@ HWY_INLINE TileBase ChooseBase(const AttentionProblem& p,
   // Pair counts of the three runs over the tile's key rows (MakeBandRuns:
   // right_end = clamp(rel - k + 1), left_begin = clamp(rel + k), or
   // right_end for k = 0).
-  const int64_t rel0 = j0 - t.i0 - p.query_offset;
+  const int64_t rel0 = j0 - t.i0 - t.off;
   const int64_t pairs = kn * t.rows;
   const int64_t right = SumClamped(rel0 - cr.right + 1, kn, t.rows);
   const int64_t left =
@@ -663,14 +663,15 @@ HWY_INLINE void ScaleBucketAcc(const BucketAcc& acc, int64_t buckets,
 
 // Causal mask (docs/math.md section 1): key j is visible to row i iff j <= i + off,
 // i.e. to the columns i >= j - off - i0. Sets the hidden prefix to -inf.
-// Padding needs no mask here: key tiles stop at the tile's key_end.
+// Padding needs no mask here: key tiles start at the tile's key_begin
+// and stop at its key_end.
 HWY_INLINE void ApplyCausalMask(const AttentionProblem& p,
                                 const fused::QueryTile& t, int64_t j0,
                                 int64_t kn, float* xt) {
   if (!p.causal) return;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int64_t jj = 0; jj < kn; ++jj) {
-    const int64_t first = (j0 + jj) - p.query_offset - t.i0;
+    const int64_t first = (j0 + jj) - t.off - t.i0;
     if (first > 0) FillRange(xt + jj * kLd, neg_inf, std::min(first, Cols(t)));
   }
 }
@@ -685,11 +686,10 @@ HWY_INLINE void ApplyCausalMask(const AttentionProblem& p,
 // rest: rows further out (offsets beyond 2^24) take a scalar loop that
 // rounds |r| to float as the reference does.
 // Only the tile's first `cols` query columns (Cols(t)) are computed.
-HWY_INLINE bool AlibiInLoop(const AttentionProblem& p,
-                            const fused::QueryTile& t, int64_t j0,
+HWY_INLINE bool AlibiInLoop(const fused::QueryTile& t, int64_t j0,
                             int64_t kn) {
   constexpr int64_t kExact = (int64_t{1} << 24) - kLd;
-  const int64_t rel0 = j0 - t.i0 - p.query_offset;
+  const int64_t rel0 = j0 - t.i0 - t.off;
   return rel0 > -kExact && rel0 + kn - 1 < kExact;
 }
 
@@ -713,14 +713,13 @@ struct AlibiCursor {
   }
 };
 
-HWY_INLINE void AddAlibi(const AttentionProblem& p, const fused::QueryTile& t,
-                         int64_t j0, int64_t kn, int64_t cols, float slope,
-                         float* xt) {
+HWY_INLINE void AddAlibi(const fused::QueryTile& t, int64_t j0, int64_t kn,
+                         int64_t cols, float slope, float* xt) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const VF vm = hn::Set(d, slope);
   constexpr int64_t kExact = (int64_t{1} << 24) - kLd;
-  const int64_t rel0 = j0 - t.i0 - p.query_offset;
+  const int64_t rel0 = j0 - t.i0 - t.off;
   for (int64_t jj = 0; jj < kn; ++jj) {
     const int64_t rel = rel0 + jj;
     float* HWY_RESTRICT x = xt + jj * kLd;
@@ -759,12 +758,11 @@ HWY_INLINE int64_t DistanceIndex(const fused::HeadData& hd, int64_t r) {
   return std::clamp(r, hd.r_lo, hd.r_hi) - hd.r_lo;
 }
 
-HWY_INLINE ScalarTile ScalarBandBias(const AttentionProblem& p,
-                                     const fused::QueryTile& t, int64_t j0,
+HWY_INLINE ScalarTile ScalarBandBias(const fused::QueryTile& t, int64_t j0,
                                      int64_t kn, const fused::HeadData& hd,
                                      float* HWY_RESTRICT row) {
   ScalarTile s;
-  const int64_t rel0 = j0 - t.i0 - p.query_offset;
+  const int64_t rel0 = j0 - t.i0 - t.off;
   s.r_first = rel0 + kn - 1;  // the largest distance of the tile pair
   const int64_t first = DistanceIndex(hd, s.r_first);
   if (first == DistanceIndex(hd, rel0 - (t.rows - 1))) {
@@ -975,7 +973,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
   float* out = hd.out + t.i0 * dv;
   float* lse = hd.lse ? hd.lse + t.i0 : nullptr;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  if (t.key_end == 0) {  // no row of the tile sees a key
+  if (t.key_end == t.key_begin) {  // no row of the tile sees a key
     std::fill(out, out + rows * dv, 0.0f);
     if (lse) std::fill(lse, lse + rows, neg_inf);
     return;
@@ -999,7 +997,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
   float* wc = gc + sz.gc;
   float* sbias = scratch + (sz.Floats() - sz.sb);  // ScalarBandBias row
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  const float scale = p.ScoreScale<float>();
   PackTransposed(hd.q + t.i0 * dk, rows, dk, scale, qt);
   const bool dist_rows = fused::DistanceRows(p);
   const CompactSlice slice =
@@ -1015,7 +1013,7 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
 
   const VF v_neg_inf = hn::Set(d, neg_inf);
   const VF v_slack = hn::Set(d, kMaxSlack);
-  for (int64_t j0 = 0; j0 < t.key_end; j0 += kKeyTile) {
+  for (int64_t j0 = t.key_begin; j0 < t.key_end; j0 += kKeyTile) {
     const int64_t kn = std::min(kKeyTile, t.key_end - j0);
     const TileBase base = ChooseBase(p, t, j0, kn);
     MatMul(kn, cols, dk, hd.k + j0 * dk, dk, 1, qt, kLd, st, kLd, 1.0f, false);
@@ -1037,13 +1035,13 @@ HWY_NOINLINE void ForwardQueryTile(const AttentionProblem& p,
       }
     }
     // ALiBi: in the max loop below (masked scores stay -inf), or a pass.
-    const bool alibi_loop = p.AlibiScore() && AlibiInLoop(p, t, j0, kn);
+    const bool alibi_loop = p.AlibiScore() && AlibiInLoop(t, j0, kn);
     if (p.AlibiScore() && !alibi_loop)
-      AddAlibi(p, t, j0, kn, cols, hd.alibi_slope, st);
-    const int64_t rel0 = j0 - t.i0 - p.query_offset;
+      AddAlibi(t, j0, kn, cols, hd.alibi_slope, st);
+    const int64_t rel0 = j0 - t.i0 - t.off;
     ScalarTile sbt;
     if (p.scalar_table) {
-      sbt = ScalarBandBias(p, t, j0, kn, hd, sbias);
+      sbt = ScalarBandBias(t, j0, kn, hd, sbias);
       if (sbt.band) AddScalarBand(kn, cols, sbias, st);
     }
     // A far tile's scalar bias is one constant, folded like G's base bucket.
@@ -1189,7 +1187,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t dk = p.dk, dv = p.dv, rows = t.rows;
-  if (t.key_end == 0) {  // no row sees a key: zero gradient
+  if (t.key_end == t.key_begin) {  // no row sees a key: zero gradient
     if (hd.dq) std::fill(hd.dq + t.i0 * dk, hd.dq + (t.i0 + rows) * dk, 0.0f);
     return;
   }
@@ -1219,7 +1217,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   float* sbias = scratch + (sz.Floats() - sz.sb);  // ScalarBandBias row
   float* sacc = sbias + kKeyTile + kLd;             // its dS sums
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  const float scale = p.ScoreScale<float>();
   const float* q = hd.q + t.i0 * dk;
   const float* dout = hd.dout + t.i0 * dv;
   PackTransposed(q, rows, dk, scale, qt);
@@ -1265,7 +1263,7 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
   if (hd.dq) FillRange(dqacc, 0.0f, rows * dk);
   bool skewed = false;  // gsk / usk built (lazily: only band tiles read them)
 
-  for (int64_t j0 = key_tile_first * kKeyTile; j0 < t.key_end;
+  for (int64_t j0 = t.key_begin + key_tile_first * kKeyTile; j0 < t.key_end;
        j0 += key_tile_step * kKeyTile) {
     const int64_t kn = std::min(kKeyTile, t.key_end - j0);
     const TileBase base = ChooseBase(p, t, j0, kn);
@@ -1298,13 +1296,13 @@ HWY_NOINLINE void BackwardQueryTile(const AttentionProblem& p,
       AddBandDelta(p, t, j0, base, terms, count, delta);
     }
     // ALiBi: inside the exponent loop below, or a pass of its own.
-    const bool alibi_loop = p.AlibiScore() && AlibiInLoop(p, t, j0, kn);
+    const bool alibi_loop = p.AlibiScore() && AlibiInLoop(t, j0, kn);
     if (p.AlibiScore() && !alibi_loop)
-      AddAlibi(p, t, j0, kn, cols, hd.alibi_slope, st);
-    const int64_t rel0 = j0 - t.i0 - p.query_offset;
+      AddAlibi(t, j0, kn, cols, hd.alibi_slope, st);
+    const int64_t rel0 = j0 - t.i0 - t.off;
     ScalarTile sbt;
     if (p.scalar_table) {
-      sbt = ScalarBandBias(p, t, j0, kn, hd, sbias);
+      sbt = ScalarBandBias(t, j0, kn, hd, sbias);
       if (sbt.band) AddScalarBand(kn, cols, sbias, st);
     }
     const VF v_const = hn::Set(d, sbt.constant);

@@ -17,6 +17,15 @@ namespace relpos {
 void FusedForward(const AttentionProblem& p, const AttentionInputs<float>& in,
                   float* out, float* lse, int num_threads);
 
+// The few-query forward path (docs/kernel.md): for p.FewQuery() problems
+// (Nq <= kFewQueryRows), vectorised along the keys instead of the query
+// rows; the same outputs as FusedForward up to rounding. Allocates nothing
+// per call once its per-thread scratch has grown to the problem's size, and
+// opens no parallel region when it runs on one thread.
+void FewQueryForward(const AttentionProblem& p,
+                     const AttentionInputs<float>& in, float* out, float* lse,
+                     int num_threads);
+
 // Recomputes probabilities from `lse` (which must come from FusedForward or
 // ReferenceForward on the same inputs); writes every non-empty gradient.
 void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,

@@ -253,6 +253,69 @@ INSTANTIATE_TEST_SUITE_P(Standard, FusedVsReference,
 INSTANTIATE_TEST_SUITE_P(SizeSweep, FusedVsReference,
                          testing::ValuesIn(SizeSweepCases()),
                          [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Layout, FusedVsReference,
+                         testing::ValuesIn(LayoutCases()),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(LayoutSweep, FusedVsReference,
+                         testing::ValuesIn(LayoutSweepCases()),
+                         [](const auto& info) { return info.param.name; });
+// Nq <= 4: the forward runs the few-query path (kernels/few_query-inl.h),
+// the backward the tiled kernel from its lse, so the gradients check the
+// lse it returns. The bounds are the forward's above: its float sums are
+// the same chains (dk terms per score, Nk per softmax and P V, 2k+1 per
+// W AV) in another order.
+INSTANTIATE_TEST_SUITE_P(FewQuery, FusedVsReference,
+                         testing::ValuesIn(FewQueryCases()),
+                         [](const auto& info) { return info.param.name; });
+
+// The few-query path on every compiled Highway target (the dot products'
+// block reductions and masked tails differ per vector width; EMU128 and
+// SCALAR take other branches), on the shapes with chunk edges, per-row
+// windows, grouped and multi-query heads and Nq > Nk, in four schemes that
+// cover the clip, T5's buckets, ALiBi and the position query bias.
+TEST(FewQueryTargets, EveryCompiledTarget) {
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : FewQueryCases()) {
+    for (const char* scheme : {"shaw_", "t5_", "alibi_", "xlv_"}) {
+      if (c.name.rfind(scheme, 0) != 0) continue;
+      for (const char* shape : {"q1_k513", "q4_k1100_rows", "q3_gqa_k200",
+                                "q2_mqa8_k65", "q4_k3"}) {
+        if (c.name == std::string(scheme) + shape) cases.push_back(c);
+      }
+    }
+  }
+  ASSERT_EQ(cases.size(), 20u);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const AttentionCase& c : cases) CompareToReference(c, 1);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// Work items write disjoint rows, so the forward's outputs and lse are
+// bitwise the same for any thread count and on every repeat.
+TEST(FewQueryDeterminism, BitwiseAcrossThreadCounts) {
+  int checked = 0;
+  for (const AttentionCase& c : FewQueryCases()) {
+    if (c.name != "shaw16perhead_q4_k1100_rows" &&
+        c.name != "t5_defaults_q3_k2100_mid" &&
+        c.name != "xlv_q2_mqa8_k65" && c.name != "alibi_q3_gqa_k200") {
+      continue;
+    }
+    SCOPED_TRACE(c.Describe());
+    ++checked;
+    const AttentionData<float> data = MakeRandomData<float>(c, 13);
+    const std::vector<float> dout = RandomVector<float>(c.OutNumel(), 14);
+    const Results one = RunFused(c, data, dout, 1);
+    for (int threads : {1, 2, 3}) {
+      const Results r = RunFused(c, data, dout, threads);
+      EXPECT_EQ(r.out, one.out) << threads;
+      EXPECT_EQ(r.lse, one.lse) << threads;
+    }
+  }
+  EXPECT_EQ(checked, 4);
+}
 
 // Every compiled Highway target (AVX2, SSE4, EMU128, ... as this CPU allows)
 // on a handful of cases that hit far and band tiles (folded and direct),
@@ -540,12 +603,7 @@ std::vector<AttentionCase> AlibiCases() {
   // Distances around 2^24, where they stop being exact in float: tile pairs
   // on both sides of the split between the term inside the softmax loop
   // and its separate pass (small slopes keep the scores O(1)).
-  AttentionCase e = MakeCase("alibi_exactness_edge", 1, 2, 200, 300, 16, 16, 0);
-  e.options.score_term = ScoreTerm::kAlibi;
-  e.options.value_term = false;
-  e.options.alibi_slopes = {1e-6, -2e-6};
-  e.options.query_offset = -(int64_t{1} << 24) + 100;
-  cases.push_back(e);
+  cases.push_back(AlibiExactnessEdgeCase("alibi_exactness_edge", 200, 300));
   return cases;
 }
 
@@ -681,7 +739,7 @@ TEST(FusedSchemeMasks, T5) {
 // causal buckets with and without the mask, a reach beyond n, the position
 // query bias, and a scalar table plus value table under the same map.
 std::vector<AttentionCase> ShawLogCases() {
-  std::vector<AttentionCase> cases = FusedSchemeCases({"log", "shawlog32_128"});
+  std::vector<AttentionCase> cases = FusedSchemeCases({"log", "shaw_log"});
   struct Log {
     const char* name;
     int64_t nq, nk, buckets, max_distance;
@@ -818,7 +876,7 @@ TEST(FusedSchemeProperties, ShawLogIsClipOverExpandedTables) {
 // them, masks, left or right reach 0, reaches beyond n, far tiles.
 std::vector<AttentionCase> AsymCases() {
   std::vector<AttentionCase> cases =
-      FusedSchemeCases({"asym", "asym0", "asym64_8"});
+      FusedSchemeCases({"asym", "asym0", "shaw_asym"});
   struct Reaches {
     const char* name;
     int64_t left, right;

@@ -23,14 +23,19 @@ namespace fused {
 inline constexpr int64_t kQueryTile = 64;
 inline constexpr int64_t kKeyTile = 64;
 
-// Where one query tile [i0, i0 + rows) of batch item b looks: keys [0,
-// key_end) (key_end is nondecreasing in the row, so the last row's KeyEnd
-// bounds the tile), and the table rows [bucket_lo, bucket_lo + buckets)
-// any visible pair can reach. Only that slice of G = Q AK^T and of W is
-// computed and stored: for k >> n it is far narrower than 2k+1.
+// Where one query tile [i0, i0 + rows) of batch item b looks: keys
+// [key_begin, key_end) (key_end is nondecreasing in the row, so the last
+// row's KeyEnd bounds the tile; key_end == key_begin: no key at all), and
+// the table rows [bucket_lo, bucket_lo + buckets) any visible pair can
+// reach. Only that slice of G = Q AK^T and of W is computed and stored: for
+// k >> n it is far narrower than 2k+1. `off` is the item's query offset:
+// row i sits at position i + off, and the distance of (i, j) is j - i - off.
+// Key tiles start at key_begin (left padding shifts the tile grid, so no
+// key tile is masked from the left).
 struct QueryTile {
   int64_t b = 0, h = 0, i0 = 0, rows = 0;
-  int64_t key_end = 0;
+  int64_t off = 0;
+  int64_t key_begin = 0, key_end = 0;
   int64_t bucket_lo = 0, buckets = 0;
 };
 
@@ -70,12 +75,14 @@ inline QueryTile MakeQueryTile(const AttentionProblem& p, int64_t b, int64_t h,
   t.h = h;
   t.i0 = tile * kQueryTile;
   t.rows = std::min(kQueryTile, p.q_len - t.i0);
-  t.key_end = p.KeyEnd(b, t.i0 + t.rows - 1);
-  if (t.key_end > 0) {
+  t.off = p.QueryOffset(b);
+  t.key_begin = p.KeyBegin(b);
+  t.key_end = std::max(p.KeyEnd(b, t.i0 + t.rows - 1), t.key_begin);
+  if (t.key_end > t.key_begin) {
     const ClipReach cr = Reach(p);
-    // Distances j - (i + off) over j in [0, key_end), i in the tile.
-    const int64_t d_min = -(t.i0 + t.rows - 1) - p.query_offset;
-    const int64_t d_max = (t.key_end - 1) - t.i0 - p.query_offset;
+    // Distances j - (i + off) over j in [key_begin, key_end), i in the tile.
+    const int64_t d_min = t.key_begin - (t.i0 + t.rows - 1) - t.off;
+    const int64_t d_max = (t.key_end - 1) - t.i0 - t.off;
     t.bucket_lo = std::clamp(d_min, -cr.left, cr.right) + cr.left;
     t.buckets =
         std::clamp(d_max, -cr.left, cr.right) + cr.left - t.bucket_lo + 1;
@@ -118,8 +125,9 @@ inline int64_t SkewTableFloats(const AttentionProblem& p) {
   return (MaxTileBuckets(p) + kQueryTile - 1) * kQueryTile;
 }
 
-// Table rows any pair of the whole problem can reach: [lo, lo + count).
-// The per-thread dAK / dAV accumulators cover only this range.
+// Table rows any pair of the whole problem can reach: [lo, lo + count)
+// (over every batch item's query offset). The per-thread dAK / dAV
+// accumulators cover only this range.
 struct BucketRange {
   int64_t lo = 0, count = 0;
 };
@@ -128,8 +136,8 @@ inline BucketRange ReachableBuckets(const AttentionProblem& p) {
   if (p.q_len == 0 || p.k_len == 0) return {};
   // Distance rows accumulate dAK / dAV by bucket: all nb table rows.
   if (DistanceRows(p)) return {0, p.TableRows()};
-  const int64_t d_min = -(p.q_len - 1) - p.query_offset;
-  const int64_t d_max = (p.k_len - 1) - p.query_offset;
+  const int64_t d_min = -(p.q_len - 1) - p.max_offset;
+  const int64_t d_max = (p.k_len - 1) - p.min_offset;
   const int64_t lo = std::clamp(d_min, -cr.left, cr.right) + cr.left;
   return {lo, std::clamp(d_max, -cr.left, cr.right) + cr.left - lo + 1};
 }
@@ -224,7 +232,8 @@ struct HeadData {
 };
 
 // The bucket of every distance a scalar-table or distance-row problem
-// needs: the problem's distances [-(Nq - 1) - off, Nk - 1 - off] clamped to
+// needs: the problem's distances [-(Nq - 1) - max off, Nk - 1 - min off]
+// (over the batch items' query offsets) clamped to
 // the bucket map's reach (beyond it a side's bucket is constant), so
 // distance r uses bucket[clamp(r, r_lo, r_hi) - r_lo]. At most
 // min(left + right + 1, Nq + Nk - 1) entries, computed once per call (T5's
@@ -234,7 +243,10 @@ struct DistanceBuckets {
   std::vector<int64_t> bucket;
 };
 
-inline DistanceBuckets MakeDistanceBuckets(const AttentionProblem& p) {
+// Fills *db for the problem, reusing its storage (no allocation once it is
+// large enough: the few-query path keeps one per thread across calls).
+inline void FillDistanceBuckets(const AttentionProblem& p,
+                                DistanceBuckets* db) {
   int64_t left = p.max_distance, right = p.max_distance;
   if (p.buckets.kind == BucketKind::kClip) {
     left = p.buckets.clip.left;
@@ -242,20 +254,23 @@ inline DistanceBuckets MakeDistanceBuckets(const AttentionProblem& p) {
   } else if (p.buckets.kind == BucketKind::kT5) {
     left = right = p.t5_reach;
   }
-  DistanceBuckets db;
-  const int64_t d_min = -(std::max<int64_t>(p.q_len, 1) - 1) - p.query_offset;
-  const int64_t d_max = (std::max<int64_t>(p.k_len, 1) - 1) - p.query_offset;
-  db.r_lo = std::clamp(d_min, -left, right);
-  db.r_hi = std::clamp(d_max, -left, right);
-  const int64_t count = db.r_hi - db.r_lo + 1;
-  db.bucket.resize(static_cast<size_t>(count));
+  const int64_t d_min = -(std::max<int64_t>(p.q_len, 1) - 1) - p.max_offset;
+  const int64_t d_max = (std::max<int64_t>(p.k_len, 1) - 1) - p.min_offset;
+  db->r_lo = std::clamp(d_min, -left, right);
+  db->r_hi = std::clamp(d_max, -left, right);
+  const int64_t count = db->r_hi - db->r_lo + 1;
+  db->bucket.resize(static_cast<size_t>(count));
   if (p.buckets.kind == BucketKind::kT5) {
-    T5BucketRange(db.r_lo, count, p.buckets.t5, db.bucket.data());
+    T5BucketRange(db->r_lo, count, p.buckets.t5, db->bucket.data());
   } else {
-    // Bucket(i = 0, j) has distance j - off.
     for (int64_t e = 0; e < count; ++e)
-      db.bucket[e] = p.Bucket(0, db.r_lo + e + p.query_offset);
+      db->bucket[e] = p.BucketOf(db->r_lo + e);
   }
+}
+
+inline DistanceBuckets MakeDistanceBuckets(const AttentionProblem& p) {
+  DistanceBuckets db;
+  FillDistanceBuckets(p, &db);
   return db;
 }
 

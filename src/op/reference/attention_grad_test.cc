@@ -7,7 +7,9 @@
 // The same checks run over the scheme family of docs/math.md section 8
 // (SchemeCases: asymmetric clip, T5 buckets with Shaw tables, T5 scalar
 // tables bidirectional and causal, ALiBi, the position query bias), which
-// adds the learned inputs bias (dB) and pb (dpb).
+// adds the learned inputs bias (dB) and pb (dpb), and over the row layouts
+// of LayoutCases (grouped-query and multi-query heads, per-row query
+// offsets, left padding, an explicit score scale) under those schemes.
 //
 // The scalar loss is L = sum(out * R) for a fixed random R, so dL/dout = R and
 // the analytic gradients are AttentionBackward(dout = R). Every element of
@@ -48,11 +50,11 @@ double Loss(const AttentionData<double>& data, const std::vector<double>& r) {
   return loss;
 }
 
-// Table row of the pair (i, j): clip(j - (i + off), -k, k) + k (docs/math.md section 1)
-// for Shaw, the scheme's bucket map otherwise, written independently of
-// src/op/core (AttentionCase::Bucket).
-int64_t Bucket(const AttentionCase& c, int64_t i, int64_t j) {
-  return c.Bucket(i, j);
+// Table row of the pair (i, j) of batch item b: clip(j - (i + off_b), -k,
+// k) + k (docs/math.md section 1) for Shaw, the scheme's bucket map
+// otherwise, written independently of src/op/core (AttentionCase::Bucket).
+int64_t Bucket(const AttentionCase& c, int64_t b, int64_t i, int64_t j) {
+  return c.Bucket(b, i, j);
 }
 
 // Per-element bounds on |d^n L / dx^n| (n = 3 for the 2-point rule, n = 5 for
@@ -83,7 +85,8 @@ struct DerivativeBounds {
 DerivativeBounds ComputeBounds(const AttentionData<double>& d,
                                const std::vector<double>& r) {
   const AttentionCase& c = d.c;
-  const double inv_sqrt_dk = 1.0 / std::sqrt(static_cast<double>(c.dk));
+  // The scale (1 / sqrt(dk) unless the case sets one).
+  const double inv_sqrt_dk = c.ScoreScale();
   DerivativeBounds bd;
   bd.q3.assign(c.QNumel(), 0);
   bd.q5.assign(c.QNumel(), 0);
@@ -102,26 +105,28 @@ DerivativeBounds ComputeBounds(const AttentionData<double>& d,
   };
   for (int64_t b = 0; b < c.batch; ++b) {
     for (int64_t h = 0; h < c.heads; ++h) {
-      const int64_t bh = b * c.heads + h;
+      const int64_t bh = b * c.heads + h, kvh = c.KvSlice(b, h);
       const int64_t tab_h = c.options.per_head_tables ? h : 0;
+      const int64_t begin = c.KeyBegin(b);
       for (int64_t i = 0; i < c.q_len; ++i) {
         const int64_t end = c.KeyEnd(b, i);
-        if (end == 0) continue;
+        if (end <= begin) continue;
         const double* ri = r.data() + (bh * c.q_len + i) * c.dv;
         double w = 0;
-        for (int64_t j = 0; j < end; ++j) {
+        for (int64_t j = begin; j < end; ++j) {
           double dot = 0;
           for (int64_t t = 0; t < c.dv; ++t) {
-            double wt = d.v[(bh * c.k_len + j) * c.dv + t];
+            double wt = d.v[(kvh * c.k_len + j) * c.dv + t];
             if (!d.av.empty())
-              wt += d.av[(tab_h * c.TableRows() + Bucket(c, i, j)) * c.dv + t];
+              wt += d.av[(tab_h * c.TableRows() + Bucket(c, b, i, j)) * c.dv +
+                         t];
             dot += ri[t] * wt;
           }
           w = std::max(w, std::abs(dot));
         }
         if (!d.bias.empty()) {
           std::vector<bool> used(c.TableRows(), false);
-          for (int64_t j = 0; j < end; ++j) used[Bucket(c, i, j)] = true;
+          for (int64_t j = begin; j < end; ++j) used[Bucket(c, b, i, j)] = true;
           for (int64_t row = 0; row < c.TableRows(); ++row) {
             const int64_t be = h * c.TableRows() + row;
             if (used[row]) add(bd.bias3[be], bd.bias5[be], 1.0, w);
@@ -134,32 +139,35 @@ DerivativeBounds ComputeBounds(const AttentionData<double>& d,
               (d.q[(bh * c.q_len + i) * c.dk + t] + pbt) * inv_sqrt_dk;
           if (!d.pb.empty()) {
             double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-            for (int64_t j = 0; j < end; ++j) {
+            for (int64_t j = begin; j < end; ++j) {
               const double a =
-                  d.ak[(tab_h * c.TableRows() + Bucket(c, i, j)) * c.dk + t];
+                  d.ak[(tab_h * c.TableRows() + Bucket(c, b, i, j)) * c.dk +
+                       t];
               lo = std::min(lo, a * inv_sqrt_dk);
               hi = std::max(hi, a * inv_sqrt_dk);
             }
             add(bd.pb3[h * c.dk + t], bd.pb5[h * c.dk + t], hi - lo, w);
           }
           double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-          for (int64_t j = 0; j < end; ++j) {
-            double a = d.k[(bh * c.k_len + j) * c.dk + t];
+          for (int64_t j = begin; j < end; ++j) {
+            double a = d.k[(kvh * c.k_len + j) * c.dk + t];
             if (!d.ak.empty())
-              a += d.ak[(tab_h * c.TableRows() + Bucket(c, i, j)) * c.dk + t];
+              a += d.ak[(tab_h * c.TableRows() + Bucket(c, b, i, j)) * c.dk +
+                        t];
             lo = std::min(lo, a * inv_sqrt_dk);
             hi = std::max(hi, a * inv_sqrt_dk);
           }
           const int64_t qe = (bh * c.q_len + i) * c.dk + t;
           add(bd.q3[qe], bd.q5[qe], hi - lo, w);
-          for (int64_t j = 0; j < end; ++j) {
-            const int64_t ke = (bh * c.k_len + j) * c.dk + t;
+          for (int64_t j = begin; j < end; ++j) {
+            const int64_t ke = (kvh * c.k_len + j) * c.dk + t;
             add(bd.k3[ke], bd.k5[ke], std::abs(qit), w);
           }
           if (!d.ak.empty()) {
             // Each bucket used by row i contributes once.
             std::vector<bool> used(c.TableRows(), false);
-            for (int64_t j = 0; j < end; ++j) used[Bucket(c, i, j)] = true;
+            for (int64_t j = begin; j < end; ++j)
+              used[Bucket(c, b, i, j)] = true;
             for (int64_t row = 0; row < c.TableRows(); ++row) {
               if (!used[row]) continue;
               const int64_t ae = (tab_h * c.TableRows() + row) * c.dk + t;
@@ -186,14 +194,16 @@ double RoundingDelta(const AttentionData<double>& d,
   const AttentionCase& c = d.c;
   const double max_w = MaxAbs(d.v) + MaxAbs(d.av);
   // Largest |r| a pair can have, for the ALiBi term.
-  const double max_r =
-      static_cast<double>(c.k_len + c.q_len + std::abs(c.QueryOffset()));
+  int64_t max_offset = 0;
+  for (int64_t b = 0; b < c.batch; ++b)
+    max_offset = std::max(max_offset, std::abs(c.QueryOffset(b)));
+  const double max_r = static_cast<double>(c.k_len + c.q_len + max_offset);
   double max_slope = 0;
   for (int64_t h = 0; h < c.heads; ++h)
     max_slope = std::max(max_slope, std::abs(c.AlibiSlope(h)));
   const double max_s = (MaxAbs(d.k) + MaxAbs(d.ak)) *
                            (MaxAbs(d.q) + MaxAbs(d.pb)) *
-                           std::sqrt(static_cast<double>(c.dk)) +
+                           static_cast<double>(c.dk) * c.ScoreScale() +
                        MaxAbs(d.bias) + max_slope * max_r;
   double r_l1 = 0;
   for (double x : r) r_l1 += std::abs(x);
@@ -289,19 +299,21 @@ TEST_P(AttentionGradTest, UnseenElementsGetExactlyZeroGradient) {
                             OutShaped(c, r), g.Grads(), c.options);
   std::vector<bool> row_used(c.TableHeads() * c.TableRows(), false);
   std::vector<bool> bias_used(c.heads * c.TableRows(), false);  // [H, nb]
+  // Keys of each key/value slice that some query head of its group sees.
+  std::vector<bool> key_seen(c.batch * c.KvHeads() * c.k_len, false);
   for (int64_t b = 0; b < c.batch; ++b) {
     for (int64_t h = 0; h < c.heads; ++h) {
       const int64_t bh = b * c.heads + h;
-      std::vector<bool> key_seen(c.k_len, false);
+      const int64_t begin = c.KeyBegin(b);
       for (int64_t i = 0; i < c.q_len; ++i) {
         const int64_t end = c.KeyEnd(b, i);
-        for (int64_t j = 0; j < end; ++j) {
-          key_seen[j] = true;
+        for (int64_t j = begin; j < end; ++j) {
+          key_seen[c.KvSlice(b, h) * c.k_len + j] = true;
           row_used[(c.options.per_head_tables ? h : 0) * c.TableRows() +
-                   Bucket(c, i, j)] = true;
-          bias_used[h * c.TableRows() + Bucket(c, i, j)] = true;
+                   Bucket(c, b, i, j)] = true;
+          bias_used[h * c.TableRows() + Bucket(c, b, i, j)] = true;
         }
-        if (end > 0) continue;
+        if (end > begin) continue;
         EXPECT_EQ(fwd.lse[bh * c.q_len + i],
                   -std::numeric_limits<double>::infinity());
         for (int64_t t = 0; t < c.dv; ++t)
@@ -310,14 +322,14 @@ TEST_P(AttentionGradTest, UnseenElementsGetExactlyZeroGradient) {
           EXPECT_EQ(g.dq[(bh * c.q_len + i) * c.dk + t], 0.0)
               << "b=" << b << " h=" << h << " i=" << i;
       }
-      for (int64_t j = 0; j < c.k_len; ++j) {
-        if (key_seen[j]) continue;
-        for (int64_t t = 0; t < c.dk; ++t)
-          EXPECT_EQ(g.dk[(bh * c.k_len + j) * c.dk + t], 0.0) << "key " << j;
-        for (int64_t t = 0; t < c.dv; ++t)
-          EXPECT_EQ(g.dv[(bh * c.k_len + j) * c.dv + t], 0.0) << "key " << j;
-      }
     }
+  }
+  for (int64_t kj = 0; kj < c.batch * c.KvHeads() * c.k_len; ++kj) {
+    if (key_seen[kj]) continue;
+    for (int64_t t = 0; t < c.dk; ++t)
+      EXPECT_EQ(g.dk[kj * c.dk + t], 0.0) << "key slot " << kj;
+    for (int64_t t = 0; t < c.dv; ++t)
+      EXPECT_EQ(g.dv[kj * c.dv + t], 0.0) << "key slot " << kj;
   }
   for (int64_t row = 0; row < c.TableHeads() * c.TableRows(); ++row) {
     if (row_used[row]) continue;
@@ -338,6 +350,9 @@ INSTANTIATE_TEST_SUITE_P(Standard, AttentionGradTest,
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(Schemes, AttentionGradTest,
                          testing::ValuesIn(SchemeCases()),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Layout, AttentionGradTest,
+                         testing::ValuesIn(LayoutCases()),
                          [](const auto& info) { return info.param.name; });
 
 // A table passed for a term that is off does not enter the loss: its

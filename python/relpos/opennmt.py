@@ -1,0 +1,311 @@
+"""Import an OpenNMT-py Transformer translation checkpoint into a relpos
+seq2seq checkpoint folder.
+
+    python -m relpos.opennmt MODEL.pt OUTPUT_DIR --task TASK [--tokens LIST]
+
+or ``relpos.opennmt.import_checkpoint(state, output_dir, task, tokens)``.
+Reading the ``.pt`` file needs PyTorch (``torch.load`` with
+``weights_only=True``: only tensors, plain containers and the options'
+``argparse.Namespace`` are unpickled, no other code).
+
+What maps (OpenNMT-py 3.5's ``onmt/encoders/transformer.py``,
+``onmt/decoders/transformer.py``, ``onmt/modules/multi_headed_attn.py``,
+``position_ffn.py``, ``embeddings.py``; docs/interop.md has the table):
+
+- pre-LayerNorm blocks (OpenNMT-py 3 has no post-norm Transformer), a
+  final LayerNorm on each side, self-attention then cross-attention then
+  the feed-forward in a decoder block: relpos's seq2seq block exactly.
+- ``max_relative_positions = k > 0`` (Shaw et al.): one table
+  ``relative_positions_embeddings`` [2k+1, dim_per_head] per layer, shared
+  by the heads, row ``clip(j - i, -k, k) + k``, used for the keys and the
+  values: relpos ``position = shaw``, ``max_distance = k``,
+  ``rel_k = rel_v`` = that table. Cross-attention has none, as in relpos.
+- no position encoding, hence no embedding scale (OpenNMT-py multiplies by
+  sqrt(d_model) only inside its sinusoidal encoding); relpos always
+  multiplies by sqrt(d_model), so it stores ``c E / sqrt(d_model)``.
+- LayerNorm epsilon ``norm_eps`` (default 1e-6) against relpos's fixed
+  1e-5: LayerNorm(c x; eps c^2) = LayerNorm(x; eps), so with
+  c = sqrt(1e-5 / norm_eps) the import carries the whole residual stream
+  scaled by c (the embedding, and every sublayer's output projection
+  weight and bias that adds to the stream). Every LayerNorm then sees c x
+  and normalises exactly as OpenNMT-py does; the decoder's final
+  LayerNorm, whose output feeds the tied projection, gets gamma and beta
+  multiplied by sqrt(d_model) / c so that the logits are OpenNMT-py's.
+- ``pos_ffn_activation_fn = gelu`` (``F.gelu``, the erf form, as relpos).
+- missing biases (``add_qkvbias`` / ``add_ffnbias`` false) are zeros.
+- ``share_embeddings`` and ``share_decoder_embeddings``: one matrix for
+  the encoder input, the decoder input and the generator (relpos ties all
+  three); the generator's bias is ``head.bias``.
+
+The vocabulary: relpos's ids are those of the relpos task the checkpoint
+is written for (``task``, e.g. ``s2s_reverse``); ``tokens[i]`` is the
+OpenNMT-py token of relpos id i (for the s2s tasks: ``"0"`` .. ``"7"``,
+``"<s>"``, ``"</s>"``). OpenNMT-py tokens that no relpos id names are
+dropped, which is allowed only for ``<unk>``, ``<blank>`` and the
+vocabulary's padding entries ``averyunlikelytoken*``: their logits are
+removed from the softmax, so the kept tokens' probabilities are
+renormalised and a greedy or beam decoding is OpenNMT-py's as long as
+OpenNMT-py does not choose a dropped token. Any other token outside
+``tokens`` is refused.
+
+Everything else is refused with :class:`UnsupportedModelError` naming the
+option: RNN / CNN models, sinusoidal or learned positions, RoPE (-1), ALiBi
+(-2), T5 buckets, RMSNorm, parallel residuals, gated or ReLU feed-forwards,
+grouped-query attention, average attention, copy attention, mixture of
+experts, LoRA, source features, untied embeddings, embeddings narrower than
+the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from . import _relpos_ext as _ext
+
+__all__ = ["UnsupportedModelError", "S2S_TOKENS", "import_checkpoint",
+           "load_checkpoint", "main", "parameters_from_opennmt"]
+
+RELPOS_LAYER_NORM_EPS = 1e-5
+# relpos's s2s tasks: symbols 0..7, then BOS and EOS, as OpenNMT-py tokens.
+S2S_TOKENS = [str(i) for i in range(8)] + ["<s>", "</s>"]
+_DROPPABLE = ("<unk>", "<blank>")
+_FILLER = "averyunlikelytoken"  # OpenNMT-py's vocabulary padding
+
+
+class UnsupportedModelError(ValueError):
+    """The OpenNMT-py model uses something relpos's seq2seq model lacks."""
+
+
+def load_checkpoint(path: str) -> Dict:
+    """The checkpoint dict of an OpenNMT-py ``.pt`` file (``model``,
+    ``generator``, ``vocab``, ``opt``) with numpy arrays for tensors."""
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise ImportError("relpos.opennmt: reading a .pt file needs torch") \
+            from e
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(ck, dict) or not {"model", "vocab", "opt"} <= set(ck):
+        raise ValueError(f"relpos.opennmt: {path} is not an OpenNMT-py "
+                         "checkpoint (no model / vocab / opt)")
+
+    def arrays(sd):
+        return {k: v.detach().float().numpy() for k, v in (sd or {}).items()}
+
+    return {"model": arrays(ck["model"]), "generator": arrays(
+        ck.get("generator")), "vocab": ck["vocab"], "opt": vars(ck["opt"])}
+
+
+def _opt(opt: Mapping, key, default=None):
+    return opt.get(key, default)
+
+
+def _check(opt: Mapping) -> None:
+    def refuse(what):
+        raise UnsupportedModelError(f"relpos.opennmt: {what} cannot be "
+                                    "imported into relpos's seq2seq model")
+
+    for side in ("encoder_type", "decoder_type"):
+        if _opt(opt, side) != "transformer":
+            refuse(f"{side} = {_opt(opt, side)!r} (only 'transformer')")
+    k = _opt(opt, "max_relative_positions", 0)
+    if not (isinstance(k, int) and k > 0):
+        refuse(f"max_relative_positions = {k!r} (only k > 0, Shaw's tables; "
+               "-1 is RoPE, -2 ALiBi, 0 absolute positions)")
+    if _opt(opt, "position_encoding", False):
+        refuse("position_encoding = true together with relative positions")
+    checks = [
+        ("relative_positions_buckets", 0), ("pos_ffn_activation_fn", "gelu"),
+        ("layer_norm", "standard"), ("parallel_residual", False),
+        ("copy_attn", False), ("num_experts", 0), ("share_embeddings", True),
+        ("share_decoder_embeddings", True)]
+    for key, want in checks:
+        if _opt(opt, key, want) != want:
+            refuse(f"{key} = {_opt(opt, key)!r} (only {want!r})")
+    if _opt(opt, "self_attn_type", "scaled-dot") not in (
+            "scaled-dot", "scaled-dot-flash"):
+        refuse(f"self_attn_type = {_opt(opt, 'self_attn_type')!r}")
+    if _opt(opt, "num_kv", 0) not in (0, _opt(opt, "heads")):
+        refuse(f"num_kv = {_opt(opt, 'num_kv')} (grouped-query attention)")
+    if _opt(opt, "lora_layers") or _opt(opt, "lora_embedding", False):
+        refuse("LoRA")
+    if _opt(opt, "src_feats"):
+        refuse("source features (src_feats)")
+    if _opt(opt, "word_vec_size", _opt(opt, "hidden_size")) != _opt(
+            opt, "hidden_size"):
+        refuse("word_vec_size != hidden_size")
+    if not _opt(opt, "norm_eps", 1e-6) > 0:
+        refuse(f"norm_eps = {_opt(opt, 'norm_eps')}")
+
+
+def _vocab_map(vocab: Mapping, tokens: Sequence[str]) -> np.ndarray:
+    """OpenNMT-py row of each relpos id."""
+    src, tgt = list(vocab["src"]), list(vocab["tgt"])
+    if src != tgt:
+        raise UnsupportedModelError(
+            "relpos.opennmt: the source and target vocabularies differ "
+            "(relpos has one vocabulary: share_vocab)")
+    index = {t: i for i, t in enumerate(tgt)}
+    missing = [t for t in tokens if t not in index]
+    if missing or len(set(tokens)) != len(tokens):
+        raise UnsupportedModelError(
+            "relpos.opennmt: tokens must be distinct OpenNMT-py tokens; not "
+            f"in its vocabulary: {missing[:5]}")
+    named = set(tokens)
+    extra = [t for t in tgt if t not in named and t not in _DROPPABLE
+             and not t.startswith(_FILLER)]
+    if extra:
+        raise UnsupportedModelError(
+            f"relpos.opennmt: {len(extra)} OpenNMT-py token(s) have no relpos "
+            f"id (e.g. {extra[:5]}); only <unk>, <blank> and the padding "
+            "entries may be dropped")
+    return np.array([index[t] for t in tokens], dtype=np.int64)
+
+
+def parameters_from_opennmt(state: Mapping, tokens: Sequence[str]):
+    """(relpos model settings, {relpos name: float32 array}) of a checkpoint
+    dict as :func:`load_checkpoint` returns it."""
+    opt, sd = state["opt"], dict(state["model"])
+    _check(opt)
+    sd.update({"generator." + k: v for k, v in state["generator"].items()})
+    d, k = int(opt["hidden_size"]), int(opt["max_relative_positions"])
+    c = math.sqrt(RELPOS_LAYER_NORM_EPS / float(_opt(opt, "norm_eps", 1e-6)))
+    rows = _vocab_map(state["vocab"], tokens)
+
+    def get(name, shape=None):
+        if name not in sd:
+            raise UnsupportedModelError(f"relpos.opennmt: no tensor {name}")
+        a = np.asarray(sd[name], dtype=np.float32)
+        if shape is not None and a.shape != tuple(shape):
+            raise UnsupportedModelError(
+                f"relpos.opennmt: {name} has shape {a.shape}, expected "
+                f"{tuple(shape)}")
+        return a
+
+    def bias(name, n):
+        return get(name, (n,)) if name in sd else np.zeros(n, np.float32)
+
+    emb = get("encoder.embeddings.make_embedding.emb_luts.0.weight")
+    for other in ("decoder.embeddings.make_embedding.emb_luts.0.weight",
+                  "generator.weight"):
+        if not np.array_equal(get(other, emb.shape), emb):
+            raise UnsupportedModelError(
+                f"relpos.opennmt: {other} differs from the encoder's "
+                "embedding (relpos ties all three)")
+    P = {"embed.token": emb[rows] * (c / math.sqrt(d))}
+
+    def ln(dst, src, scale=1.0):
+        P[dst + ".gamma"] = get(src + ".weight", (d,)) * scale
+        P[dst + ".beta"] = get(src + ".bias", (d,)) * scale
+
+    def linear(dst, src, rows_out, cols, scale=1.0):
+        P[dst + ".weight"] = get(src + ".weight", (rows_out, cols)) * scale
+        P[dst + ".bias"] = bias(src + ".bias", rows_out) * scale
+
+    def attention(dst, src, relative):
+        for x, y in (("q", "query"), ("k", "keys"), ("v", "values")):
+            linear(f"{dst}.{x}", f"{src}.linear_{y}", d, d)
+        linear(f"{dst}.out", f"{src}.final_linear", d, d, c)
+        if relative:
+            t = get(src + ".relative_positions_embeddings.weight",
+                    (2 * k + 1, d // int(opt["heads"])))
+            P[dst + ".rel_k"], P[dst + ".rel_v"] = t, t
+
+    def feed_forward(dst, src):
+        ln(dst + ".ln2", src + ".layer_norm")
+        ff = int(opt["transformer_ff"])
+        linear(dst + ".ff.in", src + ".w_1", ff, d)
+        linear(dst + ".ff.out", src + ".w_2", d, ff, c)
+
+    for l in range(int(opt["enc_layers"])):
+        dst, src = f"encoder.blocks.{l}", f"encoder.transformer.{l}"
+        ln(dst + ".ln1", src + ".layer_norm")
+        attention(dst + ".attn", src + ".self_attn", True)
+        feed_forward(dst, src + ".feed_forward")
+    ln("encoder.final_ln", "encoder.layer_norm")
+    for l in range(int(opt["dec_layers"])):
+        dst, src = f"decoder.blocks.{l}", f"decoder.transformer_layers.{l}"
+        ln(dst + ".ln1", src + ".layer_norm_1")
+        attention(dst + ".attn", src + ".self_attn", True)
+        ln(dst + ".cross_ln", src + ".layer_norm_2")
+        attention(dst + ".cross", src + ".context_attn", False)
+        feed_forward(dst, src + ".feed_forward")
+    ln("decoder.final_ln", "decoder.layer_norm", math.sqrt(d) / c)
+    P["head.bias"] = get("generator.bias", (emb.shape[0],))[rows]
+    settings = {"arch": "seq2seq", "d_model": d, "heads": int(opt["heads"]),
+                "layers": int(opt["enc_layers"]),
+                "decoder_layers": int(opt["dec_layers"]),
+                "d_ff": int(opt["transformer_ff"]), "position": "shaw",
+                "max_distance": k, "dropout": 0}
+    return settings, {n: np.ascontiguousarray(a, np.float32)
+                      for n, a in P.items()}
+
+
+def import_checkpoint(state: Mapping, output_dir: str, task: str,
+                      tokens: Sequence[str] = S2S_TOKENS,
+                      train: Optional[Mapping[str, str]] = None):
+    """Writes the relpos seq2seq checkpoint of an OpenNMT-py checkpoint dict
+    (:func:`load_checkpoint`) into output_dir, for the relpos task ``task``
+    whose id i is the OpenNMT-py token ``tokens[i]``; ``train``: further
+    train settings of the checkpoint's config. Returns the relpos Model."""
+    settings, params = parameters_from_opennmt(state, tokens)
+    cfg = [("train", "task", task)]
+    cfg += [("train", key, str(v)) for key, v in (train or {}).items()]
+    cfg += [("model", key, str(v)) for key, v in settings.items()]
+    model = _ext.Model.create(cfg)
+    names = set(model.parameter_names())
+    if names != set(params):
+        raise UnsupportedModelError(
+            "relpos.opennmt: the imported tensors do not cover the relpos "
+            f"model (missing {sorted(names - set(params))[:4]}, extra "
+            f"{sorted(set(params) - names)[:4]})")
+    if model.parameter("embed.token").shape[0] != len(tokens):
+        raise UnsupportedModelError(
+            f"relpos.opennmt: task {task} has "
+            f"{model.parameter('embed.token').shape[0]} ids, tokens "
+            f"{len(tokens)}")
+    bos, eos = model.bos_eos()
+    start = state["vocab"].get("decoder_start_token", "<s>")
+    if tokens[bos] != start or tokens[eos] != "</s>":
+        raise UnsupportedModelError(
+            f"relpos.opennmt: relpos's BOS / EOS ids {bos} / {eos} are "
+            f"tokens {tokens[bos]!r} / {tokens[eos]!r}, OpenNMT-py's "
+            f"{start!r} / '</s>'")
+    for name, value in params.items():
+        model.set_parameter(name, value.reshape(-1))
+    model.save(str(output_dir))
+    return model
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m relpos.opennmt",
+        description="Import an OpenNMT-py Transformer checkpoint with "
+                    "max_relative_positions into a relpos seq2seq "
+                    "checkpoint folder (docs/interop.md).")
+    parser.add_argument("checkpoint")
+    parser.add_argument("output_dir")
+    parser.add_argument("--task", required=True,
+                        help="the relpos task whose ids the tokens name")
+    parser.add_argument("--tokens", default=",".join(S2S_TOKENS),
+                        help="comma-separated OpenNMT-py token of each "
+                             "relpos id (default: the s2s tasks')")
+    args = parser.parse_args(argv)
+    try:
+        import_checkpoint(load_checkpoint(args.checkpoint), args.output_dir,
+                          args.task, args.tokens.split(","))
+    except (ValueError, OSError, RuntimeError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

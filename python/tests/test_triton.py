@@ -1,0 +1,455 @@
+"""relpos.triton (the GPU path's Triton kernels) under Triton's interpreter.
+
+With TRITON_INTERPRET=1 the @triton.jit kernels run on CPU tensors with the
+language's semantics (scripts/test.sh sets it; so does this module when it
+is unset). Every test compares with relpos's own reference: the C++
+reference path in float64 (relpos.torch.attention on float64 CPU tensors),
+fed the same inputs rounded to the tested dtype.
+
+Tiles are 16 x 16 here (and 32 x 32 far / 16 x 16 band in the cases named
+*_subtiles), so sizes of 35 to 70 reach every tile kind: far tiles on both
+sides, band tiles, partial tiles (n not a multiple of 16), band tiles
+inside larger far tiles, k larger than a tile, and tile diagonals split
+across programs in the table-gradient kernel.
+
+Tolerances (normwise, as the C++ fused-kernel tests derive them,
+src/op/kernels/fused_attention_test.cc): with u the accumulator's unit
+roundoff (2^-24 for float32 accumulation, 2^-53 for float64) and
+root = max(sqrt(L), max|lse|), L = dk + dv + Nk + rows + B H Nq the longest
+reduction chain, the forward's relative Frobenius error is at most 4 u root
+and every gradient's 16 u root. float16 / bfloat16 inputs add their own
+unit roundoff u_in (2^-11, 2^-8) once: the kernels round P and dS to the
+input dtype for the tensor-core products and the output is stored in it,
+each a single rounding (accumulation stays float32), so the bounds become
+4 (u_in + u root) and 16 (u_in + u root). Gradients that vanish in exact
+arithmetic (dak when every row sees one bucket; dbias, dpb) are measured
+against the scale of their terms: ||dK|| + ||dV|| for dak (as the C++
+tests), the norm of the numpy reference's term magnitudes for dbias / dpb.
+"""
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip(
+    "torch", reason="PyTorch is not installed: relpos.torch and "
+                    "relpos.triton are untested (scripts/test.sh installs "
+                    "PyPI's PyTorch 2)")
+pytest.importorskip(
+    "triton", reason="Triton is not installed (PyPI's torch brings it on "
+                     "Linux): relpos.triton is untested")
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy_reference as ref  # noqa: E402
+import relpos  # noqa: E402
+import relpos.torch as rt  # noqa: E402
+import relpos.triton as rtt  # noqa: E402
+from cases import SchemeCase  # noqa: E402
+from relpos import _ops  # noqa: E402
+from relpos.triton import _attention as A  # noqa: E402
+from relpos.triton import _interpret, _kernels, _problem  # noqa: E402
+
+SMALL = A.Blocks(far_m=16, far_n=16, band_m=16, band_n=16, diag=16,
+                 diag_programs=2)
+SUBTILES = A.Blocks(far_m=32, far_n=32, band_m=16, band_n=16, diag=16,
+                    diag_programs=3)
+NAMES = ("q", "k", "v", "ak", "av", "bias", "pb")
+U_IN = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+
+
+@pytest.fixture(autouse=True)
+def small_tiles(monkeypatch):
+    if not _problem.interpreting():
+        pytest.fail("relpos.triton's tests run under Triton's interpreter: "
+                    "set TRITON_INTERPRET=1 before Triton is imported")
+    monkeypatch.setattr(A, "OVERRIDE", SMALL)
+
+
+def _case(name, **kw):
+    base = dict(b=1, h=2, nq=35, nk=35, dk=8, dv=8, k=3)
+    return SchemeCase(name, **{**base, **kw})
+
+
+ASYM = relpos.ClipBuckets(5, 2)
+T5 = relpos.T5Buckets(8, 20, True)
+T5_CAUSAL = relpos.T5Buckets(6, 12, False)
+
+CASES = [
+    _case("shaw"),
+    _case("shaw_causal", causal=True),
+    _case("shaw_perhead_k20", k=20, per_head=True),  # k > a tile
+    _case("keyonly", value_term=False),
+    _case("valueonly", score="none"),
+    _case("vanilla", score="none", value_term=False),  # every tile far
+    _case("k0", k=0),                                   # one table row
+    _case("padding", b=2, h=1, key_lengths=(35, 9)),
+    _case("padding_empty_causal", b=2, h=1, key_lengths=(0, 20),
+          causal=True),
+    _case("decode", nq=1, nk=40, causal=True),
+    _case("offset", nq=20, nk=45, query_offset=7, causal=True),
+    _case("negative_offset", nq=20, nk=20, query_offset=-5, causal=True),
+    _case("nq_gt_nk", nq=40, nk=9),
+    _case("dk_ne_dv", dk=5, dv=12, causal=True),
+    _case("all_far_offset", nq=5, nk=30, query_offset=1000),
+    _case("asym", buckets=ASYM),
+    _case("asym_keyonly_perhead_causal", buckets=ASYM, value_term=False,
+          per_head=True, causal=True),
+    _case("shawlog", buckets=T5),
+    _case("shawlog_perhead_causal", buckets=T5, per_head=True, causal=True),
+    _case("t5", buckets=T5, score="bias", value_term=False),
+    _case("t5_causal", buckets=T5_CAUSAL, score="bias", value_term=False,
+          causal=True),
+    _case("t5_values", buckets=T5, score="bias"),
+    _case("alibi", score="alibi", value_term=False),
+    _case("alibi_causal_slopes", score="alibi", alibi=(0.7, -0.3),
+          value_term=False, causal=True),
+    _case("alibi_values", score="alibi", buckets=ASYM),
+    _case("xl", k=40, pb=True, value_term=False, causal=True),
+    _case("xl_values_perhead", k=40, pb=True, per_head=True),
+]
+SUBTILE_CASES = [
+    _case("shaw_causal_subtiles", nq=70, nk=70, causal=True),
+    _case("shawlog_subtiles", nq=50, nk=66, buckets=T5, query_offset=3),
+    _case("xl_subtiles", nq=40, nk=40, k=45, pb=True, per_head=True),
+]
+DTYPE_CASES = [
+    ("shaw_causal", torch.bfloat16), ("t5_values", torch.bfloat16),
+    ("xl_values_perhead", torch.bfloat16), ("alibi", torch.bfloat16),
+    ("shaw", torch.float16), ("asym", torch.float16),
+    ("shaw_perhead_k20", torch.float64),
+    ("shawlog_perhead_causal", torch.float64),
+]
+BY_NAME = {c.name: c for c in CASES + SUBTILE_CASES}
+
+
+def _inputs(case, dtype):
+    """The case's inputs as CPU tensors of dtype (None where unused) and a
+    dout, all rounded to dtype."""
+    arrays = list(case.inputs(np.float64)) + list(
+        case.extra(np.float64).values())
+    tensors = [None if x is None else torch.from_numpy(x).to(dtype)
+               for x in arrays]
+    b, h, nq = case.b, case.h, case.nq
+    g = torch.Generator().manual_seed(5)
+    dout = torch.randn((b, h, nq, case.dv), generator=g,
+                       dtype=torch.float64).to(dtype)
+    return tensors, dout
+
+
+def _reference(case, tensors, dout):
+    """(out, lse, grads) of the C++ reference path in float64."""
+    xs = [None if t is None else t.double().requires_grad_() for t in tensors]
+    q, k, v, ak, av, bias, pb = xs
+    out = rt.attention(q, k, v, ak, av, bias=bias, pb=pb, **case.kwargs())
+    out.backward(dout.double())
+    _, lse = relpos.attention(
+        *[None if t is None else t.detach().numpy() for t in xs[:5]],
+        bias=None if bias is None else bias.detach().numpy(),
+        pb=None if pb is None else pb.detach().numpy(), return_lse=True,
+        **case.kwargs())
+    return (out.detach(), torch.from_numpy(lse),
+            [None if x is None else x.grad for x in xs])
+
+
+def _magnitudes(case, tensors, dout):
+    """The numpy reference's term magnitudes of dbias and dpb."""
+    arrays = [None if t is None else t.double().numpy() for t in tensors]
+    q, k, v, ak, av, bias, pb = arrays
+    _, mags = ref.backward(dout.double().numpy(), q, k, v, ak, av,
+                           **case.kwargs(), bias=bias, pb=pb,
+                           magnitudes=True, scheme_grads=True)
+    return mags[5], mags[6]
+
+
+def _bounds(case, dtype, lse):
+    chain = case.dk + case.dv + case.nk + case.rows() + \
+        case.b * case.h * case.nq
+    finite = lse[torch.isfinite(lse)]
+    lse_scale = finite.abs().max().item() if finite.numel() else 0.0
+    root = max(math.sqrt(chain), lse_scale)
+    u = 2.0 ** -53 if dtype == torch.float64 else 2.0 ** -24
+    unit = U_IN.get(dtype, 0.0) + u * root
+    return 4 * unit, 16 * unit
+
+
+def _rel(got, want, floor=0.0):
+    got, want = got.double(), want.double()
+    assert got.shape == want.shape
+    assert torch.isfinite(got).all(), "non-finite values"
+    err = (got - want).norm().item()
+    scale = max(want.norm().item(), floor)
+    return 0.0 if err == 0 else err / scale
+
+
+def _run(case, dtype, blocks):
+    tensors, dout = _inputs(case, dtype)
+    q, k, v, ak, av, bias, pb = tensors
+    call = A.prepare("triton.attention", q, k, v, ak, av, bias, pb,
+                     **case.kwargs())
+    out, lse = A.forward(call, q, k, v, ak, av, bias, pb, blocks=blocks)
+    grads = A.backward(call, dout, q, k, v, ak, av, bias, pb, out, lse,
+                       blocks=blocks)
+    want_out, want_lse, want = _reference(case, tensors, dout)
+    fwd_tol, grad_tol = _bounds(case, dtype, want_lse)
+    assert out.dtype == dtype and lse.dtype == (
+        torch.float64 if dtype == torch.float64 else torch.float32)
+    errors = {"out": _rel(out, want_out)}
+    assert errors["out"] <= fwd_tol, (errors, fwd_tol)
+    assert torch.equal(torch.isinf(lse), torch.isinf(want_lse))
+    finite = torch.isfinite(want_lse)
+    lse_err = (lse.double() - want_lse)[finite].abs().max().item() \
+        if finite.any() else 0.0
+    assert lse_err <= fwd_tol * max(1.0, want_lse[finite].abs().max().item()
+                                    if finite.any() else 1.0), lse_err
+    mag_bias, mag_pb = (None, None)
+    if bias is not None or pb is not None:
+        mag_bias, mag_pb = _magnitudes(case, tensors, dout)
+    for name, t, g, w in zip(NAMES, tensors, grads, want):
+        if t is None:
+            assert g is None, name
+            continue
+        assert g.dtype == dtype and g.shape == t.shape, name
+        floor = 0.0
+        if name == "ak":
+            floor = want[1].norm().item() + want[2].norm().item()
+        elif name in ("bias", "pb"):
+            floor = float(np.linalg.norm(mag_bias if name == "bias"
+                                         else mag_pb))
+        errors["d" + name] = _rel(g, w, floor)
+    bad = {n: e for n, e in errors.items() if e > grad_tol and n != "out"}
+    assert not bad, (bad, grad_tol)
+    return errors
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_float32_matches_reference(case):
+    _run(case, torch.float32, SMALL)
+
+
+@pytest.mark.parametrize("case", SUBTILE_CASES, ids=lambda c: c.name)
+def test_band_subtiles_match_reference(case):
+    _run(case, torch.float32, SUBTILES)
+
+
+@pytest.mark.parametrize("name,dtype", DTYPE_CASES,
+                         ids=[f"{n}-{str(d)[6:]}" for n, d in DTYPE_CASES])
+def test_other_dtypes_match_reference(name, dtype):
+    _run(BY_NAME[name], dtype, SMALL)
+
+
+# --- the public API and the dispatch ------------------------------------------
+
+
+def _grads_of(fn, case, tensors, dout, need=None):
+    xs = [None if t is None else t.clone() for t in tensors]
+    for i, x in enumerate(xs):
+        if x is not None and (need is None or need[i]):
+            x.requires_grad_()
+    q, k, v, ak, av, bias, pb = xs
+    out = fn(q, k, v, ak, av, bias=bias, pb=pb, **case.kwargs())
+    out.backward(dout)
+    return out.detach(), [None if x is None or x.grad is None else x.grad
+                          for x in xs]
+
+
+def test_public_function_is_the_kernels():
+    # relpos.triton.attention (autograd) gives bit for bit the direct
+    # forward / backward calls; inputs without requires_grad get no grad.
+    case = _case("xl_values_perhead_small", nq=20, nk=20, k=24, pb=True,
+                 per_head=True)
+    tensors, dout = _inputs(case, torch.float32)
+    need = [True, False, True, True, False, False, True]
+    out, grads = _grads_of(rtt.attention, case, tensors, dout, need)
+    q, k, v, ak, av, bias, pb = tensors
+    call = A.prepare("triton.attention", q, k, v, ak, av, bias, pb,
+                     **case.kwargs())
+    o2, lse = A.forward(call, q, k, v, ak, av, bias, pb)
+    g2 = A.backward(call, dout, q, k, v, ak, av, bias, pb, o2, lse)
+    assert torch.equal(out, o2)
+    for i, (g, w) in enumerate(zip(grads, g2)):
+        if need[i] and tensors[i] is not None:
+            assert torch.equal(g, w), NAMES[i]
+        else:
+            assert g is None, NAMES[i]
+
+
+def test_repeat_runs_are_bitwise_identical():
+    # No float atomics in any kernel (the table gradients are reduced from
+    # partial sums in a fixed order), so two runs agree bit for bit.
+    source = open(_kernels.__file__).read()
+    assert "tl.atomic" not in source and "atomic_" not in source
+    case = _case("shawlog_small", nq=20, nk=24, buckets=T5)
+    tensors, dout = _inputs(case, torch.float32)
+    first = _grads_of(rtt.attention, case, tensors, dout)
+    again = _grads_of(rtt.attention, case, tensors, dout)
+    assert torch.equal(first[0], again[0])
+    for a, b in zip(first[1], again[1]):
+        assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_relpos_torch_sends_cuda_tensors_here(monkeypatch):
+    # relpos.torch.attention and .rope route tensors that are on CUDA to
+    # relpos.triton. With no GPU here, "on CUDA" is simulated for CPU
+    # tensors under the interpreter: once through relpos.triton's autograd
+    # Functions (PyTorch without custom ops), once through the custom ops'
+    # CUDA kernels called directly.
+    case = BY_NAME["t5_values"]
+    tensors, dout = _inputs(case, torch.float32)
+    want_out, want_grads = _grads_of(rtt.attention, case, tensors, dout)
+    monkeypatch.setattr(_ops, "ENABLED", False)
+    monkeypatch.setattr(_ops, "on_cuda", lambda t: True)
+    out, grads = _grads_of(rt.attention, case, tensors, dout)
+    assert torch.equal(out, want_out)
+    for g, w in zip(grads, want_grads):
+        assert (g is None and w is None) or torch.equal(g, w)
+    x = tensors[0]
+    assert torch.equal(rt.rope(x, position_offset=3),
+                       rtt.rope(x, position_offset=3))
+
+
+@pytest.mark.skipif(not _ops.ENABLED, reason="PyTorch < 2.4: no custom ops")
+def test_custom_op_cuda_kernels():
+    case = BY_NAME["xl_values_perhead"]
+    tensors, dout = _inputs(case, torch.float32)
+    q, k, v, ak, av, bias, pb = tensors
+    kw = case.kwargs()
+    kind, args = _ops.encode_buckets(kw.get("buckets"))
+    options = (kw.get("max_distance"), kw["causal"], None,
+               kw["query_offset"], kind, args, _ops.encode_alibi(None))
+    out, lse = _ops.attention_forward_cuda(q, k, v, ak, av, bias, pb,
+                                           *options)
+    call = A.prepare("triton.attention", q, k, v, ak, av, bias, pb, **kw)
+    o2, l2 = A.forward(call, q, k, v, ak, av, bias, pb)
+    assert torch.equal(out, o2) and torch.equal(lse, l2)
+    grads = _ops.attention_backward_cuda(dout, q, k, v, ak, av, bias, pb,
+                                         out, lse, *options)
+    want = A.backward(call, dout, q, k, v, ak, av, bias, pb, o2, l2)
+    for g, w in zip(grads, want):
+        assert (w is None and g.numel() == 0) or torch.equal(g, w)
+    y = _ops.rope_forward_cuda(q, 2, 500.0, "interleaved")
+    assert torch.equal(y, rtt.rope(q, position_offset=2, base=500.0,
+                                   layout="interleaved"))
+    back = _ops.rope_backward_cuda(y, 2, 500.0, "interleaved")
+    np.testing.assert_allclose(
+        back.numpy(), relpos.rope_backward(y.numpy(), position_offset=2,
+                                           base=500.0, layout="interleaved"),
+        rtol=0, atol=1e-5)
+    assert _ops.lse_dtype(torch.bfloat16) == torch.float32
+    assert _ops.lse_dtype(torch.float64) == torch.float64
+
+
+def test_interpreter_bfloat16_dot_is_corrected():
+    from triton.runtime import interpreter as ti
+    import triton.language as tl
+    _interpret.fix_bfloat16_dot()
+    assert not _interpret._dot_is_broken(ti, tl)
+
+
+# --- RoPE ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["split_halves", "interleaved"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16,
+                                   torch.float64])
+def test_rope_matches_relpos_rope(layout, dtype):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 21, 10, generator=g, dtype=torch.float64)
+    x = x.to(dtype).transpose(1, 2).contiguous().transpose(1, 2)  # strided
+    for offset, base in ((0, 10000.0), (-7, 500.0), (2 ** 30, 10000.0)):
+        want = relpos.rope(x.double().numpy(), position_offset=offset,
+                           base=base, layout=layout)
+        xr = x.clone().requires_grad_()
+        y = rtt.rope(xr, position_offset=offset, base=base, layout=layout)
+        # float32 angles and products: a few ulps of the largest element.
+        u = U_IN.get(dtype, 2.0 ** -53 if dtype == torch.float64
+                     else 2.0 ** -24)
+        tol = 4 * max(u, 2.0 ** -24 if dtype != torch.float64 else 0) * \
+            (1 + abs(offset) * 2.0 ** -24 * (dtype != torch.float64))
+        assert y.dtype == dtype and y.shape == x.shape
+        np.testing.assert_allclose(y.detach().double().numpy(), want,
+                                   atol=tol * np.abs(want).max() * 4)
+        dy = torch.randn(x.shape, generator=g, dtype=torch.float64).to(dtype)
+        y.backward(dy)
+        want_dx = relpos.rope_backward(dy.double().numpy(),
+                                       position_offset=offset, base=base,
+                                       layout=layout)
+        np.testing.assert_allclose(xr.grad.double().numpy(), want_dx,
+                                   atol=tol * np.abs(want_dx).max() * 4)
+    for shape in ((10,), (5, 6), (2, 5, 6)):
+        v = torch.randn(shape, generator=g)
+        np.testing.assert_allclose(
+            rtt.rope(v, position_offset=4).numpy(),
+            relpos.rope(v.numpy(), position_offset=4), rtol=0, atol=1e-6)
+
+
+# --- bad input ------------------------------------------------------------------
+
+
+def _qkv(dtype=torch.float32, device="cpu"):
+    return [torch.zeros(1, 2, 5, 4, dtype=dtype, device=device)
+            for _ in range(3)]
+
+
+def test_bad_input_is_a_clear_error(monkeypatch):
+    q, k, v = _qkv()
+    table = torch.zeros(5, 4)
+    bad = [
+        (lambda: rtt.attention(q, k.to("meta"), v, max_distance=2),
+         ValueError, "k is on meta but q is on cpu"),
+        (lambda: rtt.attention(q, k, v, table.to("meta"), max_distance=2),
+         ValueError, "ak is on meta"),
+        (lambda: rtt.attention(q, k.double(), v, max_distance=2), TypeError,
+         "k has dtype torch.float64 but q has torch.float32"),
+        (lambda: rtt.attention(*_qkv(torch.int32), max_distance=2),
+         TypeError, "q must have dtype"),
+        (lambda: rtt.attention(*_qkv(torch.float8_e4m3fn), max_distance=2),
+         NotImplementedError, "q has dtype torch.float8_e4m3fn"),
+        (lambda: rtt.attention(q.to_sparse(), k, v, max_distance=2),
+         ValueError, "q must be a dense"),
+        (lambda: rtt.attention(q, k, v, table[:3], max_distance=2),
+         ValueError, "ak has shape \\[3, 4\\] but dim 0 must equal "
+                     "2\\*max_distance\\+1 = 5"),
+        (lambda: rtt.attention(q, k, v, max_distance=-1), ValueError,
+         "max_distance must be >= 0"),
+        (lambda: rtt.attention(q, k, v), TypeError, "max_distance"),
+        (lambda: rtt.attention(q, k, v, max_distance=2, key_lengths=[9]),
+         ValueError, "key_lengths\\[0\\] must be in \\[0, Nk = 5\\]"),
+        (lambda: rtt.attention(q, k, v, max_distance=2,
+                               query_offset=2 ** 35),
+         NotImplementedError, "query_offset"),
+        (lambda: rtt.attention(q, k, v, table, bias=torch.zeros(2, 5),
+                               max_distance=2),
+         ValueError, "alternative score terms"),
+        (lambda: rtt.attention(q, k, v, max_distance=2, alibi=[1.0]),
+         ValueError, "alibi_slopes must have one entry per head"),
+        (lambda: rtt.attention(q, k, v, pb=torch.zeros(2, 4),
+                               max_distance=2), ValueError, "pb"),
+        (lambda: rtt.attention(q, k, v, buckets=relpos.T5Buckets(3, 8)),
+         ValueError, "num_buckets"),
+        (lambda: rtt.attention(q, k, v, max_distance=2, causal=1),
+         TypeError, "causal"),
+        (lambda: rtt.rope(torch.zeros(3, 5)), ValueError, "even"),
+        (lambda: rtt.rope(q, layout="halves"), ValueError, "layout"),
+        (lambda: rtt.rope(q, position_offset=2 ** 41), ValueError,
+         "position_offset"),
+    ]
+    for fn, error, match in bad:
+        with pytest.raises(error, match=match):
+            fn()
+    # Outside the interpreter, CPU tensors are refused (never run
+    # elsewhere); relpos.torch keeps them on its C++ kernel.
+    monkeypatch.setattr(_problem, "interpreting", lambda: False)
+    with pytest.raises(ValueError, match="q is on the CPU"):
+        rtt.attention(q, k, v, max_distance=2)
+
+
+def test_relpos_torch_device_errors():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="v is on meta but q is on cpu"):
+        rt.attention(q, k, v.to("meta"), max_distance=1)
+    with pytest.raises(ValueError, match="relpos runs CPU tensors"):
+        rt.attention(*_qkv(device="meta"), max_distance=1)
+    with pytest.raises(TypeError, match="float32 or torch.float64"):
+        rt.attention(*_qkv(torch.bfloat16), max_distance=1)

@@ -1,0 +1,62 @@
+"""relpos.triton's kernels compile for real GPUs (sm_90: H100 / H200,
+sm_80: A100) through Triton's own compiler and ptxas, on this CPU-only
+machine (triton_compile.py stands in the driver; nothing is launched).
+
+The interpreter tests (test_triton.py) check the arithmetic; this checks
+that the same kernels are valid compiled Triton, fit each target's shared
+memory, and, with the float16 / bfloat16 tile sizes, use registers
+without spilling (ptxas -v). Each configuration runs in a subprocess
+without TRITON_INTERPRET."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip(
+    "torch", reason="PyTorch is not installed: relpos.triton is untested "
+                    "(scripts/test.sh installs PyPI's PyTorch 2)")
+pytest.importorskip(
+    "triton", reason="Triton is not installed (PyPI's torch brings it on "
+                     "Linux): relpos.triton is untested")
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "triton_compile.py")
+
+FORWARD = {"_fwd_far", "_fwd_band"}
+BACKWARD = {"_bwd_prep", "_bwd_dkdv_far", "_bwd_dkdv_band", "_bwd_dq_far",
+            "_bwd_dq_band", "_bwd_diag"}
+
+# (arch, dtype, scheme, kernels expected). Every score term, the value
+# term and XL's pb on sm_90 in bfloat16 / float16; Shaw on sm_80; float32
+# and float64 once (their tiles differ).
+CONFIGS = [
+    (90, "bfloat16", "shaw", FORWARD | BACKWARD),
+    (90, "float16", "t5", FORWARD | BACKWARD),
+    (90, "bfloat16", "xl", FORWARD | BACKWARD),
+    (90, "bfloat16", "alibi", {"_fwd_far", "_bwd_prep", "_bwd_dkdv_far",
+                               "_bwd_dq_far"}),
+    (80, "bfloat16", "shaw", FORWARD | BACKWARD),
+    (90, "float32", "shaw", FORWARD | BACKWARD),
+    (90, "float64", "keyonly", FORWARD | BACKWARD),
+]
+
+
+@pytest.mark.parametrize("arch,dtype,scheme,kernels", CONFIGS,
+                         ids=[f"sm{a}-{d}-{s}" for a, d, s, _ in CONFIGS])
+def test_kernels_compile(arch, dtype, scheme, kernels):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    res = subprocess.run(
+        [sys.executable, SCRIPT, "--arch", str(arch), "--dtype", dtype,
+         "--scheme", scheme, "--json"],
+        capture_output=True, text=True, env=env, timeout=900)
+    assert res.returncode == 0, res.stderr[-4000:]
+    rows = json.loads(res.stdout.strip().splitlines()[-1])
+    assert {r["kernel"] for r in rows} == kernels
+    for r in rows:
+        assert r["shared_ok"], r
+        if dtype in ("bfloat16", "float16"):
+            assert r["spill_bytes"] == 0, r
+    print("\n".join(json.dumps(r) for r in rows))
