@@ -7,6 +7,7 @@
 #include "relpos/params.h"
 #include "relpos/position_schemes.h"
 #include "relpos/rope.h"
+#include "relpos/schemes.h"
 #include "relpos/tensor_view.h"
 #include "relpos/version.h"
 

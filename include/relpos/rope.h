@@ -22,6 +22,7 @@
 #define RELPOS_ROPE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "relpos/tensor_view.h"
 
@@ -35,6 +36,14 @@ enum class RopeLayout {
   // Pairs (2t, 2t + 1): the paper, GPT-J, Meta's original Llama code.
   kInterleaved,
 };
+
+// "split_halves" / "interleaved": the names of the model config's
+// rope_layout and of Python's layout= (docs/schemes.md).
+const char* RopeLayoutName(RopeLayout layout);
+// The layout of that name; InvalidArgument naming `what` ("layout",
+// "rope_layout") and the value otherwise.
+RopeLayout ParseRopeLayout(const std::string& name,
+                           const char* what = "layout");
 
 enum class RopePath {
   kAuto,       // fast for float, reference for double

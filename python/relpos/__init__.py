@@ -20,6 +20,7 @@ Functions:
     attention_backward  gradients of q, k, v and both tables
     init_relative_table seeded Xavier initialisation of a table (docs/math.md section 5)
     inspect             per-row statistics of a checkpoint's relative tables (docs/inspect.md)
+    schemes, scheme     the registry of named position schemes (relpos/_registry.py)
 
 Translation data and scores (BLEU / chrF as sacrebleu computes them, gettext
 catalogs, the parallel corpus) are in the submodule ``relpos.translate``
@@ -34,12 +35,22 @@ submodule ``relpos.torch`` (imported on first use; needs PyTorch).
 from __future__ import annotations
 
 import importlib
-import operator
 from typing import NamedTuple, Optional
 
 import numpy as np
 
 from . import _relpos_ext as _ext
+from ._checks import boolean as _bool
+from ._checks import contiguous as _array
+from ._checks import float_array as _dtype_of
+from ._checks import integer as _int
+# Position schemes: T5 / clip bucket maps, ALiBi slopes, RoPE
+# (relpos/position_schemes.py, docs/schemes.md); the registry of named
+# schemes (relpos/_registry.py).
+from .position_schemes import (
+    ClipBuckets, T5Buckets, alibi_slopes, clip_bucket, rope, rope_backward,
+    t5_bucket, t5_bucket_reach)
+from ._registry import Scheme, SchemeCall, SchemeTable, scheme, schemes
 
 __version__ = _ext.__version__
 
@@ -52,9 +63,6 @@ __all__ = [
     "init_relative_table",
     "__version__",
 ]
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
 
 class _AttentionGrads5(NamedTuple):
     dq: np.ndarray
@@ -81,27 +89,6 @@ class AttentionGrads(_AttentionGrads5):
         return self
 
 
-class ClipBuckets(NamedTuple):
-    """Asymmetric clip: row ``clip(r, -left, right) + left`` of a table with
-    ``left + right + 1`` rows (r = key position - query position; row 0 is
-    ``left`` or more in the past). ``left == right == k`` is the default
-    symmetric clip. Wav2Vec2-BERT / w2v-BERT 2.0 use ``ClipBuckets(64, 8)``.
-    """
-
-    left: int
-    right: int
-
-
-class T5Buckets(NamedTuple):
-    """T5's logarithmic buckets (relpos.t5_bucket): ``num_buckets`` rows,
-    exact for short distances, logarithmic up to ``max_distance``;
-    bidirectional (encoders) or causal (decoders)."""
-
-    num_buckets: int = 32
-    max_distance: int = 128
-    bidirectional: bool = True
-
-
 def __getattr__(name):
     # `relpos.torch` without an explicit `import relpos.torch`; importing
     # PyTorch is slow, so only on first use.
@@ -110,55 +97,7 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# --- argument checking: every message names the argument -------------------
-
-
-def _dtype_of(fn, name, x):
-    if x is None:
-        raise TypeError(f"relpos.{fn}: {name} must be an array, not None")
-    a = np.asarray(x)
-    if a.dtype not in (np.float32, np.float64):
-        raise TypeError(
-            f"relpos.{fn}: {name} must have dtype float32 or float64 "
-            f"(got {a.dtype})")
-    return a
-
-
-def _array(fn, name, x, dtype, ranks):
-    """x as a C-contiguous array of `dtype` (a copy only when needed)."""
-    a = _dtype_of(fn, name, x)
-    if a.dtype != dtype:
-        raise TypeError(
-            f"relpos.{fn}: {name} has dtype {a.dtype} but q has {dtype}; "
-            f"all arrays of one call must share a dtype")
-    if a.ndim not in ranks:
-        want = " or ".join(str(r) for r in ranks)
-        raise ValueError(
-            f"relpos.{fn}: {name} must have rank {want} (got shape {a.shape})")
-    return np.ascontiguousarray(a)
-
-
-def _int(fn, name, x, allow_none=False):
-    if x is None and allow_none:
-        return None
-    if isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"relpos.{fn}: {name} must be an integer (got bool)")
-    try:
-        value = operator.index(x)
-    except TypeError:
-        raise TypeError(
-            f"relpos.{fn}: {name} must be an integer (got "
-            f"{type(x).__name__})") from None
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(f"relpos.{fn}: {name} out of range (got {value})")
-    return value
-
-
-def _bool(fn, name, x):
-    if not isinstance(x, (bool, np.bool_)):
-        raise TypeError(
-            f"relpos.{fn}: {name} must be a bool (got {type(x).__name__})")
-    return bool(x)
+# --- argument checking: relpos/_checks.py, every message names the argument
 
 
 def _key_lengths(fn, x):
@@ -420,14 +359,9 @@ def init_relative_table(shape, *, init="xavier_normal", scale=1.0, seed=0):
     return table
 
 
-# Position schemes: T5 / clip bucket maps, ALiBi slopes, RoPE
-# (relpos/position_schemes.py, docs/schemes.md).
-from .position_schemes import (  # noqa: E402
-    alibi_slopes, clip_bucket, rope, rope_backward, t5_bucket,
-    t5_bucket_reach)
-
 __all__ += ["alibi_slopes", "clip_bucket", "rope", "rope_backward",
-            "t5_bucket", "t5_bucket_reach"]
+            "t5_bucket", "t5_bucket_reach", "Scheme", "SchemeCall",
+            "SchemeTable", "scheme", "schemes"]
 
 # Inspecting a checkpoint's relative tables (relpos/_inspect.py,
 # docs/inspect.md).

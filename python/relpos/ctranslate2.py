@@ -70,6 +70,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from . import _registry
 from . import _relpos_ext as _ext
 
 __all__ = ["UnsupportedModelError", "build_spec", "export", "main",
@@ -77,23 +78,18 @@ __all__ = ["UnsupportedModelError", "build_spec", "export", "main",
 
 LAYER_NORM_EPS = 1e-5  # relpos's LayerNorm (docs/model.md)
 
-# The model settings the exporter understands, with the values it can
-# translate; any other key in a checkpoint's model config is refused so that
-# a setting added to relpos later cannot be silently dropped.
-_KNOWN_MODEL_KEYS = {
-    "arch", "vocab_size", "d_model", "heads", "layers", "d_ff", "max_len",
-    "position", "max_distance", "key_term", "value_term", "per_head_tables",
-    "rel_init_scale", "dropout", "seed", "k_left", "k_right",
-    # Settings of the schemes that are refused below (t5, shaw-log, rope):
-    # present in every config of relpos's scheme family, unused by the
-    # schemes exported here.
-    "num_buckets", "bucket_max_distance", "rope_base", "rope_layout",
-    # seq2seq: the decoder's depth (-1: as many as layers).
-    "decoder_layers",
-}
-# "relative" is the older name of "shaw" (symmetric clip k).
-_SHAW = ("relative", "shaw")
-_POSITIONS = ("none", "sinusoidal", "learned") + _SHAW + ("shaw-asym",)
+# The model settings the exporter understands: the model's own, and the
+# settings of every position scheme of the registry (relpos.schemes());
+# any other key in a checkpoint's model config is refused so that a setting
+# added to relpos later cannot be silently dropped.
+_MODEL_KEYS = {"arch", "vocab_size", "d_model", "heads", "layers", "d_ff",
+               "position", "dropout", "seed",
+               # seq2seq: the decoder's depth (-1: as many as layers).
+               "decoder_layers"}
+_KNOWN_MODEL_KEYS = _MODEL_KEYS | set(_registry.SETTING_DEFAULTS)
+# The schemes CTranslate2's Transformer specs represent as relpos computes
+# them (each checked against CTranslate2 in python/tests/test_ctranslate2.py).
+_POSITIONS = ("none", "sinusoidal", "learned", "shaw", "shaw-asym")
 
 
 class UnsupportedModelError(ValueError):
@@ -111,6 +107,15 @@ def _require_ctranslate2():
     return specs
 
 
+def _position(mc: Dict) -> str:
+    """The registry's name of the config's position scheme ("relative",
+    the older name of "shaw", reads as "shaw")."""
+    try:
+        return _registry.scheme(mc["position"]).name
+    except ValueError as e:
+        raise UnsupportedModelError(f"relpos.ctranslate2: {e}") from None
+
+
 def _check_supported(mc: Dict) -> None:
     unknown = sorted(set(mc) - _KNOWN_MODEL_KEYS)
     if unknown:
@@ -118,15 +123,15 @@ def _check_supported(mc: Dict) -> None:
             "relpos.ctranslate2: model setting(s) " + ", ".join(unknown) +
             " are not known to this exporter; it cannot tell whether "
             "CTranslate2 represents them")
-    if mc["position"] not in _POSITIONS:
+    pos = _position(mc)
+    if pos not in _POSITIONS:
         raise UnsupportedModelError(
             f"relpos.ctranslate2: position '{mc['position']}' cannot be "
             f"exported (supported: {', '.join(_POSITIONS)}); CTranslate2's "
             "Transformer specs have Shaw tables with a symmetric clip, "
             "learned or sinusoidal absolute positions, T5 biases, ALiBi "
             "(decoder) and RoPE, each in its own convention")
-    pos = mc["position"]
-    if (pos in _SHAW or pos == "shaw-asym") and mc["per_head_tables"]:
+    if pos in ("shaw", "shaw-asym") and mc["per_head_tables"]:
         raise UnsupportedModelError(
             "relpos.ctranslate2: per_head_tables = true cannot be exported: "
             "CTranslate2's relative position tables are one [rows, dh] table "
@@ -188,7 +193,8 @@ def _fill_layer(layer, P, l: int, mc: Dict, side: str = "") -> None:
         np.concatenate([P(b + f"attn.{x}.bias") for x in "qkv"], axis=0))
     _set_linear(att.linear[1], P(b + "attn.out.weight"), P(b + "attn.out.bias"))
     dh = mc["d_model"] // mc["heads"]
-    if mc["position"] == "shaw-asym":
+    pos = _position(mc)
+    if pos == "shaw-asym":
         # A key table under clip(j - i, -k_left, k_right) + k_left, as
         # relpos's ClipBuckets(k_left, k_right) (docs/interop.md).
         att.relative_asymmetric_position_keys = (
@@ -196,7 +202,7 @@ def _fill_layer(layer, P, l: int, mc: Dict, side: str = "") -> None:
                 (mc["k_left"] + mc["k_right"] + 1, dh), dtype=np.float32))
         att.relative_left_max_position = np.int32(mc["k_left"])
         att.relative_right_max_position = np.int32(mc["k_right"])
-    if mc["position"] in _SHAW:
+    if pos == "shaw":
         zeros = np.zeros((2 * mc["max_distance"] + 1, dh), dtype=np.float32)
         att.relative_position_keys = (
             P(b + "attn.rel_k") if mc["key_term"] else zeros)
@@ -225,7 +231,7 @@ def _fill_cross_attention(att, P, b: str) -> None:
 
 
 def _absolute_table(mc: Dict, P, side: str = "") -> Optional[np.ndarray]:
-    pos, rows, d = mc["position"], mc["max_len"], mc["d_model"]
+    pos, rows, d = _position(mc), mc["max_len"], mc["d_model"]
     if pos == "learned":
         return P(side + "embed.position")
     if pos == "sinusoidal":
@@ -309,7 +315,7 @@ def seq2seq_spec(mc: Dict, P, vocab: Dict):
     specs = _require_ctranslate2()
     _check_supported(mc)
     common = dict(pre_norm=True, activation=specs.Activation.GELU,
-                  relative_position=mc["position"] in _SHAW)
+                  relative_position=_position(mc) == "shaw")
     dec_layers = mc.get("decoder_layers", -1)
     dec_layers = mc["layers"] if dec_layers < 0 else dec_layers
     encoder = specs.TransformerEncoderSpec(mc["layers"], mc["heads"], **common)
@@ -354,7 +360,7 @@ def spec_from_parameters(mc: Dict, P):
         raise ValueError("relpos.ctranslate2: a seq2seq model's spec needs "
                          "its vocabulary: use seq2seq_spec or build_spec")
     common = dict(pre_norm=True, activation=specs.Activation.GELU,
-                  relative_position=mc["position"] in _SHAW)
+                  relative_position=_position(mc) == "shaw")
     if mc["arch"] == "encoder":
         stack = specs.TransformerEncoderSpec(mc["layers"], mc["heads"], **common)
         stack.embeddings[0].weight = P("embed.token")
@@ -371,7 +377,7 @@ def spec_from_parameters(mc: Dict, P):
         stack.position_encodings.encodings = table
     _set_layer_norm(stack.layer_norm, P("final_ln.gamma"), P("final_ln.beta"))
     for l, layer in enumerate(stack.layer):
-        if mc["position"] == "shaw-asym":
+        if _position(mc) == "shaw-asym":
             # The layer specs have no switch for it: the attention spec does.
             layer.self_attention = attention_spec.MultiHeadAttentionSpec(
                 self_attention=True, relative_asymmetric_position=True)

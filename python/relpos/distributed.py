@@ -31,10 +31,10 @@ step behind them and arrives back at its owner after P hops. A chunk pair's
 gradient needs the GLOBAL softmax statistics (docs/math.md section 3: p_ij =
 exp(s_ij - lse_i), D_i = dout_i . out_i with the whole row's lse and out),
 which relpos.attention_backward takes as out= / lse=. Its float32 fused
-kernel uses them as given; its float64 reference path recomputes the pair's
-own softmax, so float64 pairs (and the far pairs of any dtype) take the
-chunk-pair backward in torch below. Both are tested against single-process
-relpos attention.
+kernel, which runs every scheme's backward, uses them as given; its float64
+reference path recomputes the pair's own softmax, so float64 pairs (and the
+far pairs of any dtype) take the chunk-pair backward in torch below. Both
+are tested against single-process relpos attention.
 
 Table gradients (ak, av, bias) are this rank's contribution (its queries'
 rows); sum them over the group -- DistributedDataParallel over the same
@@ -46,6 +46,7 @@ import hashlib
 import math
 import operator
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
@@ -62,7 +63,9 @@ _BLOCK_ENTRIES = 1 << 22
 
 
 class _Scheme:
-    """The position scheme of a call: bucket map, reach and table roles."""
+    """The position terms of a call (already validated by relpos.attention,
+    context_parallel_attention's first step): the tables, the bucket map
+    and its reach, and ALiBi's slopes."""
 
     def __init__(self, heads, ak, av, bias, max_distance, buckets, alibi):
         self.ak, self.av, self.bias = ak, av, bias
@@ -71,40 +74,23 @@ class _Scheme:
         if use_alibi:
             self.slopes = (_relpos.alibi_slopes(heads) if alibi is True
                            else [float(m) for m in alibi])
-            if len(self.slopes) != heads:
-                raise ValueError(f"relpos.{_FN}: alibi needs one slope per "
-                                 f"head ({heads}), got {len(self.slopes)}")
         self.kwargs = dict(max_distance=max_distance, buckets=buckets,
                            alibi=None if self.slopes is None
                            else list(self.slopes))
         if buckets is None:
-            if max_distance is None:
-                raise TypeError(f"relpos.{_FN}: max_distance (the clipping "
-                                f"distance k) is required unless buckets is "
-                                f"given")
-            k = int(max_distance)
-            if k < 0:
-                raise ValueError(f"relpos.{_FN}: max_distance must be >= 0 "
-                                 f"(got {k})")
-            left = right = k
-            self._map = lambda r: _relpos.clip_bucket(r, left=k, right=k)
-            self.t5 = False
+            left = right = int(max_distance)
+            self._map = lambda r: _relpos.clip_bucket(r, left=left,
+                                                      right=right)
         elif isinstance(buckets, _relpos.ClipBuckets):
             left, right = int(buckets.left), int(buckets.right)
             self._map = lambda r: _relpos.clip_bucket(r, left=left,
                                                       right=right)
-            self.t5 = False
-        elif isinstance(buckets, _relpos.T5Buckets):
+        else:
             t5 = dict(num_buckets=buckets.num_buckets,
                       max_distance=buckets.max_distance,
                       bidirectional=buckets.bidirectional)
             left = right = _relpos.t5_bucket_reach(**t5)
             self._map = lambda r: _relpos.t5_bucket(r, **t5)
-            self.t5 = True
-        else:
-            raise TypeError(f"relpos.{_FN}: buckets must be None, "
-                            f"relpos.ClipBuckets or relpos.T5Buckets (got "
-                            f"{type(buckets).__name__})")
         # The bucket map is constant for r >= hi and for r <= lo; ALiBi's
         # -m |r| is not, so it has no far pairs.
         self.reach = None if use_alibi else (-left, right)
@@ -116,12 +102,14 @@ class _Scheme:
     def far_bucket(self, r):
         return int(self._map(torch.tensor([r]).numpy())[0])
 
-    def relpos_backward_ok(self, dtype):
-        # The fused float32 kernel reads out / lse as given (the global
-        # statistics); T5 buckets with a vector or value table run on the
-        # reference path, which recomputes its own softmax.
-        return dtype == torch.float32 and not (
-            self.t5 and (self.ak is not None or self.av is not None))
+    @staticmethod
+    def relpos_backward_ok(dtype):
+        # The fused float32 kernel, which runs every scheme's backward
+        # (Shaw's tables under any bucket map, T5's bias, ALiBi), reads out
+        # and lse as given: the global statistics. The float64 reference
+        # recomputes the pair's own softmax, so float64 pairs take the torch
+        # path below.
+        return dtype == torch.float32
 
 
 # --- one chunk pair in torch (far shortcut and the float64 path) ------------
@@ -507,14 +495,17 @@ def _check_local(q, k, v, ak, av, bias, max_distance, causal, buckets,
     if not isinstance(causal, bool):
         raise TypeError(f"relpos.{_FN}: causal must be a bool (got "
                         f"{type(causal).__name__})")
-    scheme = _Scheme(q.shape[1], ak, av, bias, max_distance, buckets, alibi)
-    if q.shape[2] > 0:
-        # relpos's own argument checks (table shapes against the scheme,
-        # dtypes, ...) on a one-row problem, before the ring starts.
-        _relpos.attention(_np(q[:, :, :1]), _np(k[:, :, :1]),
-                          _np(v[:, :, :1]), _np(ak), _np(av), bias=_np(bias),
-                          causal=causal, **scheme.kwargs)
-    return scheme
+    # relpos's own argument checks (max_distance / buckets / alibi, table
+    # shapes against them, dtypes, ...) on a one-row problem (an empty chunk
+    # included) before the ring starts; _Scheme takes them as checked.
+    b, h, _, d = q.shape
+    row = np.zeros((b, h, 1, d), dtype=_np(q).dtype)
+    _relpos.attention(row, row, np.zeros((b, h, 1, v.shape[3]), row.dtype),
+                      _np(ak), _np(av), bias=_np(bias), causal=causal,
+                      max_distance=max_distance, buckets=buckets,
+                      alibi=alibi.detach().cpu().numpy()
+                      if isinstance(alibi, torch.Tensor) else alibi)
+    return _Scheme(h, ak, av, bias, max_distance, buckets, alibi)
 
 
 def _digest(value):

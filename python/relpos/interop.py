@@ -23,9 +23,10 @@ Both give a :class:`LoadedAttention`: the projections in
 ``torch.nn.Linear`` layout ([out, in] weights, y = x W^T + b, the layout all
 three libraries store) plus the tables and bucket map. Run it with
 :meth:`LoadedAttention.forward` (numpy, relpos's kernel),
-:meth:`LoadedAttention.forward_torch` (differentiable, relpos.torch), or,
-for a symmetric clip, turn it into ``relpos.torch.RelativeMultiheadAttention``
-with :meth:`LoadedAttention.to_torch_module`.
+:meth:`LoadedAttention.forward_torch` (differentiable, relpos.torch), or
+turn it into ``relpos.torch.RelativeMultiheadAttention`` (scheme "shaw" for
+a symmetric clip, "shaw-asym" otherwise) with
+:meth:`LoadedAttention.to_torch_module`.
 
 ``state_dict`` is any mapping from tensor names to arrays (numpy arrays,
 torch tensors, a safetensors dict): only the names and shapes matter.
@@ -113,7 +114,7 @@ class LoadedAttention(NamedTuple):
     def forward_torch(self, x, key_lengths=None, causal=False):
         """forward() in PyTorch through relpos.torch.attention: x [B, N, E]
         float32/float64 CPU tensor; differentiable in x (the weights are
-        constants here; use to_torch_module to train a symmetric layer)."""
+        constants here; use to_torch_module to train the layer)."""
         import torch
 
         from . import torch as rtorch
@@ -139,24 +140,21 @@ class LoadedAttention(NamedTuple):
 
     def to_torch_module(self, causal=False):
         """A relpos.torch.RelativeMultiheadAttention holding these weights
-        (float32). Needs a symmetric clip (left == right): that module has
-        Shaw's max_distance only; asymmetric sources (Wav2Vec2-BERT) run
-        through forward / forward_torch. OpenNMT-py's one shared table
-        becomes two equal parameters rel_k and rel_v: equal at load, they
-        diverge if trained unless the caller ties them."""
+        (float32): scheme "shaw" for a symmetric clip (left == right, as
+        OpenNMT-py), "shaw-asym" with k_left = left, k_right = right
+        otherwise (Wav2Vec2-BERT). OpenNMT-py's one shared table becomes two
+        equal parameters rel_k and rel_v: equal at load, they diverge if
+        trained unless the caller ties them."""
         import torch
 
         from .torch import RelativeMultiheadAttention
 
-        if self.buckets.left != self.buckets.right:
-            raise ValueError(
-                f"relpos.interop: to_torch_module needs a symmetric clip, but "
-                f"{self.source} clips at left={self.buckets.left}, "
-                f"right={self.buckets.right}; use forward or forward_torch")
+        b = self.buckets
+        reach = (dict(max_distance=b.left) if b.left == b.right else
+                 dict(scheme="shaw-asym", k_left=b.left, k_right=b.right))
         m = RelativeMultiheadAttention(
-            self.embed_dim, self.num_heads, self.buckets.left,
-            key_term=self.ak is not None, value_term=self.av is not None,
-            causal=causal)
+            self.embed_dim, self.num_heads, key_term=self.ak is not None,
+            value_term=self.av is not None, causal=causal, **reach)
         with torch.no_grad():
             for proj, w, bias in ((m.q_proj, self.q_weight, self.q_bias),
                                   (m.k_proj, self.k_weight, self.k_bias),

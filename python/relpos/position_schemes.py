@@ -5,6 +5,10 @@ Distances follow relpos's convention r = j - (i + off): key position minus
 query position, negative when the key is in the past. This is Hugging Face
 T5's ``relative_position = memory_position - context_position``.
 
+Bucket maps (the ``buckets=`` of relpos.attention):
+    ClipBuckets       asymmetric clip clip(r, -left, right) + left
+    T5Buckets         T5's logarithmic buckets
+
 Functions:
     t5_bucket         T5's logarithmic buckets of an array of distances
     t5_bucket_reach   the distance beyond which T5 buckets stop changing
@@ -17,15 +21,19 @@ Functions:
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from . import _relpos_ext as _ext
-# The package's argument checkers (defined in __init__.py before it imports
-# this module): the same messages everywhere.
-from . import _bool, _int
+# The package's argument checks (relpos/_checks.py): the same messages
+# everywhere.
+from ._checks import boolean as _bool
+from ._checks import choice, float_array, integer as _int, number
 
 __all__ = [
+    "ClipBuckets",
+    "T5Buckets",
     "alibi_slopes",
     "clip_bucket",
     "rope",
@@ -36,6 +44,27 @@ __all__ = [
 
 _INT64_MAX = 2**63 - 1
 _LAYOUTS = ("split_halves", "interleaved")
+
+
+class ClipBuckets(NamedTuple):
+    """Asymmetric clip: row ``clip(r, -left, right) + left`` of a table with
+    ``left + right + 1`` rows (r = key position - query position; row 0 is
+    ``left`` or more in the past). ``left == right == k`` is the default
+    symmetric clip. Wav2Vec2-BERT / w2v-BERT 2.0 use ``ClipBuckets(64, 8)``.
+    """
+
+    left: int
+    right: int
+
+
+class T5Buckets(NamedTuple):
+    """T5's logarithmic buckets (relpos.t5_bucket): ``num_buckets`` rows,
+    exact for short distances, logarithmic up to ``max_distance``;
+    bidirectional (encoders) or causal (decoders)."""
+
+    num_buckets: int = 32
+    max_distance: int = 128
+    bidirectional: bool = True
 
 
 def _require_bindings():
@@ -125,32 +154,20 @@ def alibi_slopes(num_heads):
 def rope_base_layout(fn, base, layout):
     """(base as a float, layout) of a RoPE call, checked (shared by
     relpos.rope and relpos.triton.rope)."""
-    try:
-        base = float(base)
-    except (TypeError, ValueError):
-        raise TypeError(f"relpos.{fn}: base must be a number (got "
-                        f"{type(base).__name__})") from None
+    base = number(fn, "base", base)
     if not math.isfinite(base) or base <= 0:
         raise ValueError(f"relpos.{fn}: base must be finite and > 0 "
                          f"(got {base})")
-    if not isinstance(layout, str) or layout not in _LAYOUTS:
-        raise ValueError(f"relpos.{fn}: layout must be 'split_halves' or "
-                         f"'interleaved' (got {layout!r})")
-    return base, layout
+    return base, choice(fn, "layout", layout, _LAYOUTS)
 
 
 def _rope_call(fn, x, position_offset, base, layout, backward):
     _require_bindings()
-    name = "dy" if backward else "x"
-    if x is None:
-        raise TypeError(f"relpos.{fn}: {name} must be an array, not None")
-    a = np.asarray(x)
-    if a.dtype not in (np.float32, np.float64):
-        raise TypeError(f"relpos.{fn}: {name} must have dtype float32 or "
-                        f"float64 (got {a.dtype})")
+    a = float_array(fn, "dy" if backward else "x", x)
     if a.ndim not in (1, 2, 3, 4):
-        raise ValueError(f"relpos.{fn}: {name} must have rank 1 to 4, "
-                         f"[..., N, d] (got shape {a.shape})")
+        raise ValueError(f"relpos.{fn}: {'dy' if backward else 'x'} must "
+                         f"have rank 1 to 4, [..., N, d] (got shape "
+                         f"{a.shape})")
     a = np.ascontiguousarray(a)
     offset = _int(fn, "position_offset", position_offset)
     base, layout = rope_base_layout(fn, base, layout)

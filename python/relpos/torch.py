@@ -35,7 +35,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 import relpos as _relpos
-from relpos import _ops
+from relpos import _checks, _ops
 
 __all__ = ["attention", "RelativeMultiheadAttention", "SCHEMES"]
 
@@ -149,8 +149,16 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
     return _AttentionFunction.apply(q, k, v, ak, av, bias, pb, options)
 
 
-SCHEMES = ("shaw", "shaw-asym", "shaw-log", "t5", "alibi", "rope", "xl")
-_SHAW_SCHEMES = ("shaw", "shaw-asym", "shaw-log")
+# The registry's schemes that act inside attention (relpos.schemes()):
+# shaw, shaw-asym, shaw-log, t5, alibi, rope, xl.
+SCHEMES = tuple(s.name for s in _relpos.schemes() if s.inside_attention)
+# Every table any of them may have (a module registers the others as None).
+_TABLE_NAMES = tuple(dict.fromkeys(
+    t for s in SCHEMES for t in _relpos.scheme(s).table_names))
+_D = _relpos._registry.SETTING_DEFAULTS  # the papers' defaults
+_TABLE_INITS = ("xavier_normal", "xavier_uniform", "zeros")
+# The module's keyword for each registry setting it spells differently.
+_KEYWORD = {"rel_init_scale": "table_init_scale"}
 
 
 def _xl_sinusoids(k, dim, dtype, device):
@@ -178,8 +186,10 @@ class RelativeMultiheadAttention(nn.Module):
         num_heads: H.
         max_distance: the clipping distance k >= 0 of scheme "shaw"
             (default 16); the other schemes take none.
-        scheme: how positions enter (docs/model.md lists the defaults and
-            their sources):
+        scheme: how positions enter, a scheme of the registry that acts
+            inside attention (relpos.scheme(name); SCHEMES lists them; the
+            tables' names, shapes and initialisation are its entry's,
+            docs/model.md lists the defaults and their sources):
             "shaw" (Shaw et al.): vector tables rel_k, rel_v under
                 clip(r, -k, k);
             "shaw-asym": the same tables under clip(r, -k_left, k_right)
@@ -216,6 +226,9 @@ class RelativeMultiheadAttention(nn.Module):
         device, dtype: for the parameters; CPU modules run relpos's C++
             kernel (float32 / float64), CUDA ones its Triton kernels
             (float16, bfloat16, float32, float64).
+        Every setting is type-checked; the values of those the scheme reads
+        are checked by the registry (ValueError naming the setting), the
+        others are kept as attributes and otherwise ignored.
 
     Parameters: q_proj, k_proj, v_proj, out_proj (nn.Linear E -> E,
     Xavier-uniform weights and zero biases, as torch.nn.MultiheadAttention);
@@ -227,140 +240,99 @@ class RelativeMultiheadAttention(nn.Module):
     """
 
     def __init__(self, embed_dim, num_heads, max_distance=None, *,
-                 scheme="shaw", per_head_tables=False, key_term=True,
-                 value_term=True, causal=False, bias=True,
-                 table_init="xavier_normal", table_init_scale=1.0, k_left=64,
-                 k_right=8, num_buckets=32, bucket_max_distance=128,
-                 rope_base=10000.0, rope_layout="split_halves", device=None,
-                 dtype=None):
+                 scheme="shaw", per_head_tables=_D["per_head_tables"],
+                 key_term=_D["key_term"], value_term=_D["value_term"],
+                 causal=False, bias=True, table_init="xavier_normal",
+                 table_init_scale=_D["rel_init_scale"], k_left=_D["k_left"],
+                 k_right=_D["k_right"], num_buckets=_D["num_buckets"],
+                 bucket_max_distance=_D["bucket_max_distance"],
+                 rope_base=_D["rope_base"], rope_layout=_D["rope_layout"],
+                 device=None, dtype=None):
         super().__init__()
-        where = "RelativeMultiheadAttention"
-        if scheme not in SCHEMES:
-            raise ValueError(f"{where}: scheme must be one of "
+        fn = "torch.RelativeMultiheadAttention"
+        try:
+            entry = _relpos.scheme(scheme)
+        except (TypeError, ValueError):
+            entry = None
+        if entry is None or entry.name not in SCHEMES:
+            raise ValueError(f"relpos.{fn}: scheme must be one of "
                              f"{', '.join(SCHEMES)} (got {scheme!r})")
-        if max_distance is None and scheme == "shaw":
-            max_distance = 16
-        if max_distance is not None and scheme != "shaw":
-            raise ValueError(f"{where}: max_distance applies to scheme "
-                             f"'shaw' only (got max_distance={max_distance!r} "
-                             f"with scheme={scheme!r})")
-        ints = [("embed_dim", embed_dim), ("num_heads", num_heads),
-                ("k_left", k_left), ("k_right", k_right),
-                ("num_buckets", num_buckets),
-                ("bucket_max_distance", bucket_max_distance)]
-        if scheme == "shaw":
-            ints.append(("max_distance", max_distance))
-        for name, value in ints:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{where}: {name} must be an int (got "
-                                f"{type(value).__name__})")
-        if embed_dim <= 0 or num_heads <= 0:
+        reads = entry.settings
+        if max_distance is not None and "max_distance" not in reads:
+            readers = [s for s in SCHEMES
+                       if "max_distance" in _relpos.scheme(s).settings]
+            raise ValueError(f"relpos.{fn}: max_distance applies to scheme "
+                             f"{', '.join(readers)} only (got max_distance="
+                             f"{max_distance!r} with scheme={scheme!r})")
+        embed_dim = _checks.integer(fn, "embed_dim", embed_dim)
+        num_heads = _checks.integer(fn, "num_heads", num_heads)
+        if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
             raise ValueError(
-                f"{where}: embed_dim and num_heads must be > 0 (got "
-                f"{embed_dim}, {num_heads})")
-        if embed_dim % num_heads:
+                f"relpos.{fn}: embed_dim ({embed_dim}) must be divisible by "
+                f"num_heads ({num_heads}), both > 0")
+        self.table_init = _checks.choice(fn, "table_init", table_init,
+                                         _TABLE_INITS)
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.head_dim = embed_dim // num_heads
+        self.scheme, self.causal = entry.name, bool(causal)
+        # Every setting is type-checked and kept; the registry checks the
+        # values of those the scheme reads (and its layer: RoPE's even head
+        # width, XL's even embed_dim, T5's buckets) and gives the tables.
+        settings = dict(
+            max_distance=_D["max_distance"] if max_distance is None
+            else max_distance, k_left=k_left, k_right=k_right,
+            num_buckets=num_buckets, bucket_max_distance=bucket_max_distance,
+            rope_base=rope_base, rope_layout=rope_layout,
+            per_head_tables=bool(per_head_tables), key_term=bool(key_term),
+            value_term=bool(value_term), rel_init_scale=table_init_scale)
+        settings = _relpos._registry._settings(fn, settings)
+        try:
+            layer = (num_heads, self.head_dim)
+            tables = entry.tables(*layer, causal=self.causal, **settings)
+            self._call = entry.call(*layer, causal=self.causal, **settings)
+        except ValueError as e:
             raise ValueError(
-                f"{where}: embed_dim ({embed_dim}) must be divisible by "
-                f"num_heads ({num_heads})")
-        for name, value in (("max_distance", max_distance),
-                            ("k_left", k_left), ("k_right", k_right)):
-            if value is not None and value < 0:
-                raise ValueError(f"{where}: {name} must be >= 0 (got "
-                                 f"{value})")
-        if table_init not in ("xavier_normal", "xavier_uniform", "zeros"):
-            raise ValueError(
-                f"{where}: table_init must be 'xavier_normal', "
-                f"'xavier_uniform' or 'zeros' (got {table_init!r})")
-        scale = float(table_init_scale)
-        if not math.isfinite(scale) or scale < 0:
-            raise ValueError(f"{where}: table_init_scale must be finite and "
-                             f">= 0 (got {scale})")
-        head_dim = embed_dim // num_heads
-        if scheme in ("shaw-log", "t5"):
-            half = num_buckets if causal else num_buckets // 2
-            if half // 2 < 1:
-                raise ValueError(
-                    f"{where}: num_buckets must be >= {2 if causal else 4} "
-                    f"for {'causal' if causal else 'bidirectional'} T5 "
-                    f"buckets (got {num_buckets})")
-            if bucket_max_distance <= half // 2:
-                raise ValueError(
-                    f"{where}: bucket_max_distance must exceed the exact "
-                    f"buckets' reach {half // 2} (got {bucket_max_distance})")
-        if scheme == "rope":
-            if head_dim % 2:
-                raise ValueError(f"{where}: scheme 'rope' needs an even "
-                                 f"head width embed_dim / num_heads (got "
-                                 f"{head_dim})")
-            if rope_layout not in ("split_halves", "interleaved"):
-                raise ValueError(f"{where}: rope_layout must be "
-                                 f"'split_halves' or 'interleaved' (got "
-                                 f"{rope_layout!r})")
-            base = float(rope_base)
-            if not math.isfinite(base) or base <= 0:
-                raise ValueError(f"{where}: rope_base must be finite and > 0 "
-                                 f"(got {rope_base})")
-        if scheme == "xl" and embed_dim % 2:
-            raise ValueError(f"{where}: scheme 'xl' needs an even embed_dim "
-                             f"(sines and cosines; got {embed_dim})")
-        self.embed_dim = embed_dim
-        self.num_heads = num_heads
-        self.head_dim = head_dim
-        self.scheme = scheme
-        self.max_distance = max_distance
-        self.per_head_tables = bool(per_head_tables)
-        self.causal = bool(causal)
-        self.table_init = table_init
-        self.table_init_scale = scale
-        self.k_left, self.k_right = k_left, k_right
-        self.num_buckets = num_buckets
-        self.bucket_max_distance = bucket_max_distance
-        self.rope_base = float(rope_base)
-        self.rope_layout = rope_layout
-
+                f"relpos.{fn}: {str(e).removeprefix('relpos: ')}") from None
+        for key, value in settings.items():
+            setattr(self, _KEYWORD.get(key, key), value)
+        if "max_distance" not in reads:
+            self.max_distance = None
+        self._settings = {k: v for k, v in settings.items() if k in reads}
         factory = dict(device=device, dtype=dtype)
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        rows = self.table_rows()
-        shape = ((num_heads, rows, head_dim) if self.per_head_tables
-                 else (rows, head_dim))
-        shaw = scheme in _SHAW_SCHEMES
-        for name, on in (("rel_k", key_term), ("rel_v", value_term)):
+        for name in _TABLE_NAMES:  # the scheme's own below, the others None
+            self.register_parameter(name, None)
+        self._tables = tables
+        for t in tables:
             self.register_parameter(
-                name, nn.Parameter(torch.empty(shape, **factory))
-                if shaw and on else None)
-        self.register_parameter(
-            "t5_bias", nn.Parameter(torch.empty(num_heads, rows, **factory))
-            if scheme == "t5" else None)
-        for name, size in (("xl_w", (embed_dim, embed_dim)),
-                           ("xl_u", (num_heads, head_dim)),
-                           ("xl_v", (num_heads, head_dim))):
-            self.register_parameter(
-                name, nn.Parameter(torch.empty(size, **factory))
-                if scheme == "xl" else None)
+                t.name, nn.Parameter(torch.empty(t.shape, **factory)))
         self.reset_parameters()
+
+    def _table(self, role):
+        """The parameter with this registry role, or None."""
+        for t in self._tables:
+            if t.role == role:
+                return getattr(self, t.name)
+        return None
 
     def buckets(self):
         """The relpos bucket map of the scheme (None: the symmetric clip)."""
-        if self.scheme == "shaw-asym":
-            return _relpos.ClipBuckets(self.k_left, self.k_right)
-        if self.scheme in ("shaw-log", "t5"):
-            return _relpos.T5Buckets(self.num_buckets,
-                                     self.bucket_max_distance,
-                                     not self.causal)
-        return None
+        return self._call.attention.get("buckets")
 
     def table_rows(self):
         """Rows nb of the scheme's tables (Shaw's, T5's bias); 0 if none."""
-        if self.scheme == "shaw":
+        roles = _relpos.scheme(self.scheme).table_roles
+        if not {"key_table", "value_table", "score_bias"} & set(roles):
+            return 0
+        b = self.buckets()
+        if b is None:
             return 2 * self.max_distance + 1
-        if self.scheme == "shaw-asym":
-            return self.k_left + self.k_right + 1
-        if self.scheme in ("shaw-log", "t5"):
-            return self.num_buckets
-        return 0
+        if isinstance(b, _relpos.ClipBuckets):
+            return b.left + b.right + 1
+        return b.num_buckets
 
     def table_std(self):
         """Xavier normal std of an [nb, E/H] table (docs/math.md section 5)."""
@@ -373,23 +345,20 @@ class RelativeMultiheadAttention(nn.Module):
             if proj.bias is not None:
                 nn.init.zeros_(proj.bias)
         with torch.no_grad():
-            for table in (self.rel_k, self.rel_v):
-                if table is None:
-                    continue
-                if self.table_init == "xavier_normal":
-                    table.normal_(0.0, self.table_std())
+            # The registry's initialisation, in its table order; Shaw's
+            # Xavier tables as table_init says.
+            for t in self._tables:
+                p = getattr(self, t.name)
+                if t.init == "normal":
+                    p.normal_(0.0, t.scale)
+                elif self.table_init == "xavier_normal":
+                    p.normal_(0.0, self.table_std())
                 elif self.table_init == "xavier_uniform":
                     # U(-a, a) has std a / sqrt(3): a = sqrt(3) * std.
                     bound = math.sqrt(3.0) * self.table_std()
-                    table.uniform_(-bound, bound)
+                    p.uniform_(-bound, bound)
                 else:
-                    table.zero_()
-            if self.t5_bias is not None:
-                self.t5_bias.normal_(0.0, self.embed_dim ** -0.5)
-            if self.xl_w is not None:
-                self.xl_w.normal_(0.0, self.embed_dim ** -0.5)
-                self.xl_u.normal_(0.0, 0.02)
-                self.xl_v.normal_(0.0, 0.02)
+                    p.zero_()
 
     def xl_table(self, k):
         """Transformer-XL's key table [H, 2k+1, E/H]: row r + k of head h is
@@ -431,49 +400,31 @@ class RelativeMultiheadAttention(nn.Module):
         q = heads(self.q_proj(query))
         k = heads(self.k_proj(key))
         v = heads(self.v_proj(value))
-        kw = dict(causal=self.causal, key_lengths=key_lengths,
+        call = self._call
+        kw = dict(call.attention, key_lengths=key_lengths,
                   query_offset=query_offset)
-        s = self.scheme
-        if s in _SHAW_SCHEMES:
-            buckets = self.buckets()
-            o = attention(q, k, v, self.rel_k, self.rel_v,
-                          max_distance=self.max_distance if buckets is None
-                          else None, buckets=buckets, **kw)
-        elif s == "t5":
-            o = attention(q, k, v, buckets=self.buckets(), bias=self.t5_bias,
-                          **kw)
-        elif s == "alibi":
-            o = attention(q, k, v, max_distance=0, alibi=True, **kw)
-        elif s == "rope":
-            rot = dict(base=self.rope_base, layout=self.rope_layout)
-            o = attention(rope(q, position_offset=off, **rot),
-                          rope(k, position_offset=0, **rot), v,
-                          max_distance=0, **kw)
-        else:  # xl: unclipped, so k covers every distance of the call
+        ak, av = self._table("key_table"), self._table("value_table")
+        pb = None
+        if call.rope is not None:  # q at positions off + i, k at j
+            q = rope(q, position_offset=off, **call.rope)
+            k = rope(k, position_offset=0, **call.rope)
+        if call.xl_table:  # unclipped, so k covers every distance of the call
             reach = max(off + nq - 1, nk - 1 - off, 0)
-            u = self.xl_u[None, :, None, :]
-            o = attention(q + u, k, v, self.xl_table(reach),
-                          max_distance=reach, pb=self.xl_v - self.xl_u, **kw)
+            u = self._table("xl_content_bias")
+            ak, pb = self.xl_table(reach), self._table("xl_position_bias") - u
+            q = q + u[None, :, None, :]
+            kw["max_distance"] = reach
+        o = attention(q, k, v, ak, av, bias=self._table("score_bias"), pb=pb,
+                      **kw)
         return self.out_proj(o.transpose(1, 2).reshape(b, nq, h * d))
 
     def extra_repr(self):
         text = f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
         if self.scheme != "shaw":
             text += f"scheme={self.scheme!r}, "
-        if self.scheme == "shaw":
-            text += f"max_distance={self.max_distance}, "
-        elif self.scheme == "shaw-asym":
-            text += f"k_left={self.k_left}, k_right={self.k_right}, "
-        elif self.scheme in ("shaw-log", "t5"):
-            text += (f"num_buckets={self.num_buckets}, "
-                     f"bucket_max_distance={self.bucket_max_distance}, ")
-        elif self.scheme == "rope":
-            text += (f"rope_base={self.rope_base}, "
-                     f"rope_layout={self.rope_layout!r}, ")
-        if self.scheme in _SHAW_SCHEMES:
-            text += (f"per_head_tables={self.per_head_tables}, "
-                     f"key_term={self.rel_k is not None}, "
-                     f"value_term={self.rel_v is not None}, ")
+        for key, value in self._settings.items():  # those the scheme reads
+            if key != "rel_init_scale":
+                text += f"{key}={value!r}, "
         return text + f"causal={self.causal}"
 
 

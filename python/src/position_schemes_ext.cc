@@ -64,14 +64,6 @@ void ClipBucketArray(InArray<int64_t> r, OutArray<int64_t> out, int64_t left,
   for (size_t i = 0; i < n; ++i) op[i] = ClipBucket(rp[i], b);
 }
 
-RopeLayout ParseLayout(const std::string& layout) {
-  if (layout == "split_halves") return RopeLayout::kSplitHalves;
-  if (layout == "interleaved") return RopeLayout::kInterleaved;
-  throw InvalidArgument(
-      "relpos: layout must be 'split_halves' or 'interleaved' (got '" +
-      layout + "')");
-}
-
 // backward = false: out = RoPE(x); true: out = RoPE backward of x (= dy).
 // float32 takes the fast path, float64 the reference.
 template <typename T>
@@ -79,7 +71,7 @@ void Rope(InArray<T> x, OutArray<T> out, int64_t position_offset, double base,
           const std::string& layout, bool backward) {
   RopeOptions o;
   o.base = base;
-  o.layout = ParseLayout(layout);
+  o.layout = ParseRopeLayout(layout);
   o.position_offset = position_offset;
   o.path = std::is_same_v<T, float> ? RopePath::kAuto : RopePath::kReference;
   const char* in_name = backward ? "dy" : "x";

@@ -24,6 +24,7 @@
 #include "relpos/relpos.h"
 #include "model_ext.h"
 #include "position_schemes_ext.h"
+#include "schemes_ext.h"
 #include "inspect_ext.h"
 #include "translate_ext.h"
 #include "array_view.h"
@@ -262,6 +263,7 @@ NB_MODULE(_relpos_ext, m) {
         nb::arg("kind"), nb::arg("scale"), nb::arg("seed"),
         "Internal: fills a float32 table. Use relpos.init_relative_table.");
   relpos::BindPositionSchemes(m);
+  relpos::BindSchemes(m);
   relpos::BindModel(m);
   relpos::BindInspect(m);
   relpos::BindTranslate(m);

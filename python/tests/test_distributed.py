@@ -219,6 +219,13 @@ def _cp_cases(h, d, dtype):
                                 **_tables(g, dtype, ak=(6, d), av=(6, d))),
         "t5_bias": dict(buckets=relpos.T5Buckets(8, 12, True),
                         **_tables(g, dtype, bias=(h, 8))),
+        # shaw-log: Shaw's vector tables under T5 buckets (the fused kernel
+        # runs their backward with the ring's global statistics).
+        "shaw_log": dict(buckets=relpos.T5Buckets(8, 12, True),
+                         **_tables(g, dtype, ak=(8, d), av=(8, d))),
+        "shaw_log_per_head_causal": dict(
+            buckets=relpos.T5Buckets(6, 10, False), causal=True,
+            **_tables(g, dtype, ak=(h, 6, d), av=(h, 6, d))),
         "t5_bias_causal": dict(buckets=relpos.T5Buckets(6, 10, False),
                                causal=True,
                                **_tables(g, dtype, bias=(h, 6))),
@@ -397,6 +404,55 @@ def test_pair_kind():
     assert _pair_kind(t5, 0, 4, 2 + reach, 4) == ("near", None)
     alibi = _settings(False, alibi=True, max_distance=0)
     assert _pair_kind(alibi, 0, 4, 1000, 4) == ("near", None)
+
+
+@pytest.mark.parametrize("name", ["shaw", "clip_causal", "shaw_log",
+                                  "shaw_log_per_head_causal", "t5_bias"])
+def test_near_pairs_take_the_kernel_backward(name, monkeypatch):
+    """A float32 near chunk pair runs relpos.attention_backward (the fused
+    kernel, with the pair's out / lse as the global statistics) for every
+    bucket map, Shaw's vector tables under T5 buckets included, never the
+    torch chunk-pair path; and agrees with that path."""
+    from relpos import distributed as rd
+    g = torch.Generator().manual_seed(11)
+    b, h, n, d = 2, 2, 6, 4
+    kw = {"shaw": dict(max_distance=2, ak=(5, d), av=(5, d)),
+          "clip_causal": dict(buckets=relpos.ClipBuckets(3, 1), causal=True,
+                              ak=(5, d), av=(5, d)),
+          "shaw_log": dict(buckets=relpos.T5Buckets(8, 12, True), ak=(8, d),
+                           av=(8, d)),
+          "shaw_log_per_head_causal": dict(
+              buckets=relpos.T5Buckets(6, 10, False), causal=True,
+              ak=(h, 6, d), av=(h, 6, d)),
+          "t5_bias": dict(buckets=relpos.T5Buckets(8, 12, True),
+                          bias=(h, 8))}[name]
+    causal = kw.pop("causal", False)
+    tabs = _tables(g, torch.float32, **{t: kw.pop(t) for t in TABLES
+                                        if t in kw})
+    s = rd._Settings(rd._Scheme(h, tabs.get("ak"), tabs.get("av"),
+                                tabs.get("bias"), kw.get("max_distance"),
+                                kw.get("buckets"), None), causal, None)
+    q, k, v, dout = (torch.randn(b, h, n, d, generator=g) for _ in range(4))
+    qo, ko = 3, 1  # queries 3..8, keys 1..6: distances -7 .. 3, near
+    assert rd._pair_kind(s, qo, n, ko, n) == ("near", None)
+    out, lse = rd._pair_forward(s, q, k, v, qo, ko)
+
+    def accumulators():
+        acc = {x: torch.zeros_like(q) for x in ("dq", "dk", "dv")}
+        acc.update({"d" + t: torch.zeros_like(x) for t, x in tabs.items()})
+        return acc
+
+    torch_path = rd._torch_backward
+    taken = []
+    monkeypatch.setattr(rd, "_torch_backward",
+                        lambda *args: taken.append(args))
+    kernel = accumulators()
+    rd._pair_backward(s, q, k, v, qo, ko, out, lse, dout, kernel)
+    assert not taken, "the near float32 pair took the torch path"
+    reference = accumulators()
+    torch_path(s, q, k, v, qo, ko, None, out, lse, dout, reference)
+    for key, want in reference.items():
+        assert _rel_err(kernel[key], want) <= 1e-5, key
 
 
 def test_merge_partial_softmaxes():

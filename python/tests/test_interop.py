@@ -181,8 +181,12 @@ def test_torch_paths_match():
     hf = interop.from_wav2vec2_bert(sd, H, left=5, right=2)
     _close(hf.forward_torch(torch.from_numpy(x)).detach().numpy(),
            hf_wav2vec2_bert(sd, "", x, [9, 9], 5, 2), 1e-12)
-    with pytest.raises(ValueError, match="symmetric clip"):
-        hf.to_torch_module()
+    # The asymmetric clip becomes scheme shaw-asym, key table only.
+    m = hf.to_torch_module()
+    assert (m.scheme, m.k_left, m.k_right) == ("shaw-asym", 5, 2)
+    assert m.rel_v is None
+    got = m(torch.from_numpy(x.astype(np.float32))).detach().numpy()
+    _close(got, hf_wav2vec2_bert(sd, "", x, [9, 9], 5, 2), 1e-4)
 
 
 def test_bad_weights_are_named():

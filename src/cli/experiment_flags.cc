@@ -9,6 +9,7 @@
 #include "relpos/error.h"
 #include "relpos/lab/files.h"
 #include "relpos/lab/model.h"
+#include "relpos/schemes.h"
 
 namespace relpos::cli {
 namespace {
@@ -38,19 +39,27 @@ CLI::Option* AddProgressFlag(CLI::App* sub, std::string* storage) {
 }
 
 std::string PositionLabel(const ExperimentConfig& c) {
-  std::string s = c.Get("model", "position");
-  // Shaw's schemes: the reach of the table and the terms in use.
-  std::string reach;
-  if (s == "shaw") reach = "k=" + c.Get("model", "max_distance");
-  if (s == "shaw-asym") {
-    reach = "k=" + c.Get("model", "k_left") + "/" + c.Get("model", "k_right");
+  const Scheme& scheme = FindScheme(c.Get("model", "position"));
+  std::string s = scheme.name;
+  // The reach of the scheme's table (its label, e.g. "k={max_distance}",
+  // with each {key} replaced by the setting's value) and, for Shaw's
+  // tables, the terms in use.
+  std::string reach = scheme.label;
+  for (size_t open = reach.find('{'); open != std::string::npos;
+       open = reach.find('{', open)) {
+    const size_t close = reach.find('}', open);
+    const std::string value =
+        c.Get("model", reach.substr(open + 1, close - open - 1));
+    reach.replace(open, close - open + 1, value);
+    open += value.size();
   }
-  if (s == "shaw-log") reach = c.Get("model", "num_buckets") + " buckets";
   if (!reach.empty()) {
-    const std::string terms = c.Get("model", "--terms");
     s += " (" + reach;
-    if (terms != "both") s += ", " + terms + " term";
-    if (terms == "neither") s += "s";
+    const std::string terms = c.Get("model", "--terms");
+    if (scheme.Reads(SchemeSetting::kKeyTerm) && terms != "both") {
+      s += ", " + terms + " term";
+      if (terms == "neither") s += "s";
+    }
     s += ")";
   }
   return s;

@@ -20,6 +20,7 @@
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
 #include "relpos/error.h"
+#include "relpos/schemes.h"
 
 namespace relpos::cli {
 namespace {
@@ -40,8 +41,8 @@ struct BenchFlags {
   std::vector<int64_t> n = {256, 512, 1024, 2048, 4096, 8192};
   std::vector<int64_t> k = {16, 64};
   std::vector<std::string> variants = {"vanilla", "relative", "reference"};
-  // Non-empty: one row per relative scheme (relpos/lab/bench.h, bench::Scheme)
-  // instead of the variants above.
+  // Non-empty: one row per relative scheme (relpos/schemes.h; "vanilla" is
+  // plain attention, always timed) instead of the variants above.
   std::vector<std::string> positions;
   int64_t batch = 1;
   int64_t heads = 8;
@@ -146,10 +147,21 @@ bool Selected(const BenchFlags& f, const char* variant) {
 void Validate(const BenchFlags& f) {
   RELPOS_CLI_CHECK(!f.n.empty(), "--n must list at least one size");
   RELPOS_CLI_CHECK(!f.k.empty(), "--k must list at least one distance");
+  // Each scheme's own conditions (RoPE's even --dim), before anything runs.
   for (const std::string& name : f.positions) {
-    RELPOS_CLI_CHECK(name != "rope" || f.dim % 2 == 0,
-                     "--positions rope needs an even --dim (got " << f.dim
-                                                                  << ")");
+    if (name == "vanilla") continue;
+    for (int64_t k : f.k) {
+      const bench::WorkloadShape shape{
+          .heads = f.heads, .dim = f.dim, .max_distance = k};
+      try {
+        FindScheme(name).Validate(bench::SchemeBenchLayer(shape));
+      } catch (const InvalidArgument& e) {
+        RELPOS_CLI_CHECK(false, "--positions " << name << " (--heads "
+                                               << f.heads << ", --dim " << f.dim
+                                               << ", --k " << k
+                                               << "): " << MessageBody(e));
+      }
+    }
   }
   for (int64_t n : f.n) {
     // Each factor is at most 2^16, so the product cannot overflow.
@@ -353,11 +365,26 @@ nlohmann::json RowJson(const Row& r) {
   return j;
 }
 
+// The row name of a scheme: "vanilla" for plain attention (none).
+std::string RowName(const Scheme& scheme) {
+  return scheme.id == SchemeId::kNone ? "vanilla" : scheme.name;
+}
+
+// --positions' choices: vanilla, then every scheme that acts inside
+// attention, in the registry's order.
+std::vector<std::string> BenchSchemeNames() {
+  std::vector<std::string> names = {"vanilla"};
+  for (const Scheme& s : Schemes()) {
+    if (s.InsideAttention()) names.push_back(s.name);
+  }
+  return names;
+}
+
 // A scheme row's description (everything but its times).
 Row SchemeRow(const bench::SchemeWorkload& w,
               const bench::WorkloadShape& shape) {
   Row row;
-  row.name = bench::SchemeName(w.scheme());
+  row.name = RowName(w.scheme());
   row.has_k = bench::SchemeUsesMaxDistance(w.scheme());
   row.path = w.Fused() ? "fused" : "reference";
   row.shape = shape;
@@ -376,11 +403,10 @@ Calls SchemeCalls(bench::SchemeWorkload& w) {
 // timed interleaved with vanilla (TimeAgainstVanilla). Schemes the fused
 // kernel does not run yet take the reference path, with
 // --reference-repeats, and only up to --reference-max-n.
-std::vector<bench::Scheme> ListedSchemes(const BenchFlags& f) {
-  std::vector<bench::Scheme> schemes;
+std::vector<const Scheme*> ListedSchemes(const BenchFlags& f) {
+  std::vector<const Scheme*> schemes;
   for (const std::string& name : f.positions) {
-    const bench::Scheme s = bench::SchemeFromName(name);
-    if (s != bench::Scheme::kVanilla) schemes.push_back(s);
+    if (name != "vanilla") schemes.push_back(&FindScheme(name));
   }
   return schemes;
 }
@@ -388,8 +414,8 @@ std::vector<bench::Scheme> ListedSchemes(const BenchFlags& f) {
 // How many measurements RunSchemes plans (for the progress count).
 int64_t SchemeMeasurements(const BenchFlags& f) {
   int64_t per_n = 1;  // vanilla
-  for (bench::Scheme s : ListedSchemes(f)) {
-    per_n += bench::SchemeUsesMaxDistance(s)
+  for (const Scheme* s : ListedSchemes(f)) {
+    per_n += bench::SchemeUsesMaxDistance(*s)
                  ? static_cast<int64_t>(f.k.size())
                  : 1;
   }
@@ -399,31 +425,32 @@ int64_t SchemeMeasurements(const BenchFlags& f) {
 void RunSchemes(const BenchFlags& f, int threads, double sgemm_gflops,
                 std::vector<Row>* rows, BenchProgress& progress,
                 std::ostream& out) {
-  const std::vector<bench::Scheme> schemes = ListedSchemes(f);
+  const std::vector<const Scheme*> schemes = ListedSchemes(f);
+  const Scheme& vanilla_scheme = FindScheme(SchemeId::kNone);
   for (int64_t n : f.n) {
     bench::WorkloadShape shape{.batch = f.batch, .heads = f.heads, .n = n,
                                .dim = f.dim, .max_distance = 0};
     progress.Start(Describe("vanilla", n, false, 0));
-    bench::SchemeWorkload vanilla_w(bench::Scheme::kVanilla, shape, threads);
+    bench::SchemeWorkload vanilla_w(vanilla_scheme, shape, threads);
     const Calls vanilla_calls = SchemeCalls(vanilla_w);
     Samples vanilla_samples;
     std::vector<Row> timed;
-    for (bench::Scheme scheme : schemes) {
+    for (const Scheme* scheme : schemes) {
       const std::vector<int64_t> ks =
-          bench::SchemeUsesMaxDistance(scheme) ? f.k : std::vector<int64_t>{0};
+          bench::SchemeUsesMaxDistance(*scheme) ? f.k : std::vector<int64_t>{0};
       for (int64_t k : ks) {
         shape.max_distance = k;
-        bench::SchemeWorkload w(scheme, shape, threads);
+        bench::SchemeWorkload w(*scheme, shape, threads);
         if (!w.Fused() && n > f.reference_max_n) {
           progress.Skip();
           Row skipped;
-          skipped.name = bench::SchemeName(scheme);
+          skipped.name = RowName(*scheme);
           skipped.repeats = 0;  // a placeholder line, printed in order
           timed.push_back(skipped);
           continue;
         }
-        progress.Start(Describe(bench::SchemeName(scheme), n,
-                                bench::SchemeUsesMaxDistance(scheme), k));
+        progress.Start(Describe(RowName(*scheme), n,
+                                bench::SchemeUsesMaxDistance(*scheme), k));
         Row r = SchemeRow(w, shape);
         TimeAgainstVanilla(vanilla_calls, SchemeCalls(w),
                            w.Fused() ? f.repeats : f.reference_repeats, &r,
@@ -790,19 +817,20 @@ void AddBenchVerb(CLI::App& app, std::ostream& out) {
       ->delimiter(',')
       ->check(CLI::IsMember({"vanilla", "relative", "reference"}))
       ->capture_default_str();
-  sub->add_option("--positions", f->positions,
-                  "Time these relative schemes instead of --variants: any of " +
-                      [] {
-                        std::string all;
-                        for (const std::string& n : bench::SchemeNames()) {
-                          all += all.empty() ? "" : ",";
-                          all += n;
-                        }
-                        return all;
-                      }() +
-                      " (vanilla is always timed; overhead_pct is over it)")
+  sub->add_option(
+         "--positions", f->positions,
+         "Time these relative schemes instead of --variants: any of " +
+             [] {
+               std::string all;
+               for (const std::string& n : BenchSchemeNames()) {
+                 all += all.empty() ? "" : ",";
+                 all += n;
+               }
+               return all;
+             }() +
+             " (vanilla is always timed; overhead_pct is over it)")
       ->delimiter(',')
-      ->check(CLI::IsMember(bench::SchemeNames()))
+      ->check(CLI::IsMember(BenchSchemeNames()))
       ->excludes(variants_opt);
   sub->add_option("--batch", f->batch, "Batch size B")
       ->check(CLI::Range(int64_t{1}, kMaxHeadsOrDim))

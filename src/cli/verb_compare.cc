@@ -25,6 +25,7 @@
 #include "relpos/error.h"
 #include "relpos/lab/files.h"
 #include "relpos/lab/training.h"
+#include "relpos/schemes.h"
 
 namespace relpos::cli {
 namespace {
@@ -247,8 +248,11 @@ void RunCompareVerb(CompareFlags& f, std::ostream& out) {
                    "--tasks must name at least one task");
   defaults.SetDefault("train", "task", has_lm ? "lm" : spec.tasks.front());
   spec.base = RunWithFlagNames([&] { return f.exp.Build(defaults); });
-  spec.positions = f.positions.empty() ? PositionSchemeNames()
-                                       : SplitList(f.positions);
+  if (f.positions.empty()) {
+    for (const Scheme& s : Schemes()) spec.positions.push_back(s.name);
+  } else {
+    spec.positions = SplitList(f.positions);
+  }
   spec.seeds = ParseSeeds(f.seeds.empty()
                               ? (f.quick ? kQuickSeeds : kDefaultSeeds)
                               : f.seeds);

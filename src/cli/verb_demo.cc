@@ -26,6 +26,7 @@
 #include "relpos/lab/files.h"
 #include "relpos/lab/model.h"
 #include "relpos/lab/training.h"
+#include "relpos/schemes.h"
 
 namespace relpos::cli {
 namespace {
@@ -59,12 +60,14 @@ struct DemoModel {
   ExperimentConfig config;
 };
 
+// The table's name of a scheme, by where the registry says it acts: at the
+// input (absolute), inside attention (relative) or nowhere.
 std::string DemoName(const std::string& position) {
-  if (position == "none") return "no positions";
-  if (position == "relative" || position == "shaw") return "relative (k=16)";
-  if (position == "sinusoidal" || position == "learned") {
-    return "absolute (" + position + ")";
-  }
+  const Scheme& scheme = FindScheme(position);
+  if (scheme.sides.empty()) return "no positions";
+  // Shaw's scheme as the demo's model has it (k = 16).
+  if (scheme.id == SchemeId::kShaw) return "relative (k=16)";
+  if (scheme.ActsOn(SchemeSide::kInput)) return "absolute (" + position + ")";
   return "relative (" + position + ")";
 }
 
@@ -344,10 +347,9 @@ void AddDemoVerb(CLI::App& app, std::ostream& out) {
   AddProgressFlag(sub, &flags->progress);
   sub->add_option("--positions", flags->positions,
                   "Position schemes to compare, comma-separated (any "
-                  "--position scheme: none, "
-                  "sinusoidal, learned, shaw (relative), shaw-asym, shaw-log, "
-                  "t5, alibi, rope, xl; learned and none are slower to "
-                  "train)");
+                  "--position scheme: " +
+                      SchemeNameList() +
+                      "; learned and none are slower to train)");
   sub->add_option("--sequences", flags->sequences,
                   "Evaluation sequences per length")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

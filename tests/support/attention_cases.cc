@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
 #include <sstream>
+
+#include "relpos/schemes.h"
 
 namespace relpos {
 
@@ -410,58 +411,57 @@ std::vector<AttentionCase> SchemeCases() {
 
 namespace {
 
-// The schemes at realistic settings, shared by the sweeps.
-struct SweepScheme {
-const char* name;
-void (*set)(AttentionOptions&);
-};
-const SweepScheme kSweepSchemes[] = {
-    {"asym64_8",
-     [](AttentionOptions& o) {
-       o.buckets.kind = BucketKind::kClip;
-       o.buckets.clip = {64, 8};
-     }},
-    {"shawlog32_128",
-     [](AttentionOptions& o) {
-       o.buckets.kind = BucketKind::kT5;
-       o.buckets.t5 = {32, 128, true};
-     }},
-    {"t5_32_128",
-     [](AttentionOptions& o) {
-       o.buckets.kind = BucketKind::kT5;
-       o.buckets.t5 = {32, 128, true};
-       o.score_term = ScoreTerm::kScalarTable;
-       o.value_term = false;
-     }},
-    {"t5causal_32_128",
-     [](AttentionOptions& o) {
-       o.buckets.kind = BucketKind::kT5;
-       o.buckets.t5 = {32, 128, false};
-       o.score_term = ScoreTerm::kScalarTable;
-       o.value_term = false;
-     }},
-    {"alibi",
-     [](AttentionOptions& o) {
-       o.score_term = ScoreTerm::kAlibi;
-       o.value_term = false;
-     }},
-    {"xl",
-     [](AttentionOptions& o) {
-       o.max_distance = 256;  // >= every distance below: nothing clipped
-       o.position_query_bias = true;
-       o.value_term = false;
-     }},
-};
+// `c` under registry scheme `s` at its paper's default settings, as the
+// model's layer of c's heads and key width calls it (T5's buckets causal
+// under a causal mask; Transformer-XL with a row for every distance of c's
+// queries and keys), on c's layout: mask, offsets, lengths, starts, scale,
+// and c's shared or per-head tables where the scheme reads that setting.
+void SetRegistryScheme(AttentionCase& c, const Scheme& s) {
+  SchemeLayer layer;
+  layer.heads = c.heads;
+  layer.head_dim = c.dk;
+  layer.causal = c.options.causal;
+  layer.settings.per_head_tables = c.options.per_head_tables;
+  AttentionOptions o = s.Call(layer, c.q_len + c.k_len).attention;
+  o.query_offset = c.options.query_offset;
+  o.query_offsets = c.options.query_offsets;
+  o.key_lengths = c.options.key_lengths;
+  o.key_starts = c.options.key_starts;
+  o.scale = c.options.scale;
+  c.options = std::move(o);
+}
+
+// The registry's schemes that act inside attention, in its order; RoPE
+// (which rotates q and k outside it and runs plain attention) only with
+// `plain`.
+std::vector<const Scheme*> AttentionSchemes(bool plain) {
+  std::vector<const Scheme*> schemes;
+  for (const Scheme& s : Schemes()) {
+    if (!s.InsideAttention()) continue;
+    const AttentionOptions probe = s.Call(SchemeLayer{}, 1).attention;
+    if (plain || probe.key_term || probe.value_term) schemes.push_back(&s);
+  }
+  return schemes;
+}
+
+// A scheme's name as a case name ("shaw-asym" -> "shaw_asym").
+std::string CaseName(const Scheme& s) {
+  std::string name = s.name;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
 
 }  // namespace
 
 std::vector<AttentionCase> SchemeSweepCases() {
   std::vector<AttentionCase> cases;
-  for (const SweepScheme& s : kSweepSchemes) {
+  // The registry's schemes with a relative term inside attention, each at
+  // its paper's default settings and with the call the model makes.
+  for (const Scheme* s : AttentionSchemes(false)) {
     auto add = [&](AttentionCase c, bool causal) {
-      c.name = std::string(s.name) + "_" + c.name;
       c.options.causal = causal;
-      s.set(c.options);
+      SetRegistryScheme(c, *s);
+      c.name = CaseName(*s) + "_" + c.name;
       cases.push_back(std::move(c));
     };
     add(MakeCase("sq63", 1, 2, 63, 63, 64, 64, 16), false);
@@ -543,22 +543,14 @@ std::vector<AttentionCase> LayoutCases() {
 
 std::vector<AttentionCase> LayoutSweepCases() {
   std::vector<AttentionCase> cases;
-  // The shared sweep schemes, plus Shaw's clip and plain attention (what
-  // RoPE runs after rotating q and k).
-  std::vector<SweepScheme> schemes(std::begin(kSweepSchemes),
-                                   std::end(kSweepSchemes));
-  schemes.push_back({"shaw16", [](AttentionOptions& o) {
-                       o.max_distance = 16;
-                     }});
-  schemes.push_back({"rope", [](AttentionOptions& o) {
-                       o.key_term = false;
-                       o.value_term = false;
-                     }});
-  for (const SweepScheme& s : schemes) {
+  // Every registry scheme that acts inside attention at its paper's default
+  // settings (Shaw's k = 16, T5's 32 / 128, ...), RoPE as the plain
+  // attention it runs after rotating q and k.
+  for (const Scheme* s : AttentionSchemes(true)) {
     auto add = [&](AttentionCase c, bool causal) {
-      c.name = std::string(s.name) + "_" + c.name;
+      c.name = CaseName(*s) + "_" + c.name;
       c.options.causal = causal;
-      s.set(c.options);
+      SetRegistryScheme(c, *s);
       // T5's unscaled scores on its scalar-table schemes.
       if (c.options.score_term == ScoreTerm::kScalarTable) c.options.scale = 1.0;
       cases.push_back(std::move(c));
@@ -605,11 +597,11 @@ std::vector<AttentionCase> FewQueryCases() {
   // runs' edges land inside short key ranges), realistic ones of the sweeps,
   // Shaw's clip in each term combination, shared and per-head, and plain
   // attention (RoPE's call).
-  struct Scheme {
+  struct FewQueryScheme {
     const char* name;
     void (*set)(AttentionCase&);
   };
-  static const Scheme kSchemes[] = {
+  static const FewQueryScheme kSchemes[] = {
       {"shaw", [](AttentionCase& c) { c.options.max_distance = 3; }},
       {"shaw16perhead",
        [](AttentionCase& c) {
@@ -626,15 +618,20 @@ std::vector<AttentionCase> FewQueryCases() {
        }},
       {"asym", [](AttentionCase& c) { SetScheme(c, "asym"); }},
       {"asym0", [](AttentionCase& c) { SetScheme(c, "asym0"); }},
-      {"asym64_8", [](AttentionCase& c) { kSweepSchemes[0].set(c.options); }},
+      {"shaw_asym_defaults",
+       [](AttentionCase& c) {
+         SetRegistryScheme(c, FindScheme(SchemeId::kShawAsym));
+       }},
       {"log", [](AttentionCase& c) { SetScheme(c, "log"); }},
-      {"shawlog32_128",
-       [](AttentionCase& c) { kSweepSchemes[1].set(c.options); }},
+      {"shaw_log_defaults",
+       [](AttentionCase& c) {
+         SetRegistryScheme(c, FindScheme(SchemeId::kShawLog));
+       }},
       {"t5", [](AttentionCase& c) { SetScheme(c, "t5"); }},
       {"t5causal", [](AttentionCase& c) { SetScheme(c, "t5causal"); }},
-      {"t5_32_128",
+      {"t5_defaults",
        [](AttentionCase& c) {
-         kSweepSchemes[2].set(c.options);
+         SetRegistryScheme(c, FindScheme(SchemeId::kT5));
          c.options.scale = 1.0;
        }},
       {"alibi", [](AttentionCase& c) { SetScheme(c, "alibi"); }},
@@ -693,7 +690,7 @@ std::vector<AttentionCase> FewQueryCases() {
     shape(c, false);
   }
   std::vector<AttentionCase> cases;
-  for (const Scheme& s : kSchemes) {
+  for (const FewQueryScheme& s : kSchemes) {
     for (AttentionCase c : shapes) {
       s.set(c);  // on top of the shape's k = 2
       c.name = std::string(s.name) + "_" + c.name;

@@ -151,12 +151,15 @@ std::vector<AttentionCase> StandardCases();
 // n < reach, dk != dv, per-head tables where the scheme has tables.
 std::vector<AttentionCase> SchemeCases();
 
-// The schemes at realistic settings (clip 64 / 8 as w2v-BERT 2.0, T5 with
-// 32 buckets and max distance 128 bidirectional and causal, shaw-log with
-// those buckets, ALiBi with the paper's slopes, XL with k >= n) on sizes
-// around the fused kernel's tiles (63/64/65/129, Nq != Nk, decoding, dk !=
-// dv, padding, per-head tables): for comparing a fast path against the
-// reference in float. Each case well under 1e8 FLOPs.
+// Every scheme of the registry (relpos/schemes.h) with a term inside
+// attention, at its paper's defaults and with the options the registry
+// gives a layer (shaw k = 16, shaw-asym 64 / 8 as w2v-BERT 2.0, shaw-log and
+// t5 with T5's 32 buckets and max distance 128, bidirectional, or causal
+// with the causal mask, ALiBi with the paper's slopes, XL unclipped), on
+// sizes around the fused kernel's tiles (63/64/65/129, Nq != Nk, decoding,
+// dk != dv, padding, per-head tables): for comparing a fast path against
+// the reference in float. A scheme added to the registry joins the sweep.
+// Each case well under 1e8 FLOPs.
 std::vector<AttentionCase> SchemeSweepCases();
 
 // Awkward sizes for fast paths (tile boundaries 1, primes, 63/64/65, 127/129,

@@ -15,11 +15,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "relpos/attention.h"
 #include "relpos/rope.h"
+#include "relpos/schemes.h"
 
 namespace relpos::bench {
 
@@ -92,36 +94,32 @@ class AttentionWorkload {
 };
 
 // ---------------------------------------------------------------------------
-// The relative-scheme family (docs/math.md section 8, docs/schemes.md), as
-// `relpos bench --positions` times it: self-attention like the workloads
-// above, each scheme at its paper's default settings, forward and backward
-// with every learned input's gradient.
-enum class Scheme {
-  kVanilla,   // no position term (the fused kernel's plain attention)
-  kShaw,      // symmetric clip k, vector tables AK and AV (Shaw et al.)
-  kShawAsym,  // clip (left k, right max(1, k/8)), AK and AV; k = 64 gives
-              // w2v-BERT 2.0's 64 / 8
-  kShawLog,   // T5's bidirectional log buckets (32, max distance 128), AK, AV
-  kT5,        // T5 buckets (32, 128, bidirectional), scalar bias[H, 32]
-  kAlibi,     // the paper's slopes for H heads, bidirectional -m_h |r|
-  kRope,      // RopeForward on q and k (split halves, base 10000), vanilla
-              // attention, RopeBackward on dq and dk
-  kXl,        // Transformer-XL: unclipped distances (k = n), key table with
-              // the position query bias pb[H, d], no value term
-};
+// The relative-scheme family (the registry of relpos/schemes.h; docs/math.md
+// section 8), as `relpos bench --positions` times it: self-attention like
+// the workloads above, each scheme of the registry that acts inside
+// attention at its paper's default settings (SchemeBenchLayer), forward and
+// backward with every learned input's gradient, the scheme's attention call
+// exactly as the registry gives it. The scheme `none` is plain attention
+// (the rows call it "vanilla").
 
-// "vanilla", "shaw", "shaw-asym", "shaw-log", "t5", "alibi", "rope", "xl".
-const char* SchemeName(Scheme scheme);
-// Every scheme's name, in the enum's order.
-std::vector<std::string> SchemeNames();
-// The scheme called `name`; throws InvalidArgument naming it otherwise.
-Scheme SchemeFromName(const std::string& name);
+// The registry layer of a workload: shape.heads heads of width shape.dim,
+// not causal, the registry's default settings except that
+// shape.max_distance sets max_distance (shaw) and k_left = max_distance,
+// k_right = max(1, max_distance / 8) (shaw-asym; 64 gives w2v-BERT 2.0's
+// 64 / 8).
+SchemeLayer SchemeBenchLayer(const WorkloadShape& shape);
 // Whether the scheme reads WorkloadShape::max_distance (shaw, shaw-asym).
-bool SchemeUsesMaxDistance(Scheme scheme);
+bool SchemeUsesMaxDistance(const Scheme& scheme);
 
 class SchemeWorkload {
  public:
-  SchemeWorkload(Scheme scheme, const WorkloadShape& shape, int threads,
+  // `scheme`: one that acts inside attention, or none. Its attention call
+  // is the registry's, with the conventions of the workloads above: every
+  // table shared by the heads ([rows, d]) and filled directly (XL's key
+  // table too, unclipped at k = n: 2n + 1 rows, with pb [H, d]). Throws
+  // InvalidArgument for another scheme or a layer it cannot run (RoPE with
+  // an odd dim).
+  SchemeWorkload(const Scheme& scheme, const WorkloadShape& shape, int threads,
                  uint64_t seed = 1);
 
   void Forward();
@@ -135,16 +133,16 @@ class SchemeWorkload {
   // buffers of the inputs' size, which are counted here too). Reference:
   // its row buffers, 2 Nk floats.
   int64_t ExtraBytes() const;
-  Scheme scheme() const { return scheme_; }
+  const Scheme& scheme() const { return *scheme_; }
   const WorkloadShape& shape() const { return shape_; }
 
  private:
   AttentionInputs<float> Inputs() const;
 
-  Scheme scheme_;
+  const Scheme* scheme_;
   WorkloadShape shape_;
   AttentionOptions options_;
-  RopeOptions rope_;
+  std::optional<RopeOptions> rope_;  // RoPE: rotate q, k around attention
   int64_t table_rows_ = 0;  // rows of ak / av / bias (0: none)
   bool fused_ = false;
   std::vector<float> q_, k_, v_, ak_, av_, bias_, pb_, out_, lse_, dout_;

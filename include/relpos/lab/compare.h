@@ -179,10 +179,6 @@ CompareResult RunCompare(const CompareSpec& spec,
 std::vector<CompareRow> AggregateCells(const std::vector<CompareTask>& tasks,
                                        const std::vector<CompareCell>& cells);
 
-// Every value of the model's `position` setting, aliases dropped (a name
-// whose canonical spelling is another listed name), in declaration order.
-std::vector<std::string> PositionSchemeNames();
-
 }  // namespace relpos
 
 #endif  // RELPOS_LAB_COMPARE_H_

@@ -395,25 +395,6 @@ std::string CompareResult::ToJson() const {
   return j.dump(2) + "\n";
 }
 
-std::vector<std::string> PositionSchemeNames() {
-  std::vector<std::string> names;
-  for (const SettingInfo& s : ExperimentConfig::Settings()) {
-    if (s.section != "model" || s.key != "position") continue;
-    for (std::string name : SplitList(s.valid)) {
-      while (!name.empty() && name.front() == ' ') name.erase(0, 1);
-      if (name.empty()) continue;
-      // An alias reads back as its canonical name.
-      ExperimentConfig probe;
-      probe.Set("model", "position", name);
-      const std::string canonical = probe.Get("model", "position");
-      if (std::find(names.begin(), names.end(), canonical) == names.end()) {
-        names.push_back(canonical);
-      }
-    }
-  }
-  return names;
-}
-
 namespace {
 
 // The output folder of a run: created if missing, locked for the run (one

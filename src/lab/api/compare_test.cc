@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "relpos/error.h"
+#include "relpos/schemes.h"
 #include "support/subprocess.h"
 
 namespace relpos {
@@ -387,13 +388,20 @@ TEST(RunCompare, TheGridIsCappedAndPlanningHonoursTheStopFlag) {
     EXPECT_THAT(e.what(), HasSubstr("at most 1000 seeds"));
   }
   spec.seeds.resize(1000);
-  spec.positions = {"none", "sinusoidal", "learned", "shaw", "shaw-asym",
-                    "shaw-log", "t5", "alibi", "rope", "xl", "relative"};
+  // Every name the registry accepts (11 with the alias): 1000 seeds each.
+  spec.positions.clear();
+  for (const Scheme& s : Schemes()) {
+    spec.positions.push_back(s.name);
+    for (const std::string& alias : s.aliases) spec.positions.push_back(alias);
+  }
+  ASSERT_GT(spec.positions.size(), 10u);
   try {
     RunCompare(spec);
     FAIL();
   } catch (const InvalidArgument& e) {
-    EXPECT_THAT(e.what(), HasSubstr("11000 cells exceeds the 10000"));
+    EXPECT_THAT(e.what(),
+                HasSubstr(std::to_string(1000 * spec.positions.size()) +
+                          " cells exceeds the 10000"));
   }
   spec = TinySpec();
   const std::string out =
@@ -426,20 +434,18 @@ TEST(RunCompare, OnlyAValidGridCreatesTheOutputFolder) {
   EXPECT_TRUE(fs::exists(out + "/compare.json"));
 }
 
-TEST(PositionSchemeNames, ListsEverySchemeOnce) {
-  const std::vector<std::string> names = PositionSchemeNames();
-  for (const char* name : {"none", "sinusoidal", "learned"}) {
-    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end())
-        << name;
-  }
-  std::vector<std::string> sorted = names;
-  std::sort(sorted.begin(), sorted.end());
-  EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end());
-  // Every name is accepted as it is listed.
-  for (const std::string& name : names) {
+// `relpos compare` runs every scheme of the registry by default: each name
+// (and alias) is a value of the model's `position` setting, written back
+// as its scheme's name.
+TEST(Positions, EveryRegistrySchemeIsAPositionSetting) {
+  for (const Scheme& s : Schemes()) {
     ExperimentConfig c;
-    c.Set("model", "position", name);
-    EXPECT_EQ(c.Get("model", "position"), name);
+    c.Set("model", "position", s.name);
+    EXPECT_EQ(c.Get("model", "position"), s.name);
+    for (const std::string& alias : s.aliases) {
+      c.Set("model", "position", alias);
+      EXPECT_EQ(c.Get("model", "position"), s.name) << alias;
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "model/decoder_session.h"
+#include "model/positions.h"
 #include "train/determinism.h"
 #include "train/memory_plan.h"
 
@@ -57,7 +58,7 @@ void CheckRequest(const model::Transformer& t, const ExperimentConfig& config,
                                                 << n << " bytes, beyond the "
                                                 << kMaxGenerateTokens
                                                 << " accepted");
-  if (c.position == model::PositionScheme::kLearned) {
+  if (model::HasLearnedInputTable(c)) {
     RELPOS_CHECK_ARG(n <= c.max_len,
                      "prompt is " << n
                                   << " bytes, longer than the model allows: "

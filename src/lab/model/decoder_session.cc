@@ -167,7 +167,7 @@ void BasicDecoderSession<T>::Init(int64_t batch) {
   RELPOS_CHECK_ARG(capacity_ >= 1, "DecoderSession: capacity must be >= 1 (got "
                                        << capacity_ << ")");
   RELPOS_CHECK_ARG(
-      c.position != PositionScheme::kLearned || capacity_ <= c.max_len,
+      !HasLearnedInputTable(c) || capacity_ <= c.max_len,
       "DecoderSession: capacity "
           << capacity_ << " exceeds max_len = " << c.max_len
           << " (the learned position table has no rows beyond it)");

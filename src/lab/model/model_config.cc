@@ -6,6 +6,8 @@
 #include <string>
 
 #include "core/check.h"
+#include "model/positions.h"
+#include "relpos/schemes.h"
 
 namespace relpos::model {
 namespace {
@@ -27,6 +29,33 @@ using io::Field;
 using io::Range;
 using io::Setting;
 using io::Words;
+
+// `position`: a name of the scheme registry (relpos/schemes.h), aliases
+// accepted and written as their scheme's name.
+Setting<ModelConfig> PositionSetting() {
+  std::string outside, inside;
+  std::vector<std::string> names, aliases;
+  for (const Scheme& s : Schemes()) {
+    std::string& list = s.InsideAttention() ? inside : outside;
+    list += std::string(list.empty() ? "" : ", ") + s.name;
+    for (const std::string& a : s.aliases) list += " (alias " + a + ")";
+    names.push_back(s.name);
+    aliases.insert(aliases.end(), s.aliases.begin(), s.aliases.end());
+  }
+  names.insert(names.end(), aliases.begin(), aliases.end());
+  return Words<ModelConfig>(
+      "position", "--position",
+      "How positions enter the model: " + outside +
+          " (absolute, at the input), or inside attention: " + inside +
+          " (docs/model.md)",
+      names,
+      [](const ModelConfig& c) {
+        return std::string(FindScheme(c.position).name);
+      },
+      [](ModelConfig& c, const std::string& s, const std::string&) {
+        c.position = FindScheme(s).id;
+      });
+}
 
 std::vector<Setting<ModelConfig>> MakeModelSettings() {
   using C = ModelConfig;
@@ -65,19 +94,7 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
       Field<C>("max_len", "--max-len",
                "Rows of the learned absolute position table", &C::max_len,
                Range{1, kMaxLen}),
-      io::InGroup(
-          Words<C>("position", "--position",
-                   "How positions enter the model: none, sinusoidal, learned "
-                   "(absolute, at the input), or inside attention: shaw "
-                   "(Shaw et al.; 'relative' is its old name), shaw-asym, "
-                   "shaw-log, t5, alibi, rope, xl (docs/model.md)",
-                   {"none", "sinusoidal", "learned", "shaw", "shaw-asym",
-                    "shaw-log", "t5", "alibi", "rope", "xl", "relative"},
-                   [](const C& c) { return ToString(c.position); },
-                   [](C& c, const std::string& s, const std::string&) {
-                     c.position = ParsePositionScheme(s);
-                   }),
-          pos),
+      io::InGroup(PositionSetting(), pos),
       io::InGroup(Field<C>("max_distance", "--max-distance,-k",
                            "shaw: clipping distance k of relative positions",
                            &C::max_distance, Range{0, kMaxDistance}),
@@ -102,27 +119,31 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
                            "buckets end (Raffel et al.: 128)",
                            &C::bucket_max_distance, Range{2, kMaxLen}),
                   pos),
-      io::InGroup(Field<C>("rope_base", "--rope-base",
-                           "rope: theta_t = base^(-2t/d_head) (Su et al.: "
-                           "10000)",
-                           &C::rope_base,
-                           Range{.lo = 0,
-                                 .hi = double(int64_t{1} << 40),
-                                 .lo_open = true}),
-                  pos),
       io::InGroup(
-          Words<C>("rope_layout", "--rope-layout",
-                   "rope: pairs (t, t + d/2) as GPT-NeoX / Hugging Face "
-                   "Llama, or (2t, 2t+1) as the paper and GPT-J",
-                   {"split_halves", "interleaved"},
-                   [](const C& c) {
-                     return std::string(c.rope_interleaved ? "interleaved"
-                                                           : "split_halves");
-                   },
-                   [](C& c, const std::string& s, const std::string&) {
-                     c.rope_interleaved = s == "interleaved";
-                   }),
+          Field<C>(
+              "rope_base", "--rope-base",
+              "rope: theta_t = base^(-2t/d_head) (Su et al.: "
+              "10000)",
+              &C::rope_base,
+              Range{.lo = 0, .hi = double(int64_t{1} << 40), .lo_open = true}),
           pos),
+      io::InGroup(Words<C>(
+                      "rope_layout", "--rope-layout",
+                      "rope: pairs (t, t + d/2) as GPT-NeoX / Hugging Face "
+                      "Llama, or (2t, 2t+1) as the paper and GPT-J",
+                      {RopeLayoutName(RopeLayout::kSplitHalves),
+                       RopeLayoutName(RopeLayout::kInterleaved)},
+                      [](const C& c) {
+                        return std::string(RopeLayoutName(
+                            c.rope_interleaved ? RopeLayout::kInterleaved
+                                               : RopeLayout::kSplitHalves));
+                      },
+                      [](C& c, const std::string& s, const std::string&) {
+                        c.rope_interleaved =
+                            ParseRopeLayout(s, "rope_layout") ==
+                            RopeLayout::kInterleaved;
+                      }),
+                  pos),
       io::InGroup(Field<C>("key_term", "",
                            "Shaw's tables: relative term inside the "
                            "attention score",
@@ -152,8 +173,8 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
                            "tables",
                            &C::rel_init_scale, Range{.lo = 0}),
                   pos),
-      Field<C>("dropout", "--dropout", "Dropout probability",
-               &C::dropout, Range{.lo = 0, .hi = 1, .hi_open = true}),
+      Field<C>("dropout", "--dropout", "Dropout probability", &C::dropout,
+               Range{.lo = 0, .hi = 1, .hi_open = true}),
       io::WithDefaultNote(
           Field<C>("seed", "",
                    "Initialisation seed (the trainer derives it from the "
@@ -164,63 +185,6 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
 }
 
 }  // namespace
-
-constexpr PositionScheme kAllSchemes[] = {
-    PositionScheme::kNone,     PositionScheme::kSinusoidal,
-    PositionScheme::kLearned,  PositionScheme::kShaw,
-    PositionScheme::kShawAsym, PositionScheme::kShawLog,
-    PositionScheme::kT5,       PositionScheme::kAlibi,
-    PositionScheme::kRope,     PositionScheme::kXl};
-
-std::string ToString(PositionScheme scheme) {
-  switch (scheme) {
-    case PositionScheme::kNone:
-      return "none";
-    case PositionScheme::kSinusoidal:
-      return "sinusoidal";
-    case PositionScheme::kLearned:
-      return "learned";
-    case PositionScheme::kShaw:
-      return "shaw";
-    case PositionScheme::kShawAsym:
-      return "shaw-asym";
-    case PositionScheme::kShawLog:
-      return "shaw-log";
-    case PositionScheme::kT5:
-      return "t5";
-    case PositionScheme::kAlibi:
-      return "alibi";
-    case PositionScheme::kRope:
-      return "rope";
-    case PositionScheme::kXl:
-      return "xl";
-  }
-  return "unknown";
-}
-
-PositionScheme ParsePositionScheme(const std::string& name) {
-  // Checkpoints written before the scheme family say "relative".
-  if (name == "relative") return PositionScheme::kShaw;
-  for (PositionScheme s : kAllSchemes) {
-    if (ToString(s) == name) return s;
-  }
-  RELPOS_THROW(InvalidArgument,
-               "unknown position scheme '"
-                   << name
-                   << "' (expected one of: none, sinusoidal, learned, shaw, "
-                      "shaw-asym, shaw-log, t5, alibi, rope, xl; relative "
-                      "is shaw)");
-}
-
-bool IsRelative(PositionScheme s) {
-  return s != PositionScheme::kNone && s != PositionScheme::kSinusoidal &&
-         s != PositionScheme::kLearned;
-}
-
-bool HasShawTables(PositionScheme s) {
-  return s == PositionScheme::kShaw || s == PositionScheme::kShawAsym ||
-         s == PositionScheme::kShawLog;
-}
 
 std::string ToString(Arch arch) {
   switch (arch) {
@@ -291,86 +255,67 @@ std::string TermsName(const ModelConfig& c) {
 
 namespace {
 
-// The checks that depend on the position scheme, for one side of the model
-// (its arch decides T5's bucket direction).
-void ValidateScheme(const ModelConfig& c) {
-  const int64_t dh_int = c.d_model / c.heads;
-  // Shaw's switches mean nothing to the other schemes: refuse them there
-  // rather than ignore them silently.
-  if (!HasShawTables(c.position)) {
+// Shaw's switches mean nothing to the schemes that do not read them: refuse
+// them there (at a value other than the default) rather than ignore them.
+void CheckUnreadSwitches(const Scheme& scheme, const ModelConfig& c) {
+  auto readers = [](SchemeSetting setting) {
+    std::string names;
+    for (const Scheme& s : Schemes()) {
+      if (!s.Reads(setting)) continue;
+      names += std::string(names.empty() ? "" : ", ") + s.name;
+    }
+    return names;
+  };
+  if (!scheme.Reads(SchemeSetting::kPerHeadTables)) {
     RELPOS_CHECK_ARG(!c.per_head_tables,
-                     "model config field 'per_head_tables' applies to Shaw's "
-                     "tables (shaw, shaw-asym, shaw-log); position '"
-                         << ToString(c.position) << "' has none (got true)");
-    RELPOS_CHECK_ARG(c.key_term && c.value_term,
-                     "model config fields 'key_term' / 'value_term' (terms) "
-                     "apply to Shaw's tables (shaw, shaw-asym, shaw-log); "
-                     "position '"
-                         << ToString(c.position)
-                         << "' has none (got key_term = "
-                         << (c.key_term ? "true" : "false")
-                         << ", value_term = "
-                         << (c.value_term ? "true" : "false") << ")");
+                     "model config field 'per_head_tables' applies to "
+                     "position "
+                         << readers(SchemeSetting::kPerHeadTables)
+                         << "; position '" << scheme.name
+                         << "' has no such tables (got true)");
   }
-  if (c.position == PositionScheme::kRope) {
-    RELPOS_CHECK_ARG(dh_int % 2 == 0,
-                     "model config position 'rope' needs an even head width "
-                     "d_model / heads (got "
-                         << c.d_model << " / " << c.heads << " = " << dh_int
-                         << ")");
-  }
-  if (c.position == PositionScheme::kXl) {
-    RELPOS_CHECK_ARG(c.d_model % 2 == 0,
-                     "model config position 'xl' needs an even d_model "
-                     "(sines and cosines; got "
-                         << c.d_model << ")");
-  }
-  if (c.position == PositionScheme::kT5 ||
-      c.position == PositionScheme::kShawLog) {
-    // T5's buckets need exact = half / 2 >= 1 and a non-empty log range.
-    const bool bidirectional = c.arch == Arch::kEncoder;
-    const int64_t half = bidirectional ? c.num_buckets / 2 : c.num_buckets;
-    const int64_t exact = half / 2;
-    RELPOS_CHECK_ARG(exact >= 1,
-                     "model config field 'num_buckets' must be >= "
-                         << (bidirectional ? 4 : 2) << " for "
-                         << (bidirectional ? "an encoder's bidirectional"
-                                           : "a decoder's causal")
-                         << " T5 buckets (got " << c.num_buckets << ")");
-    RELPOS_CHECK_ARG(c.bucket_max_distance > exact,
-                     "model config field 'bucket_max_distance' must exceed "
-                     "the exact buckets' reach "
-                         << exact << " (num_buckets = " << c.num_buckets
-                         << "; got " << c.bucket_max_distance << ")");
+  if (!scheme.Reads(SchemeSetting::kKeyTerm) ||
+      !scheme.Reads(SchemeSetting::kValueTerm)) {
+    RELPOS_CHECK_ARG(
+        c.key_term && c.value_term,
+        "model config fields 'key_term' / 'value_term' (terms) "
+        "apply to position "
+            << readers(SchemeSetting::kKeyTerm) << "; position '" << scheme.name
+            << "' has no such terms (got key_term = "
+            << (c.key_term ? "true" : "false")
+            << ", value_term = " << (c.value_term ? "true" : "false") << ")");
   }
 }
 
-// Parameters of one block's self-attention and feed-forward sublayers,
-// position tensors included, in double (every factor is capped, so this
-// cannot overflow).
-double BlockParameters(const ModelConfig& c) {
+// The checks that depend on the position scheme, for one side of the model
+// (its arch decides T5's bucket direction): the registry's, after refusing
+// the switches of settings the scheme does not read.
+void ValidateScheme(const ModelConfig& c) {
+  const Scheme& scheme = FindScheme(c.position);
+  CheckUnreadSwitches(scheme, c);
+  scheme.Validate(SchemeLayerOf(c));
+}
+
+// The parameters of a side's scheme and blocks, in double (every factor is
+// capped, so this cannot overflow): per_block those of one block's
+// self-attention and feed-forward sublayers with the scheme's per-layer
+// tables (from the registry), once the tables held once (the input table).
+struct SideParameters {
+  double per_block = 0.0, once = 0.0;
+};
+
+SideParameters BlockParameters(const ModelConfig& c) {
   const double d = static_cast<double>(c.d_model);
-  const double dh = d / static_cast<double>(c.heads);
-  double per_layer = 4.0 * (d * d + d) + 2.0 * d * static_cast<double>(c.d_ff) +
-                     static_cast<double>(c.d_ff) + d + 4.0 * d;
-  if (HasShawTables(c.position)) {
-    double rows = 2.0 * static_cast<double>(c.max_distance) + 1.0;
-    if (c.position == PositionScheme::kShawAsym) {
-      rows = static_cast<double>(c.k_left) + static_cast<double>(c.k_right) +
-             1.0;
-    } else if (c.position == PositionScheme::kShawLog) {
-      rows = static_cast<double>(c.num_buckets);
-    }
-    const double tables =
-        static_cast<double>(c.key_term) + static_cast<double>(c.value_term);
-    per_layer += tables * rows * dh *
-                 (c.per_head_tables ? static_cast<double>(c.heads) : 1.0);
-  } else if (c.position == PositionScheme::kT5) {
-    per_layer += static_cast<double>(c.heads * c.num_buckets);
-  } else if (c.position == PositionScheme::kXl) {
-    per_layer += d * d + 2.0 * d;
+  SideParameters p;
+  p.per_block = 4.0 * (d * d + d) + 2.0 * d * static_cast<double>(c.d_ff) +
+                static_cast<double>(c.d_ff) + d + 4.0 * d;
+  for (const SchemeTable& t :
+       FindScheme(c.position).Tables(SchemeLayerOf(c))) {
+    double n = 1.0;
+    for (int64_t e : t.shape) n *= static_cast<double>(e);
+    (t.per_layer() ? p.per_block : p.once) += n;
   }
-  return per_layer;
+  return p;
 }
 
 }  // namespace
@@ -387,26 +332,25 @@ void Validate(const ModelConfig& c) {
                        << c.decoder_layers << ")");
   const double d = static_cast<double>(c.d_model);
   const double vocab = static_cast<double>(c.vocab_size);
-  const double learned = c.position == PositionScheme::kLearned
-                             ? static_cast<double>(c.max_len) * d
-                             : 0.0;
   double total = 0;
   if (c.arch == Arch::kSeq2seq) {
     // Each side's scheme (T5's buckets: bidirectional in the encoder,
     // causal in the decoder); a decoder block adds the cross-attention
     // sublayer (projections and its LayerNorm). One tied embedding, the
-    // output bias, two final LayerNorms and two learned tables.
-    ValidateScheme(EncoderSide(c));
-    ValidateScheme(DecoderSide(c));
+    // output bias, two final LayerNorms and each side's tables held once.
+    const ModelConfig enc = EncoderSide(c), dec = DecoderSide(c);
+    ValidateScheme(enc);
+    ValidateScheme(dec);
+    const SideParameters e = BlockParameters(enc), t = BlockParameters(dec);
     const double cross = 4.0 * (d * d + d) + 2.0 * d;
-    total = static_cast<double>(c.layers) * BlockParameters(c) +
-            static_cast<double>(DecoderLayers(c)) *
-                (BlockParameters(c) + cross) +
-            vocab * d + vocab + 4.0 * d + 2.0 * learned;
+    total = static_cast<double>(enc.layers) * e.per_block +
+            static_cast<double>(dec.layers) * (t.per_block + cross) +
+            vocab * d + vocab + 4.0 * d + e.once + t.once;
   } else {
     ValidateScheme(c);
-    total = static_cast<double>(c.layers) * BlockParameters(c) +
-            2.0 * vocab * d + vocab + 2.0 * d + learned;
+    const SideParameters p = BlockParameters(c);
+    total = static_cast<double>(c.layers) * p.per_block + 2.0 * vocab * d +
+            vocab + 2.0 * d + p.once;
   }
   RELPOS_CHECK_ARG(total <= kMaxParams, "model config asks for "
                                             << total

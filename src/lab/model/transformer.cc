@@ -31,6 +31,7 @@
 #include "nn/multi_head_attention.h"
 #include "relpos/attention.h"
 #include "relpos/params.h"
+#include "relpos/schemes.h"
 
 namespace relpos::model {
 namespace {
@@ -51,6 +52,7 @@ uint64_t ParamSeed(uint64_t model_seed, const std::string& name) {
   return mix.NextU64();
 }
 
+// kRelativeTable: relpos::InitRelativeTable (Xavier normal) times `std`.
 enum class Init { kZeros, kOnes, kNormal, kRelativeTable };  // see BuildSpecs
 
 // Every tensor of the model, in checkpoint order, with its initialisation
@@ -60,17 +62,9 @@ struct ParamSpec {
   std::vector<int64_t> shape;
   bool decay;
   Init init;
-  double std = 0.0;  // for kNormal
+  double std = 0.0;  // kNormal: the std; kRelativeTable: the Xavier scale
 };
 constexpr bool kDecay = true, kNoDecay = false;
-
-// One of Shaw's vector tables of this model: nb rows of width dh, shared by
-// the heads or per head (nn::RelativeTableView spells the layout).
-template <typename T>
-TensorView<T> RelativeTableView(T* data, const ModelConfig& c) {
-  return nn::RelativeTableView(data, c.heads, RelativeTableRows(c),
-                               c.d_model / c.heads, c.per_head_tables);
-}
 
 // Indices into the parameter vector for one block (-1: absent).
 struct BlockParams {
@@ -102,8 +96,44 @@ struct ParamIndex {
   int64_t head_w = -1, head_b = -1;
 };
 
+// The parameter slot of a per-layer scheme table (the layer reads each
+// role from its own MhaWeights field; nn::PositionInputs maps them to the
+// attention inputs).
+int64_t* Slot(BlockParams* b, TableRole role) {
+  switch (role) {
+    case TableRole::kKeyTable:
+      return &b->rel_k;
+    case TableRole::kValueTable:
+      return &b->rel_v;
+    case TableRole::kScoreBias:
+      return &b->t5_bias;
+    case TableRole::kXlProjection:
+      return &b->xl_w;
+    case TableRole::kXlContentBias:
+      return &b->xl_u;
+    case TableRole::kXlPositionBias:
+      return &b->xl_v;
+    case TableRole::kInputTable:
+      break;
+  }
+  RELPOS_THROW(InvalidArgument,
+               "a per-layer table cannot have role " << RoleName(role));
+}
+
 using AddSpec = std::function<int64_t(std::string, std::vector<int64_t>, bool,
                                       Init, double)>;
+
+// The position scheme's tensors come from the registry (names, shapes,
+// initialisation; docs/model.md, "Position schemes"), never decayed:
+// decaying rarely-seen position rows would pull them to zero for no
+// benefit. `prefix` goes before the table's name.
+int64_t AddTableSpec(const std::string& prefix, const SchemeTable& t,
+                     const AddSpec& add) {
+  return add(prefix + t.name, t.shape, kNoDecay,
+             t.init == TableInitKind::kXavierNormal ? Init::kRelativeTable
+                                                    : Init::kNormal,
+             t.scale);
+}
 
 // The tensors of block `p` ("blocks.L.", "decoder.blocks.L.") of a stack
 // configured as `c` (a side of the model), in checkpoint order; `cross`:
@@ -115,15 +145,6 @@ BlockParams AddBlockSpecs(const ModelConfig& c, const std::string& p,
   // LayerNorm in front, each projection then keeps unit-variance activations.
   const double lecun_d = 1.0 / std::sqrt(static_cast<double>(d));
   const double lecun_ff = 1.0 / std::sqrt(static_cast<double>(c.d_ff));
-  // Position tensors inside attention (docs/model.md, "Position schemes"),
-  // never decayed: Shaw's tables (Xavier normal times rel_init_scale), T5's
-  // scalar table (N(0, d_model^-1/2), Hugging Face T5's rule with factor 1),
-  // XL's projection W (LeCun, as the other projections) and biases u, v
-  // (N(0, 0.02), Hugging Face Transformer-XL's init_std).
-  const bool shaw = HasShawTables(c.position);
-  const std::vector<int64_t> table_shape =
-      shaw ? RelativeTableShape(c) : std::vector<int64_t>{};
-  const int64_t dh = d / c.heads;
   // A LayerNorm's gain and bias; a linear layer's weight and bias.
   auto norm = [&](const std::string& n, int64_t* gamma, int64_t* beta) {
     *gamma = add(p + n + ".gamma", {d}, kNoDecay, Init::kOnes, 0.0);
@@ -140,22 +161,8 @@ BlockParams AddBlockSpecs(const ModelConfig& c, const std::string& p,
   linear("attn.k", d, d, lecun_d, &b.wk, &b.bk);
   linear("attn.v", d, d, lecun_d, &b.wv, &b.bv);
   linear("attn.out", d, d, lecun_d, &b.wo, &b.bo);
-  if (shaw && c.key_term) {
-    b.rel_k = add(p + "attn.rel_k", table_shape, kNoDecay,
-                  Init::kRelativeTable, 0.0);
-  }
-  if (shaw && c.value_term) {
-    b.rel_v = add(p + "attn.rel_v", table_shape, kNoDecay,
-                  Init::kRelativeTable, 0.0);
-  }
-  if (c.position == PositionScheme::kT5) {
-    b.t5_bias = add(p + "attn.t5_bias", {c.heads, RelativeTableRows(c)},
-                    kNoDecay, Init::kNormal, lecun_d);
-  }
-  if (c.position == PositionScheme::kXl) {
-    b.xl_w = add(p + "attn.xl_w", {d, d}, kNoDecay, Init::kNormal, lecun_d);
-    b.xl_u = add(p + "attn.xl_u", {c.heads, dh}, kNoDecay, Init::kNormal, 0.02);
-    b.xl_v = add(p + "attn.xl_v", {c.heads, dh}, kNoDecay, Init::kNormal, 0.02);
+  for (const SchemeTable& t : FindScheme(c.position).Tables(SchemeLayerOf(c))) {
+    if (t.per_layer()) *Slot(&b, t.role) = AddTableSpec(p + "attn.", t, add);
   }
   if (cross) {
     norm("cross_ln", &b.cross_ln_gamma, &b.cross_ln_beta);
@@ -177,10 +184,11 @@ StackParams AddStackSpecs(const ModelConfig& side, const std::string& prefix,
                           bool cross, const AddSpec& add) {
   StackParams sp;
   const int64_t d = side.d_model;
-  // The learned absolute table uses the token embedding's N(0, 1) scale.
-  if (side.position == PositionScheme::kLearned) {
-    sp.position = add(prefix + "embed.position", {side.max_len, d}, kNoDecay,
-                      Init::kNormal, 1.0);
+  // The scheme's input table (learned: N(0, 1), the token embedding's
+  // scale), from the registry.
+  for (const SchemeTable& t :
+       FindScheme(side.position).Tables(SchemeLayerOf(side))) {
+    if (!t.per_layer()) sp.position = AddTableSpec(prefix, t, add);
   }
   for (int64_t l = 0; l < side.layers; ++l) {
     sp.blocks.push_back(AddBlockSpecs(
@@ -251,10 +259,14 @@ std::vector<float> InitialValues(const ParamSpec& spec, const ModelConfig& c) {
     case Init::kRelativeTable: {
       TableInitOptions o;
       o.kind = TableInit::kXavierNormal;
-      o.scale = c.rel_init_scale;
+      o.scale = spec.std;
       o.seed = seed;
-      // Both sides of a seq2seq model have tables of the same layout.
-      InitRelativeTable(RelativeTableView(v.data(), EncoderSide(c)), o);
+      // Shaw's [nb, dh] or [H, nb, dh] (the registry's shape).
+      const std::vector<int64_t>& e = spec.shape;
+      InitRelativeTable(e.size() == 3
+                            ? TensorView<float>(v.data(), {e[0], e[1], e[2]})
+                            : TensorView<float>(v.data(), {e[0], e[1]}),
+                        o);
       break;
     }
   }
@@ -284,7 +296,7 @@ void ValidateBatch(const Batch& b, const ModelConfig& c) {
       static_cast<int64_t>(b.lengths.size()) == b.batch,
       "batch.lengths must have batch = " << b.batch << " entries (got "
                                          << b.lengths.size() << ")");
-  if (c.position == PositionScheme::kLearned) {
+  if (HasLearnedInputTable(c)) {
     RELPOS_CHECK_ARG(b.length <= c.max_len,
                      "batch.length " << b.length
                                      << " exceeds the learned position "
@@ -349,7 +361,7 @@ void ValidateSource(const Batch& b, const ModelConfig& c) {
                    "batch.source_lengths must have batch = "
                        << b.batch << " entries (got " << b.source_lengths.size()
                        << ")");
-  if (c.position == PositionScheme::kLearned) {
+  if (HasLearnedInputTable(c)) {
     RELPOS_CHECK_ARG(b.source_length <= c.max_len,
                      "batch.source_length "
                          << b.source_length
@@ -895,7 +907,7 @@ void BasicTransformer<T>::Encode(const std::vector<std::vector<int32_t>>& source
   st.length = 1;
   for (size_t s = 0; s < sources.size(); ++s) {
     const int64_t n = static_cast<int64_t>(sources[s].size());
-    RELPOS_CHECK_ARG(c.position != PositionScheme::kLearned || n <= c.max_len,
+    RELPOS_CHECK_ARG(!HasLearnedInputTable(c) || n <= c.max_len,
                      "Encode: source " << s << " has " << n
                                        << " tokens, beyond the learned "
                                           "position table's max_len = "

@@ -22,42 +22,29 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "relpos/schemes.h"
 
 namespace relpos::model {
 
-// How token positions enter the model (docs/model.md, "Position schemes";
-// the mathematics of each relative scheme: docs/math.md section 8). Adding a
-// scheme: extend this enum, its names in model_config.cc, and the functions
-// of model/positions.h (the input side: AddInputPositions; the attention
-// side: AttentionOptionsFor and MhaPositionsFor), plus its tensors in
-// BuildSpecs (transformer.cc).
-enum class PositionScheme {
-  kNone,        // no position information at all (a bag of tokens)
-  kSinusoidal,  // fixed sin/cos table added to the token embeddings
-  kLearned,     // learned [max_len, d_model] table added to the embeddings
-  kShaw,        // Shaw et al.: vector tables AK, AV, clip(r, -k, k)
-  kShawAsym,    // Shaw's tables under clip(r, -k_left, k_right)
-  kShawLog,     // Shaw's tables under T5's logarithmic buckets
-  kT5,          // T5: one learned scalar per head and bucket
-  kAlibi,       // ALiBi: fixed -m_h |r|, nothing learned
-  kRope,        // RoPE: q and k rotated by their positions, nothing learned
-  kXl,          // Transformer-XL: W R_{i-j} with biases u, v
-  // The name of kShaw before the family existed; "relative" still parses.
-  kRelative = kShaw,
-};
-// "none", "sinusoidal", "learned", "shaw", "shaw-asym", "shaw-log", "t5",
-// "alibi", "rope", "xl" (kShaw is written "shaw").
-std::string ToString(PositionScheme scheme);
-// The names above, and "relative" for kShaw (old checkpoints). InvalidArgument
-// listing the accepted names.
-PositionScheme ParsePositionScheme(const std::string& name);
-
-// Whether the scheme acts inside attention (everything but none, sinusoidal
-// and learned).
-bool IsRelative(PositionScheme scheme);
-// shaw, shaw-asym, shaw-log: the schemes with Shaw's vector tables (and so
-// key_term, value_term, per_head_tables and rel_init_scale).
-bool HasShawTables(PositionScheme scheme);
+// How token positions enter the model: a scheme of the registry
+// (relpos/schemes.h; docs/model.md, "Position schemes"; the mathematics of
+// each relative scheme: docs/math.md section 8). The registry is the one
+// place a scheme is defined: its name, settings, tables (BuildSpecs in
+// transformer.cc adds them) and attention options (model/positions.h turns
+// this config into its layer). Adding a scheme is an entry there; this
+// model needs no change unless the scheme reads a setting ModelConfig does
+// not have yet (a field below, its declaration in model_config.cc and its
+// line in SchemeLayerOf, model/positions.cc) or has a table of a new
+// TableRole (the layer in src/lab/nn must use it).
+using PositionScheme = SchemeId;
+// The scheme's registry name ("shaw"), and the scheme of a name or alias
+// (InvalidArgument listing the accepted names).
+inline std::string ToString(PositionScheme scheme) {
+  return FindScheme(scheme).name;
+}
+inline PositionScheme ParsePositionScheme(const std::string& name) {
+  return FindScheme(name).id;
+}
 
 enum class Arch {
   kEncoder,  // bidirectional self-attention
@@ -75,18 +62,25 @@ struct ModelConfig {
   // layers: the blocks of the one stack (seq2seq: the encoder's).
   int64_t vocab_size = 0, d_model = 64, heads = 4, layers = 2, d_ff = 256;
   int64_t decoder_layers = -1;  // kSeq2seq: the decoder's blocks; -1: layers
-  int64_t max_len = 1024;  // rows of the learned absolute table (kLearned)
+  // The position scheme and its settings (relpos::SchemeSettings says which
+  // scheme reads which; the defaults are the registry's, those of the
+  // papers). T5's buckets (t5, shaw-log) are bidirectional for encoders,
+  // causal for decoders (seq2seq: per side, EncoderSide / DecoderSide).
+  int64_t max_len = kDefaultSchemeSettings.max_len;  // rows of `learned`
   PositionScheme position = PositionScheme::kShaw;
-  int64_t max_distance = 16;         // k, for kShaw
-  int64_t k_left = 64, k_right = 8;  // kShawAsym (w2v-BERT 2.0's reaches)
-  // kT5 and kShawLog: T5's buckets (Raffel et al. 2020's 32 and 128);
-  // bidirectional for encoders, causal for decoders.
-  int64_t num_buckets = 32, bucket_max_distance = 128;
-  double rope_base = 10000.0;     // kRope: theta_t = base^(-2t/dh)
-  bool rope_interleaved = false;  // kRope: pairs (2t, 2t+1), else (t, t+dh/2)
-  // Shaw's tables (kShaw, kShawAsym, kShawLog): which terms, the layout.
-  bool key_term = true, value_term = true, per_head_tables = false;
-  double rel_init_scale = 1.0;  // multiplier on the Xavier std of the tables
+  int64_t max_distance = kDefaultSchemeSettings.max_distance;
+  int64_t k_left = kDefaultSchemeSettings.k_left;
+  int64_t k_right = kDefaultSchemeSettings.k_right;
+  int64_t num_buckets = kDefaultSchemeSettings.num_buckets;
+  int64_t bucket_max_distance = kDefaultSchemeSettings.bucket_max_distance;
+  double rope_base = kDefaultSchemeSettings.rope_base;
+  // rope_layout: pairs (2t, 2t+1) when true, else (t, t+dh/2).
+  bool rope_interleaved =
+      kDefaultSchemeSettings.rope_layout == RopeLayout::kInterleaved;
+  bool key_term = kDefaultSchemeSettings.key_term;
+  bool value_term = kDefaultSchemeSettings.value_term;
+  bool per_head_tables = kDefaultSchemeSettings.per_head_tables;
+  double rel_init_scale = kDefaultSchemeSettings.rel_init_scale;
   double dropout = 0.0;         // in [0, 1); applied only in ForwardBackward
   uint64_t seed = 0;            // initialisation
 };

@@ -297,8 +297,7 @@ TEST(TransformerTest, SchemesTakeTheFusedKernel) {
       const int64_t B = 2, H = c.heads, N = 6, dh = c.d_model / c.heads;
       AttentionOptions o = AttentionOptionsFor(c, N);
       o.path = AttentionPath::kFused;
-      const int64_t rows =
-          o.position_query_bias ? 2 * o.max_distance + 1 : RelativeTableRows(c);
+      const int64_t rows = TableRows(o);
       std::vector<float> qkv(B * H * N * dh, 0.25f), out(qkv.size()),
           lse(B * H * N), table(H * std::max<int64_t>(rows, 1) * dh, 0.1f),
           bias(H * std::max<int64_t>(rows, 1), 0.1f), pb(H * dh, 0.1f);
@@ -341,7 +340,9 @@ TEST(TransformerTest, DecayIsDeclaredPerParameter) {
   for (const SchemeCase& sc : SchemeCases()) {
     ModelConfig c = ConfigFor(sc);
     // Both table layouts overall, where the scheme has Shaw's tables.
-    if (HasShawTables(c.position)) c.per_head_tables = !c.per_head_tables;
+    if (FindScheme(c.position).Reads(SchemeSetting::kPerHeadTables)) {
+      c.per_head_tables = !c.per_head_tables;
+    }
     Transformer m(c);
     for (const Parameter& p : m.parameters()) {
       EXPECT_EQ(p.decay, name_rule(p)) << sc.name << " " << p.name;

@@ -12,18 +12,6 @@
 
 namespace relpos::nn {
 
-int64_t AttentionTableRows(const AttentionOptions& o) {
-  switch (o.buckets.kind) {
-    case BucketKind::kClip:
-      return ClipBucketCount(o.buckets.clip);
-    case BucketKind::kT5:
-      return o.buckets.t5.num_buckets;
-    case BucketKind::kSymmetricClip:
-      break;
-  }
-  return 2 * o.max_distance + 1;
-}
-
 template <typename T>
 void RopeHeads(bool backward, T* heads, int64_t count, int64_t h, int64_t n,
                int64_t dh, int64_t position_offset, const MhaPositions& p) {
@@ -50,7 +38,7 @@ template <typename T>
 void PositionInputs(const MhaWeights<T>& w, const MhaCache<T>& c,
                     int64_t heads, int64_t dh, const AttentionOptions& o,
                     const MhaPositions& p, AttentionInputs<T>* in) {
-  const int64_t rows = AttentionTableRows(o);
+  const int64_t rows = TableRows(o);
   auto table = [&](const T* t) {
     if (t == nullptr) return ConstView<T>();
     return RelativeTableView(t, heads, rows, dh, o.per_head_tables);
@@ -386,7 +374,7 @@ PositionGrads<T> MakePositionGrads(const MhaGrads<T>& g, MhaScratch<T>* scratch,
                                    const MhaPositions& p, size_t groups) {
   PositionGrads<T> pg;
   const int64_t dh = s.head_dim();
-  pg.table_rows = AttentionTableRows(options);
+  pg.table_rows = TableRows(options);
   pg.table_size = (options.per_head_tables ? s.heads : 1) * pg.table_rows * dh;
   pg.bias_size = s.heads * pg.table_rows;
   pg.pb_size = s.heads * dh;

@@ -23,12 +23,9 @@
 
 #include "relpos/attention.h"
 #include "relpos/rope.h"
+#include "relpos/schemes.h"
 
 namespace relpos::nn {
-
-// Rows of the tables the options' bucket map indexes: 2k+1 (symmetric clip),
-// left + right + 1 (clip) or num_buckets (T5).
-int64_t AttentionTableRows(const AttentionOptions& options);
 
 // What the layer does with positions beyond AttentionOptions: the schemes
 // that change q and k (RoPE) or build their table from weights (XL).
@@ -55,9 +52,9 @@ template <typename T>
 void RopeHeads(bool backward, T* heads, int64_t count, int64_t h, int64_t n,
                int64_t dh, int64_t position_offset, const MhaPositions& p);
 
-// The one place a relative table's layout is spelled: [rows, dh] shared by
-// the heads (Shaw et al.), or [heads, rows, dh] with per-head tables. T may
-// be const (a ConstView).
+// A view of a relative table in the registry's layout (relpos/schemes.h):
+// [rows, dh] shared by the heads (Shaw et al.), or [heads, rows, dh] with
+// per-head tables. T may be const (a ConstView).
 template <typename T>
 TensorView<T> RelativeTableView(T* data, int64_t heads, int64_t rows,
                                 int64_t dh, bool per_head) {
@@ -88,7 +85,7 @@ struct MhaShape {
 // Read-only weights. Projections are [d_model, d_model] ([out, in]) with
 // [d_model] biases. rel_k / rel_v: [nb, dh] shared by the heads or
 // [H, nb, dh] per head, as options.per_head_tables says (nb =
-// AttentionTableRows); nullptr when the matching term is off or the scheme
+// relpos::TableRows); nullptr when the matching term is off or the scheme
 // has no vector table. bias: T5's [H, nb] scalar table (score term
 // kScalarTable). xl_w [d_model, d_model] ([H * dh, encoding width]), xl_u and
 // xl_v [H, dh]: Transformer-XL's projection and biases (MhaPositions::xl).

@@ -430,7 +430,7 @@ struct SchemeLayer {
 
   SchemeLayer(const SchemeLayerCase& c, const MhaShape& s, Rng& rng) {
     const int64_t d = s.d_model, dh = s.head_dim(), H = s.heads;
-    const int64_t rows = AttentionTableRows(c.options);
+    const int64_t rows = TableRows(c.options);
     const int64_t table = (c.options.per_head_tables ? H : 1) * rows * dh;
     xl = c.positions.xl;
     vector =

@@ -126,12 +126,8 @@ TEST(Checkpoint, RoundTripRestoresEverything) {
 TEST(Checkpoint, EverySchemeSavesLoadsAndEvaluatesIdentically) {
   using model::PositionScheme;
   for (model::Arch arch : {model::Arch::kEncoder, model::Arch::kDecoder}) {
-    for (PositionScheme p :
-         {PositionScheme::kNone, PositionScheme::kSinusoidal,
-          PositionScheme::kLearned, PositionScheme::kShaw,
-          PositionScheme::kShawAsym, PositionScheme::kShawLog,
-          PositionScheme::kT5, PositionScheme::kAlibi, PositionScheme::kRope,
-          PositionScheme::kXl}) {
+    for (const Scheme& scheme : Schemes()) {  // the registry's, in order
+      const PositionScheme p = scheme.id;
       const std::string name = model::ToString(arch) + "_" + model::ToString(p);
       SCOPED_TRACE(name);
       const std::string dir = TempDir("scheme_" + name);

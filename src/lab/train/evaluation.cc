@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "model/positions.h"
 #include "train/batching.h"
 #include "train/determinism.h"
 
@@ -19,7 +20,7 @@ void CheckEvalLengths(const model::ModelConfig& m, const DataSource& data,
                                    << "] for task '" << data.name() << "'");
     const int64_t tokens = data.SequenceLength(n);
     RELPOS_CHECK_ARG(
-        m.position != model::PositionScheme::kLearned || tokens <= m.max_len,
+        !model::HasLearnedInputTable(m) || tokens <= m.max_len,
         "lengths: length " << n << " needs " << tokens
                              << " positions but the learned table "
                                 "has max_len "

@@ -8,10 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "io/file_io.h"
 #include "model/positions.h"
+#include "relpos/schemes.h"
 
 namespace relpos::train {
 namespace {
@@ -28,21 +31,10 @@ constexpr double kKernelScratchPerThread = 1 * kMiB;
 struct ModelSizes {
   double params = 0;        // every parameter, in floats
   double largest = 0;       // the largest tensor, in floats
-  double layer_tables = 0;  // one layer's relative tables (rel_k, rel_v, t5;
+  double layer_tables = 0;  // one layer's kernel tables (KernelTable;
                             // seq2seq: the encoder's and the decoder's)
   double table_rows = 0;    // rows of those tables (0 without)
 };
-
-// Whether a parameter belongs to a stack's first block ("blocks.0." of an
-// encoder or decoder, "encoder.blocks.0." / "decoder.blocks.0." of a
-// seq2seq model).
-bool FirstBlock(const std::string& name) {
-  for (const char* prefix :
-       {"blocks.0.", "encoder.blocks.0.", "decoder.blocks.0."}) {
-    if (name.rfind(prefix, 0) == 0) return true;
-  }
-  return false;
-}
 
 // Blocks whose activations a batch keeps, in units of one self-attention
 // block over the batch's rows: a seq2seq model's encoder blocks run over
@@ -55,20 +47,54 @@ double BlockUnits(const model::ModelConfig& c) {
   return layers + 2 * static_cast<double>(model::DecoderLayers(c));
 }
 
+// The stacks of a model as the position functions see them: a seq2seq
+// model's encoder and decoder sides, otherwise the config itself.
+std::vector<model::ModelConfig> Stacks(const model::ModelConfig& c) {
+  if (c.arch != model::Arch::kSeq2seq) return {c};
+  return {model::EncoderSide(c), model::DecoderSide(c)};
+}
+
+// Whether the attention kernel reads a table of this role as one of its
+// inputs (AttentionInputs::ak, av, bias) and accumulates its gradient per
+// thread.
+bool KernelTable(TableRole role) {
+  return role == TableRole::kKeyTable || role == TableRole::kValueTable ||
+         role == TableRole::kScoreBias;
+}
+
 ModelSizes SizesOf(const model::ModelConfig& c) {
   ModelSizes s;
   for (const model::ParameterShape& p : model::ParameterShapes(c)) {
     const double n = static_cast<double>(p.numel());
     s.params += n;
     s.largest = std::max(s.largest, n);
-    const bool table = p.name.find(".attn.rel_") != std::string::npos ||
-                       p.name.find(".attn.t5_bias") != std::string::npos;
-    if (table && FirstBlock(p.name)) s.layer_tables += n;
   }
-  if (s.layer_tables > 0) {
-    s.table_rows = static_cast<double>(model::RelativeTableRows(c));
+  // One layer's kernel tables per stack, as the registry declares them for
+  // the scheme (ParameterShapes has validated the config).
+  for (const model::ModelConfig& side : Stacks(c)) {
+    const Scheme& scheme = FindScheme(side.position);
+    const SchemeLayer layer = model::SchemeLayerOf(side);
+    for (const SchemeTable& t : scheme.Tables(layer)) {
+      if (!KernelTable(t.role)) continue;
+      double n = 1;
+      for (int64_t e : t.shape) n *= static_cast<double>(e);
+      s.layer_tables += n;
+      s.table_rows =
+          static_cast<double>(TableRows(scheme.Call(layer, 1).attention));
+    }
   }
   return s;
+}
+
+// Floats of the key table a layer builds over every distance of a call of
+// `tokens` positions, and of its gradient, for the schemes that build one
+// (Transformer-XL's W R: SchemeCall::xl_table): [H, 2 tokens + 1, dh]
+// each; 0 for the others.
+double DistanceTableFloats(const model::ModelConfig& c, double tokens) {
+  const SchemeCall call =
+      FindScheme(c.position).Call(model::SchemeLayerOf(c), 1);
+  if (!call.xl_table) return 0;
+  return 2 * (2 * tokens + 1) * static_cast<double>(c.d_model);
 }
 
 // Floats of one block's activations for `rows` positions padded to
@@ -81,9 +107,7 @@ double BlockFloats(const model::ModelConfig& c, double rows, double tokens) {
   const double d = static_cast<double>(c.d_model);
   const double per_row = 8 * d + 2 * static_cast<double>(c.d_ff) +
                          static_cast<double>(c.heads) + 4;
-  const double xl =
-      c.position == model::PositionScheme::kXl ? 2 * (2 * tokens + 1) * d : 0;
-  return rows * per_row + xl;
+  return rows * per_row + DistanceTableFloats(c, tokens);
 }
 
 // The rows the fused kernel's per-thread table accumulators hold: the
@@ -263,8 +287,7 @@ MemoryPlan PlanTraining(const model::ModelConfig& c, int64_t batch,
                          4 * rows;
   const double backward =
       rows * (v + 2 * d) + rows * (8 * d + static_cast<double>(c.d_ff)) +
-      2 * s.layer_tables +
-      (c.position == model::PositionScheme::kXl ? 2 * (2 * n + 1) * d : 0);
+      2 * s.layer_tables + DistanceTableFloats(c, n);
   p.parts.push_back({z.label, kFloat * (forward + backward)});
   p.parts.push_back({"kernel per-thread buffers",
                      threads * (kFloat * ReachableTableFloats(s, n) +
@@ -311,8 +334,7 @@ MemoryPlan PlanGeneration(const model::ModelConfig& c, int64_t capacity,
   if (use_cache) {
     const double d = static_cast<double>(c.d_model);
     const double cap = static_cast<double>(capacity);
-    const double xl =
-        c.position == model::PositionScheme::kXl ? 2 * (2 * cap + 1) * d : 0;
+    const double xl = DistanceTableFloats(c, cap);
     p.parts.push_back(
         {"key/value cache",
          kFloat *
@@ -335,8 +357,7 @@ MemoryPlan PlanTranslation(const model::ModelConfig& c, int64_t sources,
   const double n = static_cast<double>(sources);
   const double hyps = n * static_cast<double>(beam);
   const double cap = static_cast<double>(steps);
-  const double xl =
-      c.position == model::PositionScheme::kXl ? 2 * (2 * cap + 1) * d : 0;
+  const double xl = DistanceTableFloats(c, cap);
   p.parts.push_back({"cross-attention keys and values",
                      kFloat * n * layers * 2 *
                          static_cast<double>(longest_source) * d});

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "model/positions.h"
+#include "relpos/schemes.h"
 
 namespace relpos::train {
 
@@ -37,17 +38,15 @@ BucketMap T5BucketMap(const T5Buckets& buckets) {
 
 namespace {
 
-// THE place that knows which parameters are distance-indexed tables and how
-// their rows map to distances. The bucket map is the one the model's
-// attention uses (model::AttentionOptionsFor), so rows here are the rows the
-// kernel indexes. A scheme with such tables adds its case here (no default:
-// the compiler names a scheme left out). Transformer-XL has no entry: its
-// distance rows are computed from fixed sinusoids on every forward; what it
-// learns is W, u and v, which are not indexed by distance.
-
-// The tables of one stack configured as `c` (the model, or a side of a
-// seq2seq model) whose parameters are named `prefix` + "blocks.L.attn...";
-// `source`: the stack reads the batch's sources.
+// The distance-indexed tables of one stack configured as `c` (the model, or
+// a side of a seq2seq model) whose parameters are named `prefix` +
+// "blocks.L.attn...": the registry's tables of the roles kKeyTable,
+// kValueTable and kScoreBias (relpos/schemes.h), under the bucket map of the
+// model's attention (model::AttentionOptionsFor), so rows here are the rows
+// the kernel indexes. Transformer-XL's distance rows are computed from fixed
+// sinusoids on every forward; what it learns (W, u, v) is not indexed by
+// distance, and neither is an input table. `source`: the stack reads the
+// batch's sources.
 void StackTables(const model::ModelConfig& c, const std::string& prefix,
                  bool source, std::vector<RelativeTable>* out) {
   std::vector<RelativeTable>& tables = *out;
@@ -65,43 +64,35 @@ void StackTables(const model::ModelConfig& c, const std::string& prefix,
     }
     return ClipBucketMap(o.max_distance, o.max_distance);
   }();
-  // Layer l's table `name` ([heads, rows, width], shared: heads = 1).
-  auto add = [&](int64_t l, const char* name, const char* role,
-                 int64_t heads, int64_t width) {
-    tables.push_back(RelativeTable{
-        .parameter =
-            prefix + "blocks." + std::to_string(l) + ".attn." + name,
-        .layer = l,
-        .role = role,
-        .heads = heads,
-        .width = width,
-        .map = map,
-        .causal = o.causal,
-        .source = source});
-  };
-  switch (c.position) {
-    case model::PositionScheme::kNone:
-    case model::PositionScheme::kSinusoidal:
-    case model::PositionScheme::kLearned:
-    case model::PositionScheme::kAlibi:  // fixed slopes, nothing learned
-    case model::PositionScheme::kRope:   // fixed rotations
-    case model::PositionScheme::kXl:
-      return;
-    case model::PositionScheme::kShaw:
-    case model::PositionScheme::kShawAsym:
-    case model::PositionScheme::kShawLog: {
-      const int64_t heads = c.per_head_tables ? c.heads : 1;
-      const int64_t dh = c.d_model / c.heads;
-      for (int64_t l = 0; l < c.layers; ++l) {
-        if (c.key_term) add(l, "rel_k", "key", heads, dh);
-        if (c.value_term) add(l, "rel_v", "value", heads, dh);
+  const std::vector<SchemeTable> scheme_tables =
+      FindScheme(c.position).Tables(model::SchemeLayerOf(c));
+  for (int64_t l = 0; l < c.layers; ++l) {
+    for (const SchemeTable& t : scheme_tables) {
+      // [rows, width] shared, [heads, rows, width] per head; the scalar
+      // bias [H, nb] is H heads of width 1.
+      RelativeTable rt{
+          .parameter = prefix + "blocks." + std::to_string(l) + ".attn." +
+                       t.name,
+          .layer = l,
+          .role = "",
+          .heads = t.shape.size() == 3 ? t.shape[0] : 1,
+          .width = t.shape.back(),
+          .map = map,
+          .causal = o.causal,
+          .source = source};
+      if (t.role == TableRole::kKeyTable) {
+        rt.role = "key";
+      } else if (t.role == TableRole::kValueTable) {
+        rt.role = "value";
+      } else if (t.role == TableRole::kScoreBias) {
+        rt.role = "bias";
+        rt.heads = t.shape[0];
+        rt.width = 1;
+      } else {
+        continue;
       }
-      return;
+      tables.push_back(std::move(rt));
     }
-    case model::PositionScheme::kT5:
-      // A scalar per head and bucket: [H, nb], i.e. H heads of width 1.
-      for (int64_t l = 0; l < c.layers; ++l) add(l, "t5_bias", "bias", c.heads, 1);
-      return;
   }
 }
 
@@ -117,7 +108,6 @@ std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
   }
   return tables;
 }
-
 
 RowDistances DescribeRows(const BucketMap& map) {
   const int64_t none = std::numeric_limits<int64_t>::max();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "model/positions.h"
 #include "tasks/text_corpus.h"
 #include "train/lengths.h"
 
@@ -194,7 +195,7 @@ void CheckModelAndData(const model::ModelConfig& m, const TrainConfig& t,
                        << "'");
   const int64_t longest = data.SequenceLength(t.train_max_length);
   RELPOS_CHECK_ARG(
-      m.position != model::PositionScheme::kLearned || longest <= m.max_len,
+      !model::HasLearnedInputTable(m) || longest <= m.max_len,
       "learned positions: max_len " << m.max_len
                                     << " is shorter than the longest "
                                        "training sequence ("

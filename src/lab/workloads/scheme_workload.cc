@@ -1,5 +1,6 @@
 // SchemeWorkload (relpos/lab/bench.h): one forward + backward problem of each
-// relative scheme, at the settings `relpos bench --positions` documents.
+// relative scheme of the registry (relpos/schemes.h), at the settings
+// `relpos bench --positions` documents.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -9,25 +10,10 @@
 #include "core/rng.h"
 #include "kernels/fused_attention.h"
 #include "relpos/lab/bench.h"
-#include "relpos/position_schemes.h"
+#include "relpos/schemes.h"
 
 namespace relpos::bench {
 namespace {
-
-struct SchemeInfo {
-  Scheme scheme;
-  const char* name;
-};
-constexpr SchemeInfo kSchemes[] = {
-    {Scheme::kVanilla, "vanilla"}, {Scheme::kShaw, "shaw"},
-    {Scheme::kShawAsym, "shaw-asym"}, {Scheme::kShawLog, "shaw-log"},
-    {Scheme::kT5, "t5"}, {Scheme::kAlibi, "alibi"},
-    {Scheme::kRope, "rope"}, {Scheme::kXl, "xl"},
-};
-
-// T5's own defaults (Raffel et al. 2020): 32 buckets, max distance 128.
-constexpr T5Buckets kT5Default{.num_buckets = 32, .max_distance = 128,
-                               .bidirectional = true};
 
 std::vector<float> Normal(Rng& rng, int64_t count, float scale) {
   std::vector<float> x(static_cast<size_t>(count));
@@ -35,123 +21,71 @@ std::vector<float> Normal(Rng& rng, int64_t count, float scale) {
   return x;
 }
 
-// The options of `scheme` for self-attention of length n; sets *rows to the
-// rows of its table (0: no table).
-AttentionOptions SchemeOptions(Scheme scheme, const WorkloadShape& s,
-                               int threads, int64_t* rows) {
-  AttentionOptions o;
-  o.num_threads = threads;
-  o.path = AttentionPath::kAuto;  // fused wherever the kernel supports it
-  o.max_distance = 0;
-  *rows = 0;
-  switch (scheme) {
-    case Scheme::kVanilla:
-    case Scheme::kRope:
-      o.key_term = o.value_term = false;
-      break;
-    case Scheme::kShaw:
-      o.max_distance = s.max_distance;
-      *rows = 2 * s.max_distance + 1;
-      break;
-    case Scheme::kShawAsym:
-      o.buckets.kind = BucketKind::kClip;
-      o.buckets.clip = {.left = s.max_distance,
-                        .right = std::max<int64_t>(1, s.max_distance / 8)};
-      *rows = ClipBucketCount(o.buckets.clip);
-      break;
-    case Scheme::kShawLog:
-      o.buckets.kind = BucketKind::kT5;
-      o.buckets.t5 = kT5Default;
-      *rows = kT5Default.num_buckets;
-      break;
-    case Scheme::kT5:
-      o.buckets.kind = BucketKind::kT5;
-      o.buckets.t5 = kT5Default;
-      o.score_term = ScoreTerm::kScalarTable;
-      o.value_term = false;
-      *rows = kT5Default.num_buckets;
-      break;
-    case Scheme::kAlibi:
-      o.score_term = ScoreTerm::kAlibi;
-      o.value_term = false;
-      break;
-    case Scheme::kXl:
-      // Every distance of the sequence has its own row: k = n.
-      o.max_distance = s.n;
-      o.position_query_bias = true;
-      o.value_term = false;
-      *rows = 2 * s.n + 1;
-      break;
-  }
-  return o;
-}
-
 }  // namespace
 
-const char* SchemeName(Scheme scheme) {
-  for (const SchemeInfo& info : kSchemes) {
-    if (info.scheme == scheme) return info.name;
-  }
-  return "unknown";
+SchemeLayer SchemeBenchLayer(const WorkloadShape& s) {
+  SchemeLayer l;
+  l.heads = s.heads;
+  l.head_dim = s.dim;
+  l.causal = false;
+  l.settings.max_distance = s.max_distance;
+  l.settings.k_left = s.max_distance;
+  l.settings.k_right = std::max<int64_t>(1, s.max_distance / 8);
+  return l;
 }
 
-std::vector<std::string> SchemeNames() {
-  std::vector<std::string> names;
-  for (const SchemeInfo& info : kSchemes) names.emplace_back(info.name);
-  return names;
+bool SchemeUsesMaxDistance(const Scheme& scheme) {
+  return scheme.Reads(SchemeSetting::kMaxDistance) ||
+         scheme.Reads(SchemeSetting::kKLeft);
 }
 
-Scheme SchemeFromName(const std::string& name) {
-  for (const SchemeInfo& info : kSchemes) {
-    if (name == info.name) return info.scheme;
-  }
-  std::string all;
-  for (const SchemeInfo& info : kSchemes) {
-    all += all.empty() ? "" : ", ";
-    all += info.name;
-  }
-  RELPOS_CHECK_ARG(false, "unknown position scheme '" << name
-                                                      << "' (one of " << all
-                                                      << ")");
-  return Scheme::kVanilla;
-}
-
-bool SchemeUsesMaxDistance(Scheme scheme) {
-  return scheme == Scheme::kShaw || scheme == Scheme::kShawAsym;
-}
-
-SchemeWorkload::SchemeWorkload(Scheme scheme, const WorkloadShape& shape,
+SchemeWorkload::SchemeWorkload(const Scheme& scheme, const WorkloadShape& shape,
                                int threads, uint64_t seed)
-    : scheme_(scheme), shape_(shape) {
+    : scheme_(&scheme), shape_(shape) {
   ValidateShape(shape);
-  RELPOS_CHECK_ARG(scheme != Scheme::kRope || shape.dim % 2 == 0,
-                   "rope needs an even head width (got d=" << shape.dim
-                                                           << ")");
-  options_ = SchemeOptions(scheme, shape, threads, &table_rows_);
-  rope_.num_threads = threads;
+  RELPOS_CHECK_ARG(scheme.InsideAttention() || scheme.id == SchemeId::kNone,
+                   "relpos bench times the schemes that act inside "
+                   "attention; '"
+                       << scheme.name << "' acts at the input");
+  const SchemeLayer layer = SchemeBenchLayer(shape);
+  scheme.Validate(layer);
+  // The registry's call, with the conventions of every workload here
+  // (docs/benchmarks.md): tables shared by the heads, and Transformer-XL's
+  // unclipped key table at k = n (the call over n + 1 keys: 2n + 1 rows).
+  const SchemeCall call = scheme.Call(layer, shape.n + 1);
+  options_ = call.attention;
+  options_.per_head_tables = false;
+  options_.num_threads = threads;
+  rope_ = call.rope;
+  if (rope_) rope_->num_threads = threads;
+  table_rows_ =
+      options_.key_term || options_.value_term ? TableRows(options_) : 0;
   const WorkloadShape& s = shape_;
   const int64_t elements = s.batch * s.heads * s.n * s.dim;
+  const int64_t table =
+      table_rows_ * s.dim * (options_.per_head_tables ? s.heads : 1);
   Rng rng(seed);
   q_ = Normal(rng, elements, 1.0f);
   k_ = Normal(rng, elements, 1.0f);
   v_ = Normal(rng, elements, 1.0f);
   dout_ = Normal(rng, elements, 1.0f);
-  if (scheme == Scheme::kT5) {
+  // Each input the options read, N(0, 0.25), with its gradient.
+  if (options_.key_term && options_.score_term == ScoreTerm::kScalarTable) {
     bias_ = Normal(rng, s.heads * table_rows_, 0.5f);
     dbias_.assign(bias_.size(), 0.0f);
-  } else if (table_rows_ > 0) {
-    ak_ = Normal(rng, table_rows_ * s.dim, 0.5f);
+  } else if (options_.key_term && options_.score_term == ScoreTerm::kVector) {
+    ak_ = Normal(rng, table, 0.5f);
     dak_.assign(ak_.size(), 0.0f);
-    if (options_.value_term) {
-      av_ = Normal(rng, table_rows_ * s.dim, 0.5f);
-      dav_.assign(av_.size(), 0.0f);
-    }
+  }
+  if (options_.value_term) {
+    av_ = Normal(rng, table, 0.5f);
+    dav_.assign(av_.size(), 0.0f);
   }
   if (options_.position_query_bias) {
     pb_ = Normal(rng, s.heads * s.dim, 0.5f);
     dpb_.assign(pb_.size(), 0.0f);
   }
-  if (scheme == Scheme::kRope) {
+  if (rope_) {
     qr_.assign(static_cast<size_t>(elements), 0.0f);
     kr_.assign(static_cast<size_t>(elements), 0.0f);
   }
@@ -166,17 +100,30 @@ SchemeWorkload::SchemeWorkload(Scheme scheme, const WorkloadShape& shape,
   fused_ = p.FusedSupported();
 }
 
+namespace {
+
+// A table of the workload: [rows, d] shared, [H, rows, d] per head.
+template <typename T>
+TensorView<T> TableView(T* data, const WorkloadShape& s, int64_t rows,
+                        bool per_head) {
+  return per_head ? TensorView<T>(data, {s.heads, rows, s.dim})
+                  : TensorView<T>(data, {rows, s.dim});
+}
+
+}  // namespace
+
 AttentionInputs<float> SchemeWorkload::Inputs() const {
   const WorkloadShape& s = shape_;
-  const bool rope = scheme_ == Scheme::kRope;
+  const bool rope = rope_.has_value();
+  const bool per_head = options_.per_head_tables;
   AttentionInputs<float> in;
   in.q = ConstView<float>(rope ? qr_.data() : q_.data(),
                           {s.batch, s.heads, s.n, s.dim});
   in.k = ConstView<float>(rope ? kr_.data() : k_.data(),
                           {s.batch, s.heads, s.n, s.dim});
   in.v = ConstView<float>(v_.data(), {s.batch, s.heads, s.n, s.dim});
-  if (!ak_.empty()) in.ak = ConstView<float>(ak_.data(), {table_rows_, s.dim});
-  if (!av_.empty()) in.av = ConstView<float>(av_.data(), {table_rows_, s.dim});
+  if (!ak_.empty()) in.ak = TableView(ak_.data(), s, table_rows_, per_head);
+  if (!av_.empty()) in.av = TableView(av_.data(), s, table_rows_, per_head);
   if (!bias_.empty()) {
     in.bias = ConstView<float>(bias_.data(), {s.heads, table_rows_});
   }
@@ -189,10 +136,10 @@ void SchemeWorkload::Forward() {
   auto view = [&s](float* data) {
     return TensorView<float>(data, {s.batch, s.heads, s.n, s.dim});
   };
-  if (scheme_ == Scheme::kRope) {
+  if (rope_) {
     // q at positions i + off (off = 0 for self-attention), k at j.
-    RopeForward<float>(view(q_.data()), view(qr_.data()), rope_);
-    RopeForward<float>(view(k_.data()), view(kr_.data()), rope_);
+    RopeForward<float>(view(q_.data()), view(qr_.data()), *rope_);
+    RopeForward<float>(view(k_.data()), view(kr_.data()), *rope_);
   }
   AttentionForward<float>(Inputs(), view(out_.data()),
                           TensorView<float>(lse_.data(), {s.batch, s.heads, s.n}),
@@ -204,6 +151,7 @@ void SchemeWorkload::Backward() {
   RELPOS_CHECK_ARG(forward_done_,
                    "SchemeWorkload::Backward needs Forward() first");
   const WorkloadShape& s = shape_;
+  const bool per_head = options_.per_head_tables;
   auto view = [&s](float* data) {
     return TensorView<float>(data, {s.batch, s.heads, s.n, s.dim});
   };
@@ -211,8 +159,8 @@ void SchemeWorkload::Backward() {
   g.dq = view(dq_.data());
   g.dk = view(dk_.data());
   g.dv = view(dv_.data());
-  if (!dak_.empty()) g.dak = TensorView<float>(dak_.data(), {table_rows_, s.dim});
-  if (!dav_.empty()) g.dav = TensorView<float>(dav_.data(), {table_rows_, s.dim});
+  if (!dak_.empty()) g.dak = TableView(dak_.data(), s, table_rows_, per_head);
+  if (!dav_.empty()) g.dav = TableView(dav_.data(), s, table_rows_, per_head);
   if (!dbias_.empty()) {
     g.dbias = TensorView<float>(dbias_.data(), {s.heads, table_rows_});
   }
@@ -221,10 +169,10 @@ void SchemeWorkload::Backward() {
       Inputs(), view(out_.data()),
       ConstView<float>(lse_.data(), {s.batch, s.heads, s.n}),
       view(dout_.data()), g, options_);
-  if (scheme_ == Scheme::kRope) {
+  if (rope_) {
     // dq, dk are with respect to the rotated q, k: rotate them back in place.
-    RopeBackward<float>(view(dq_.data()), view(dq_.data()), rope_);
-    RopeBackward<float>(view(dk_.data()), view(dk_.data()), rope_);
+    RopeBackward<float>(view(dq_.data()), view(dq_.data()), *rope_);
+    RopeBackward<float>(view(dk_.data()), view(dk_.data()), *rope_);
   }
 }
 
@@ -235,9 +183,8 @@ int64_t SchemeWorkload::ExtraBytes() const {
       Inputs(), ConstView<float>(out_.data(), {s.batch, s.heads, s.n, s.dim}),
       ConstView<float>(lse_.data(), {s.batch, s.heads, s.n}), options_);
   const int64_t rotated =
-      scheme_ == Scheme::kRope
-          ? static_cast<int64_t>((qr_.size() + kr_.size()) * sizeof(float))
-          : 0;
+      rope_ ? static_cast<int64_t>((qr_.size() + kr_.size()) * sizeof(float))
+            : 0;
   return FusedExtraBytes(p, options_.num_threads) + rotated;
 }
 

@@ -299,7 +299,7 @@ TEST(FewQueryDeterminism, BitwiseAcrossThreadCounts) {
   int checked = 0;
   for (const AttentionCase& c : FewQueryCases()) {
     if (c.name != "shaw16perhead_q4_k1100_rows" &&
-        c.name != "t5_32_128_q3_k2100_mid" &&
+        c.name != "t5_defaults_q3_k2100_mid" &&
         c.name != "xlv_q2_mqa8_k65" && c.name != "alibi_q3_gqa_k200") {
       continue;
     }
@@ -739,7 +739,7 @@ TEST(FusedSchemeMasks, T5) {
 // causal buckets with and without the mask, a reach beyond n, the position
 // query bias, and a scalar table plus value table under the same map.
 std::vector<AttentionCase> ShawLogCases() {
-  std::vector<AttentionCase> cases = FusedSchemeCases({"log", "shawlog32_128"});
+  std::vector<AttentionCase> cases = FusedSchemeCases({"log", "shaw_log"});
   struct Log {
     const char* name;
     int64_t nq, nk, buckets, max_distance;
@@ -876,7 +876,7 @@ TEST(FusedSchemeProperties, ShawLogIsClipOverExpandedTables) {
 // them, masks, left or right reach 0, reaches beyond n, far tiles.
 std::vector<AttentionCase> AsymCases() {
   std::vector<AttentionCase> cases =
-      FusedSchemeCases({"asym", "asym0", "asym64_8"});
+      FusedSchemeCases({"asym", "asym0", "shaw_asym"});
   struct Reaches {
     const char* name;
     int64_t left, right;
