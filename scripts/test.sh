@@ -43,11 +43,11 @@ for s in $stages; do
       stage "ASan + UBSan build and C++ unit tests"
       cmake --preset sanitize >/dev/null
       cmake --build build/sanitize -j "$jobs"
-      # Tests that cap their own address space (RLIMIT_AS) to prove a hostile
+      # Tests that cap the address space (RLIMIT_AS, theirs or a child's) to prove a hostile
       # input costs no memory cannot run under ASan, whose shadow memory
       # needs terabytes of address space ("Failed to mmap"); the release
       # stage runs them.
-      asan_excluded='^(RunCompare\.AHostileCompareJsonCostsNoMemory|JsonReader\.HostileNestingCostsNoMemory)$'
+      asan_excluded='^(RunCompare\.AHostileCompareJsonCostsNoMemory|JsonReader\.HostileNestingCostsNoMemory|MemoryPlan\.ACheckpointThatCannotFitIsRefusedBeforeBuilding|HostileInput\.MemoryIsPlannedBeforeAllocating)$'
       # halt_on_error: any report fails the test; OpenMP's runtime keeps
       # thread stacks alive at exit, which LeakSanitizer would flag.
       ASAN_OPTIONS=halt_on_error=1:detect_leaks=0 \
