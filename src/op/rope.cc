@@ -105,18 +105,6 @@ void Rope(const char* in_name, ConstView<T> in, const char* out_name,
 
 }  // namespace
 
-const char* RopeLayoutName(RopeLayout layout) {
-  return layout == RopeLayout::kInterleaved ? "interleaved" : "split_halves";
-}
-
-RopeLayout ParseRopeLayout(const std::string& name, const char* what) {
-  if (name == "split_halves") return RopeLayout::kSplitHalves;
-  if (name == "interleaved") return RopeLayout::kInterleaved;
-  RELPOS_THROW(InvalidArgument, what << " must be 'split_halves' or "
-                                        "'interleaved' (got '"
-                                     << name << "')");
-}
-
 template <typename T>
 void RopeForward(ConstView<T> x, TensorView<T> y, const RopeOptions& options) {
   Rope<T>("x", x, "y", y, options, +1);
