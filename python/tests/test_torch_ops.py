@@ -96,7 +96,23 @@ def test_opcheck(case):
             kw.get("causal", False),
             None if lengths is None else torch.tensor(lengths),
             kw.get("query_offset"), kind, bargs,
-            _ops.encode_alibi(kw.get("alibi")))
+            _ops.encode_alibi(kw.get("alibi")), None, None, None)
+    torch.library.opcheck(torch.ops.relpos.attention_forward.default, args)
+
+
+@needs_ops
+def test_opcheck_groups_per_row_offsets_key_starts_and_scale():
+    g = torch.Generator().manual_seed(1)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64,
+                           requires_grad=True)
+
+    q, k, v, ak = randn(2, 4, 3, 8), randn(2, 2, 7, 8), randn(2, 2, 7, 8), \
+        randn(5, 8)
+    args = (q, k, v, ak, None, None, None, 2, True, torch.tensor([7, 5]),
+            None, "", [], None, torch.tensor([4, 2]), torch.tensor([1, 0]),
+            0.5)
     torch.library.opcheck(torch.ops.relpos.attention_forward.default, args)
 
 
@@ -104,9 +120,13 @@ def test_opcheck(case):
 def test_opcheck_rope():
     x = torch.randn(2, 3, 6, 8, dtype=torch.float64, requires_grad=True)
     torch.library.opcheck(torch.ops.relpos.rope.default,
-                          (x, 3, 10000.0, "split_halves"))
+                          (x, 3, 10000.0, "split_halves", None))
     torch.library.opcheck(torch.ops.relpos.rope_backward.default,
-                          (x, 3, 10000.0, "interleaved"))
+                          (x, 3, 10000.0, "interleaved", None))
+    # Per-row positions: one offset per batch item.
+    torch.library.opcheck(torch.ops.relpos.rope.default,
+                          (x, 0, 10000.0, "split_halves",
+                           torch.tensor([3, -2])))
 
 
 @needs_ops

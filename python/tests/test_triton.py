@@ -317,7 +317,8 @@ def test_custom_op_cuda_kernels():
     kw = case.kwargs()
     kind, args = _ops.encode_buckets(kw.get("buckets"))
     options = (kw.get("max_distance"), kw["causal"], None,
-               kw["query_offset"], kind, args, _ops.encode_alibi(None))
+               kw["query_offset"], kind, args, _ops.encode_alibi(None),
+               None, None, None)
     out, lse = _ops.attention_forward_cuda(q, k, v, ak, av, bias, pb,
                                            *options)
     call = A.prepare("triton.attention", q, k, v, ak, av, bias, pb, **kw)
@@ -328,10 +329,10 @@ def test_custom_op_cuda_kernels():
     want = A.backward(call, dout, q, k, v, ak, av, bias, pb, o2, l2)
     for g, w in zip(grads, want):
         assert (w is None and g.numel() == 0) or torch.equal(g, w)
-    y = _ops.rope_forward_cuda(q, 2, 500.0, "interleaved")
+    y = _ops.rope_forward_cuda(q, 2, 500.0, "interleaved", None)
     assert torch.equal(y, rtt.rope(q, position_offset=2, base=500.0,
                                    layout="interleaved"))
-    back = _ops.rope_backward_cuda(y, 2, 500.0, "interleaved")
+    back = _ops.rope_backward_cuda(y, 2, 500.0, "interleaved", None)
     np.testing.assert_allclose(
         back.numpy(), relpos.rope_backward(y.numpy(), position_offset=2,
                                            base=500.0, layout="interleaved"),
