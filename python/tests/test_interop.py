@@ -552,3 +552,71 @@ def test_wav2vec2_conformer_errors_name_the_tensor():
     with pytest.raises(ValueError, match="num_heads"):
         interop.from_wav2vec2_conformer(sd, 0, prefix="p.")
 
+
+# --- relpos's lazily imported submodules as attributes
+
+
+def test_submodules_are_attributes_in_a_fresh_interpreter():
+    import os
+    import subprocess
+    import sys
+
+    import relpos
+    root = os.path.dirname(os.path.dirname(relpos.__file__))
+    code = (
+        "import sys, relpos\n"
+        "assert 'relpos.interop' not in sys.modules\n"
+        "f = relpos.interop.from_opennmt\n"
+        "assert f.__module__ == 'relpos.interop'\n"
+        "assert relpos.opennmt.__name__ == 'relpos.opennmt'\n"
+        "assert relpos.ctranslate2.__name__ == 'relpos.ctranslate2'\n"
+        "assert 'interop' in dir(relpos)\n"
+        "try:\n"
+        "    relpos.no_such_thing\n"
+        "except AttributeError as e:\n"
+        "    assert str(e) == \"module 'relpos' has no attribute "
+        "'no_such_thing'\", e\n"
+        "else:\n"
+        "    raise SystemExit('no AttributeError')\n"
+        "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep +
+               os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_torch_submodules_are_attributes():
+    pytest.importorskip("torch")
+    import relpos
+    assert relpos.torch.RelativeMultiheadAttention is not None
+    assert callable(relpos.distributed.context_parallel_attention)
+    assert relpos.triton.__name__ == "relpos.triton"
+    for name in ("torch", "distributed", "triton", "interop", "opennmt",
+                 "ctranslate2"):
+        assert name in dir(relpos)
+
+
+def test_missing_submodule_is_an_attribute_error(monkeypatch):
+    import os
+
+    import relpos
+    here = os.path.dirname(relpos.__file__)
+    if os.path.exists(os.path.join(here, "hf.py")) or \
+            os.path.exists(os.path.join(here, "hf", "__init__.py")):
+        assert relpos.hf.__name__ == "relpos.hf"  # resolved by name
+        assert "hf" in dir(relpos)
+    else:
+        with pytest.raises(AttributeError, match=r"relpos.hf is not part"):
+            relpos.hf
+        assert not hasattr(relpos, "hf") and "hf" not in dir(relpos)
+    # Any listed submodule without a file: AttributeError, named.
+    monkeypatch.setattr(relpos, "_LAZY_SUBMODULES",
+                        relpos._LAZY_SUBMODULES + ("no_such_submodule",))
+    with pytest.raises(AttributeError, match=r"has no attribute "
+                       r"'no_such_submodule' \(the submodule "
+                       r"relpos.no_such_submodule is not part"):
+        relpos.no_such_submodule
+    with pytest.raises(AttributeError,
+                       match=r"^module 'relpos' has no attribute 'nope'$"):
+        relpos.nope
