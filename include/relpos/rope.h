@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "relpos/tensor_view.h"
 
@@ -59,6 +60,12 @@ struct RopeOptions {
   // Absolute position of row 0 along the N axis: row n is at position
   // position_offset + n. Every position must lie in [-2^40, 2^40].
   int64_t position_offset = 0;
+  // Per-row positions (batched decoding of prompts of different lengths,
+  // Hugging Face's position_ids = offset_b + n): empty (every row uses
+  // position_offset), or, for x of rank 4 [B, H, N, d], B entries: row n of
+  // batch item b is at position position_offsets[b] + n. Exclusive with a
+  // non-zero position_offset; every position must lie in [-2^40, 2^40].
+  std::vector<int64_t> position_offsets;
   RopePath path = RopePath::kAuto;
   // Threads for the fast path; 0 uses OpenMP's default.
   int num_threads = 0;

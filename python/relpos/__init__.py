@@ -35,6 +35,7 @@ submodule ``relpos.torch`` (imported on first use; needs PyTorch).
 from __future__ import annotations
 
 import importlib
+import math
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -127,20 +128,46 @@ def __dir__():
 # --- argument checking: relpos/_checks.py, every message names the argument
 
 
-def _key_lengths(fn, x):
+def _per_item(fn, name, x):
+    """B integers, one per batch item (None -> []), as a list of ints."""
     if x is None:
         return []
     a = np.asarray(x)
     if a.dtype.kind not in "iu":
         raise TypeError(
-            f"relpos.{fn}: key_lengths must hold integers (got dtype "
-            f"{a.dtype})")
+            f"relpos.{fn}: {name} must hold integers (got dtype {a.dtype})")
     if a.ndim != 1:
         raise ValueError(
-            f"relpos.{fn}: key_lengths must be one-dimensional, one entry "
-            f"per batch item (got shape {a.shape})")
-    # Range against Nk is checked by the C++ core; this keeps int64 intact.
-    return [_int(fn, f"key_lengths[{i}]", int(v)) for i, v in enumerate(a)]
+            f"relpos.{fn}: {name} must be one-dimensional, one entry per "
+            f"batch item (got shape {a.shape})")
+    # Ranges are checked by the C++ core; this keeps int64 intact.
+    return [_int(fn, f"{name}[{i}]", int(v)) for i, v in enumerate(a)]
+
+
+def _key_lengths(fn, x):
+    return _per_item(fn, "key_lengths", x)
+
+
+def _query_offset(fn, x):
+    """query_offset as (one offset or None, per-row offsets or [])."""
+    if x is None or isinstance(x, (int, np.integer)) or (
+            isinstance(x, np.ndarray) and x.ndim == 0):
+        return _int(fn, "query_offset", x, allow_none=True), []
+    return None, _per_item(fn, "query_offset", x)
+
+
+def _scale(fn, x):
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.floating,
+                                                 np.integer)):
+        raise TypeError(f"relpos.{fn}: scale must be None or a number (got "
+                        f"{type(x).__name__})")
+    x = float(x)
+    if not (x > 0 and math.isfinite(x)):
+        raise ValueError(f"relpos.{fn}: scale must be finite and > 0 (got "
+                         f"{x})")
+    return x
 
 
 def _scheme(fn, buckets, max_distance, bias, alibi, ak, pb):
@@ -205,7 +232,7 @@ class _Call:
 
     def __init__(self, fn, q, k, v, ak, av, max_distance, causal,
                  key_lengths, query_offset, buckets=None, bias=None,
-                 alibi=None, pb=None):
+                 alibi=None, pb=None, key_starts=None, scale=None):
         dtype = _dtype_of(fn, "q", q).dtype
         self.dtype = dtype
         self.q = _array(fn, "q", q, dtype, (4,))
@@ -228,8 +255,11 @@ class _Call:
             fn, buckets, max_distance, self.bias, alibi, self.ak, self.pb)
         self.causal = _bool(fn, "causal", causal)
         self.key_lengths = _key_lengths(fn, key_lengths)
-        self.query_offset = _int(fn, "query_offset", query_offset,
-                                 allow_none=True)
+        self.query_offset, query_offsets = _query_offset(fn, query_offset)
+        self.rows = _ext.RowArgs()
+        self.rows.query_offsets = query_offsets
+        self.rows.key_starts = _per_item(fn, "key_starts", key_starts)
+        self.rows.scale = _scale(fn, scale)
         self.suffix = "f32" if dtype == np.float32 else "f64"
 
     def options(self):
@@ -238,7 +268,8 @@ class _Call:
                     causal=self.causal,
                     key_lengths=self.key_lengths,
                     query_offset=self.query_offset,
-                    bias=self.bias, pb=self.pb, scheme=self.scheme)
+                    bias=self.bias, pb=self.pb, scheme=self.scheme,
+                    rows=self.rows)
 
     def forward(self):
         b, h, nq, _ = self.q.shape
@@ -255,13 +286,17 @@ class _Call:
 
 def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
               key_lengths=None, query_offset=None, return_lse=False,
-              buckets=None, bias=None, alibi=None, pb=None):
+              buckets=None, bias=None, alibi=None, pb=None, key_starts=None,
+              scale=None):
     """Relative-position self-attention, forward pass.
 
     Args:
         q: queries [B, H, Nq, dk], float32 or float64.
-        k: keys [B, H, Nk, dk], same dtype.
-        v: values [B, H, Nk, dv], same dtype.
+        k: keys [B, Hkv, Nk, dk], same dtype; Hkv = H, or Hkv dividing H
+            for grouped-query attention (Hkv = 1: multi-query): query head
+            h reads key/value head h // (H // Hkv), as Hugging Face's
+            repeat_kv does.
+        v: values [B, Hkv, Nk, dv], same dtype.
         ak: key-side table [2k+1, dk] shared by all heads, or [H, 2k+1, dk]
             per head; None switches the key term off.
         av: value-side table [2k+1, dv] or [H, 2k+1, dv]; None switches the
@@ -274,6 +309,13 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
             are padding and invisible.
         query_offset: absolute position of query row 0; default Nk - Nq
             (queries are the last Nq positions, as with a key/value cache).
+            Or B integers, one per batch item: query row i of item b is at
+            position i + query_offset[b] (batched decoding of prompts of
+            different lengths).
+        key_starts: None, or B integers in [0, key_lengths[b]]: keys
+            j < key_starts[b] are padding and invisible (left padding).
+            Distances stay those of the padded indices, r = j - (i + off),
+            which are the distances counted from the row's first real key.
         return_lse: also return the log-sum-exp [B, H, Nq] of each row's
             scaled scores (-inf for a row that sees no key), which
             :func:`attention_backward` can reuse instead of recomputing.
@@ -288,6 +330,9 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
             score. Nothing is learned.
         pb: Transformer-XL's position query bias [H, dk] (needs ak): the
             key-table term becomes (q_i + pb_h) . ak[b(r)] / sqrt(dk).
+        scale: None (1 / sqrt(dk)) or the multiplier, finite and > 0, of
+            q . k and of the vector table term (T5: 1.0, unscaled scores).
+            T5's scalar bias and ALiBi are never scaled.
 
     Returns:
         out [B, H, Nq, dv], or (out, lse) if return_lse. A row that sees no
@@ -298,7 +343,8 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
         ValueError: inconsistent shapes or out-of-range options.
     """
     call = _Call("attention", q, k, v, ak, av, max_distance, causal,
-                 key_lengths, query_offset, buckets, bias, alibi, pb)
+                 key_lengths, query_offset, buckets, bias, alibi, pb,
+                 key_starts, scale)
     out, lse = call.forward()
     return (out, lse) if _bool("attention", "return_lse", return_lse) else out
 
@@ -306,7 +352,8 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
 def attention_backward(dout, q, k, v, ak=None, av=None, *,
                        max_distance=None, causal=False, key_lengths=None,
                        query_offset=None, out=None, lse=None, buckets=None,
-                       bias=None, alibi=None, pb=None):
+                       bias=None, alibi=None, pb=None, key_starts=None,
+                       scale=None):
     """Gradients of :func:`attention` with respect to every input.
 
     Takes the gradient of the loss with respect to the output, dout
@@ -318,12 +365,14 @@ def attention_backward(dout, q, k, v, ak=None, av=None, *,
     Returns:
         AttentionGrads(dq, dk, dv, dak, dav), each shaped like its input;
         dak / dav are None when ak / av is None; .dbias / .dpb likewise
-        for bias / pb. Shared tables receive the sum over batch and heads.
+        for bias / pb. Shared tables receive the sum over batch and heads;
+        with grouped-query attention dk / dv ([B, Hkv, Nk, d]) are the sums
+        over each group's query heads.
         Rows that see no key get zero gradient.
     """
     fn = "attention_backward"
     call = _Call(fn, q, k, v, ak, av, max_distance, causal, key_lengths,
-                 query_offset, buckets, bias, alibi, pb)
+                 query_offset, buckets, bias, alibi, pb, key_starts, scale)
     dout = _array(fn, "dout", dout, call.dtype, (4,))
     if (out is None) != (lse is None):
         raise ValueError(

@@ -14,7 +14,8 @@ register_kernel("cuda"); Triton is imported on the first CUDA call).
                                 -> (out [B, H, Nq, dv], lse [B, H, Nq])
     relpos::attention_backward  (dout, the inputs, out, lse, options)
                                 -> (dq, dk, dv, dak, dav, dbias, dpb)
-    relpos::rope / relpos::rope_backward   (x, offset, base, layout) -> y
+    relpos::rope / relpos::rope_backward   (x, offset, base, layout,
+                                            offsets?) -> y
 
 Absent gradients (an input that was None) are empty tensors (numel 0) in
 the backward op's result, since an op's outputs cannot be None.
@@ -30,7 +31,10 @@ is copied once by .contiguous().
 Options travel as schema-typed arguments: buckets is "" (the symmetric clip
 by max_distance), "clip" (bucket_args = [left, right]) or "t5"
 (bucket_args = [num_buckets, max_distance, bidirectional]); alibi is None
-(off), [] (relpos's default slopes) or one slope per head.
+(off), [] (relpos's default slopes) or one slope per head; query_offsets
+and key_starts are None or int64 tensors of one entry per batch item (per-row
+query offsets, left-padding key starts); scale is None (1 / sqrt(dk)) or
+the score multiplier. RoPE's offsets is None or B per-row offsets.
 """
 
 from typing import List, Optional, Tuple
@@ -136,8 +140,12 @@ def _view(t):
     return None if t is None else t.detach().contiguous().numpy()
 
 
+def _ints(t):
+    return None if t is None else t.detach().cpu().numpy()
+
+
 def _options(max_distance, causal, key_lengths, query_offset, buckets,
-             bucket_args, alibi):
+             bucket_args, alibi, query_offsets, key_starts, scale):
     if alibi is None:
         alibi_arg = None
     elif len(alibi) == 0:
@@ -145,18 +153,22 @@ def _options(max_distance, causal, key_lengths, query_offset, buckets,
     else:
         alibi_arg = list(alibi)
     return dict(max_distance=max_distance, causal=causal,
-                key_lengths=None if key_lengths is None
-                else key_lengths.detach().cpu().numpy(),
-                query_offset=query_offset,
-                buckets=decode_buckets(buckets, bucket_args), alibi=alibi_arg)
+                key_lengths=_ints(key_lengths),
+                query_offset=query_offset if query_offsets is None
+                else _ints(query_offsets),
+                buckets=decode_buckets(buckets, bucket_args), alibi=alibi_arg,
+                key_starts=_ints(key_starts), scale=scale)
 
 
 def _gpu_options(max_distance, causal, key_lengths, query_offset, buckets,
-                 bucket_args, alibi):
+                 bucket_args, alibi, query_offsets, key_starts, scale):
     """The op's schema-typed options as relpos.triton's keywords."""
     options = _options(max_distance, causal, None, query_offset, buckets,
-                       bucket_args, alibi)
+                       bucket_args, alibi, None, None, scale)
     options["key_lengths"] = key_lengths
+    if query_offsets is not None:
+        options["query_offset"] = query_offsets
+    options["key_starts"] = key_starts
     return options
 
 
@@ -168,31 +180,37 @@ if ENABLED:
             max_distance: Optional[int], causal: bool,
             key_lengths: Optional[Tensor], query_offset: Optional[int],
             buckets: str, bucket_args: List[int],
-            alibi: Optional[List[float]]) -> Tuple[Tensor, Tensor]:
-        # q [B, H, Nq, dk], k [B, H, Nk, dk], v [B, H, Nk, dv]
+            alibi: Optional[List[float]], query_offsets: Optional[Tensor],
+            key_starts: Optional[Tensor],
+            scale: Optional[float]) -> Tuple[Tensor, Tensor]:
+        # q [B, H, Nq, dk], k [B, Hkv, Nk, dk], v [B, Hkv, Nk, dv]
         #   -> out [B, H, Nq, dv], lse [B, H, Nq]
         out, lse = _relpos.attention(
             _view(q), _view(k), _view(v), _view(ak), _view(av),
             bias=_view(bias), pb=_view(pb), return_lse=True,
             **_options(max_distance, causal, key_lengths, query_offset,
-                       buckets, bucket_args, alibi))
+                       buckets, bucket_args, alibi, query_offsets,
+                       key_starts, scale))
         return torch.from_numpy(out), torch.from_numpy(lse)
 
     def attention_forward_cuda(q, k, v, ak, av, bias, pb, max_distance,
                                causal, key_lengths, query_offset, buckets,
-                               bucket_args, alibi):
+                               bucket_args, alibi, query_offsets, key_starts,
+                               scale):
         from relpos.triton import _attention as gpu
         call = gpu.prepare(
             "torch.attention", q, k, v, ak, av, bias, pb,
             **_gpu_options(max_distance, causal, key_lengths, query_offset,
-                           buckets, bucket_args, alibi))
+                           buckets, bucket_args, alibi, query_offsets,
+                           key_starts, scale))
         return gpu.forward(call, q, k, v, ak, av, bias, pb)
 
     attention_forward.register_kernel("cuda")(attention_forward_cuda)
 
     @attention_forward.register_fake
     def _(q, k, v, ak, av, bias, pb, max_distance, causal, key_lengths,
-          query_offset, buckets, bucket_args, alibi):
+          query_offset, buckets, bucket_args, alibi, query_offsets,
+          key_starts, scale):
         b, h, nq, _ = q.shape
         return (q.new_empty((b, h, nq, v.shape[3])),
                 q.new_empty((b, h, nq), dtype=lse_dtype(q.dtype)))
@@ -204,7 +222,8 @@ if ENABLED:
             out: Tensor, lse: Tensor, max_distance: Optional[int],
             causal: bool, key_lengths: Optional[Tensor],
             query_offset: Optional[int], buckets: str, bucket_args: List[int],
-            alibi: Optional[List[float]]
+            alibi: Optional[List[float]], query_offsets: Optional[Tensor],
+            key_starts: Optional[Tensor], scale: Optional[float]
     ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         # dout [B, H, Nq, dv] -> (dq, dk, dv, dak, dav, dbias, dpb), each
         # shaped like its input; empty (numel 0) where the input is None.
@@ -212,7 +231,8 @@ if ENABLED:
             _view(dout), _view(q), _view(k), _view(v), _view(ak), _view(av),
             out=_view(out), lse=_view(lse), bias=_view(bias), pb=_view(pb),
             **_options(max_distance, causal, key_lengths, query_offset,
-                       buckets, bucket_args, alibi))
+                       buckets, bucket_args, alibi, query_offsets,
+                       key_starts, scale))
         # A fresh empty tensor for each absent gradient: outputs may not
         # alias one another.
         return tuple(q.new_empty((0,)) if x is None else torch.from_numpy(x)
@@ -220,12 +240,14 @@ if ENABLED:
 
     def attention_backward_cuda(dout, q, k, v, ak, av, bias, pb, out, lse,
                                 max_distance, causal, key_lengths,
-                                query_offset, buckets, bucket_args, alibi):
+                                query_offset, buckets, bucket_args, alibi,
+                                query_offsets, key_starts, scale):
         from relpos.triton import _attention as gpu
         call = gpu.prepare(
             "torch.attention", q, k, v, ak, av, bias, pb,
             **_gpu_options(max_distance, causal, key_lengths, query_offset,
-                           buckets, bucket_args, alibi))
+                           buckets, bucket_args, alibi, query_offsets,
+                           key_starts, scale))
         grads = gpu.backward(call, dout, q, k, v, ak, av, bias, pb, out, lse)
         return tuple(q.new_empty((0,)) if g is None else g for g in grads)
 
@@ -233,7 +255,8 @@ if ENABLED:
 
     @attention_backward.register_fake
     def _(dout, q, k, v, ak, av, bias, pb, out, lse, max_distance, causal,
-          key_lengths, query_offset, buckets, bucket_args, alibi):
+          key_lengths, query_offset, buckets, bucket_args, alibi,
+          query_offsets, key_starts, scale):
         return tuple(q.new_empty((0,)) if x is None else x.new_empty(x.shape)
                      for x in (q, k, v, ak, av, bias, pb))
 
@@ -258,49 +281,63 @@ if ENABLED:
     attention_forward.register_autograd(_attention_grad,
                                         setup_context=_attention_setup)
 
+    def _rope_offset(position_offset, position_offsets):
+        """The numpy layer's position_offset: one, or one per batch item."""
+        if position_offsets is None:
+            return position_offset
+        return position_offsets.detach().cpu().numpy()
+
     @torch.library.custom_op("relpos::rope", mutates_args=())
     def rope_forward(x: Tensor, position_offset: int, base: float,
-                     layout: str) -> Tensor:
+                     layout: str, position_offsets: Optional[Tensor]
+                     ) -> Tensor:
         # x [..., N, d] -> the rotated rows, same shape.
         return torch.from_numpy(_relpos.rope(
-            _view(x), position_offset=position_offset, base=base,
-            layout=layout))
+            _view(x), position_offset=_rope_offset(position_offset,
+                                                   position_offsets),
+            base=base, layout=layout))
 
-    def rope_forward_cuda(x, position_offset, base, layout):
+    def rope_forward_cuda(x, position_offset, base, layout,
+                          position_offsets):
         from relpos.triton import _rope
-        return _rope.rotate("torch.rope", x, position_offset, base, layout,
-                            1)
+        return _rope.rotate("torch.rope", x,
+                            _rope_offset(position_offset, position_offsets),
+                            base, layout, 1)
 
     rope_forward.register_kernel("cuda")(rope_forward_cuda)
 
     @rope_forward.register_fake
-    def _(x, position_offset, base, layout):
+    def _(x, position_offset, base, layout, position_offsets):
         return x.new_empty(x.shape)
 
     @torch.library.custom_op("relpos::rope_backward", mutates_args=())
     def rope_backward(dy: Tensor, position_offset: int, base: float,
-                      layout: str) -> Tensor:
+                      layout: str, position_offsets: Optional[Tensor]
+                      ) -> Tensor:
         # dy [..., N, d] -> dx, the rows rotated by the opposite angles.
         return torch.from_numpy(_relpos.rope_backward(
-            _view(dy), position_offset=position_offset, base=base,
-            layout=layout))
+            _view(dy), position_offset=_rope_offset(position_offset,
+                                                    position_offsets),
+            base=base, layout=layout))
 
-    def rope_backward_cuda(dy, position_offset, base, layout):
+    def rope_backward_cuda(dy, position_offset, base, layout,
+                           position_offsets):
         from relpos.triton import _rope
-        return _rope.rotate("torch.rope_backward", dy, position_offset, base,
-                            layout, -1)
+        return _rope.rotate("torch.rope_backward", dy,
+                            _rope_offset(position_offset, position_offsets),
+                            base, layout, -1)
 
     rope_backward.register_kernel("cuda")(rope_backward_cuda)
 
     @rope_backward.register_fake
-    def _(dy, position_offset, base, layout):
+    def _(dy, position_offset, base, layout, position_offsets):
         return dy.new_empty(dy.shape)
 
     def _rope_setup(ctx, inputs, output):
         ctx.options = inputs[1:]
 
     def _rope_grad(ctx, dy):
-        return (rope_backward(dy, *ctx.options),) + (None,) * 3
+        return (rope_backward(dy, *ctx.options),) + (None,) * 4
 
     rope_forward.register_autograd(_rope_grad, setup_context=_rope_setup)
 
@@ -310,14 +347,35 @@ if ENABLED:
     def _rope_backward_grad(ctx, ddx):
         # The backward is again a rotation (by the opposite angles): its
         # gradient is the forward rotation, so RoPE is twice differentiable.
-        return (rope_forward(ddx, *ctx.options),) + (None,) * 3
+        return (rope_forward(ddx, *ctx.options),) + (None,) * 4
 
     rope_backward.register_autograd(_rope_backward_grad,
                                     setup_context=_rope_backward_setup)
 
 
+def _per_row(fn, name, x):
+    """None, or x (a sequence or 1-D integer tensor of one entry per batch
+    item) as an int64 tensor on the CPU."""
+    if x is None:
+        return None
+    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+    if t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
+        raise TypeError(f"relpos.torch.{fn}: {name} must be one integer per "
+                        f"batch item (got {t.dtype} of shape "
+                        f"{tuple(t.shape)})")
+    return t.to(device="cpu", dtype=torch.int64)
+
+
+def _is_per_row(x):
+    if isinstance(x, torch.Tensor):
+        return x.dim() == 1
+    return isinstance(x, (list, tuple)) or (
+        hasattr(x, "ndim") and getattr(x, "ndim") == 1)
+
+
 def attention(q, k, v, ak, av, bias, pb, *, max_distance, causal,
-              key_lengths, query_offset, buckets, alibi):
+              key_lengths, query_offset, buckets, alibi, key_starts=None,
+              scale=None):
     """relpos.torch.attention through relpos::attention_forward."""
     check_tensor("attention", "q", q)
     for name, t in (("k", k), ("v", v), ("ak", ak), ("av", av),
@@ -329,14 +387,28 @@ def attention(q, k, v, ak, av, bias, pb, *, max_distance, causal,
     if not isinstance(causal, bool):
         raise TypeError(f"relpos.torch.attention: causal must be a bool "
                         f"(got {type(causal).__name__})")
+    query_offsets = None
+    if _is_per_row(query_offset):
+        query_offsets = _per_row("attention", "query_offset", query_offset)
+        query_offset = None
+    elif isinstance(query_offset, torch.Tensor):  # a 0-d tensor
+        query_offset = int(query_offset)
+    scale = _relpos._scale("torch.attention", scale)
     kind, args = encode_buckets(buckets)
     out, _ = attention_forward(q, k, v, ak, av, bias, pb, max_distance,
                                causal, key_lengths, query_offset,
-                               kind, args, encode_alibi(alibi))
+                               kind, args, encode_alibi(alibi), query_offsets,
+                               _per_row("attention", "key_starts",
+                                        key_starts), scale)
     return out
 
 
 def rope(x, *, position_offset, base, layout):
     """relpos.torch.rope through relpos::rope."""
     check_tensor("rope", "x", x)
-    return rope_forward(x, int(position_offset), float(base), str(layout))
+    if _is_per_row(position_offset):
+        return rope_forward(x, 0, float(base), str(layout),
+                            _per_row("rope", "position_offset",
+                                     position_offset))
+    return rope_forward(x, int(position_offset), float(base), str(layout),
+                        None)

@@ -161,6 +161,26 @@ def rope_base_layout(fn, base, layout):
     return base, choice(fn, "layout", layout, _LAYOUTS)
 
 
+def rope_offsets(fn, position_offset):
+    """position_offset as (one offset, per-row offsets or []): an integer,
+    or one integer per batch item of a [B, H, N, d] input (a sequence, a
+    1-D integer array or tensor)."""
+    x = position_offset
+    if hasattr(x, "detach"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    if isinstance(x, (int, np.integer)) or (isinstance(x, np.ndarray)
+                                            and x.ndim == 0):
+        return _int(fn, "position_offset", x), []
+    a = np.asarray(x)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise TypeError(
+            f"relpos.{fn}: position_offset must be an integer or one "
+            f"integer per batch item (got {type(position_offset).__name__}"
+            f"{'' if a.ndim != 1 else ' of dtype ' + str(a.dtype)})")
+    return 0, [_int(fn, f"position_offset[{i}]", int(v))
+               for i, v in enumerate(a)]
+
+
 def _rope_call(fn, x, position_offset, base, layout, backward):
     _require_bindings()
     a = float_array(fn, "dy" if backward else "x", x)
@@ -169,11 +189,12 @@ def _rope_call(fn, x, position_offset, base, layout, backward):
                          f"have rank 1 to 4, [..., N, d] (got shape "
                          f"{a.shape})")
     a = np.ascontiguousarray(a)
-    offset = _int(fn, "position_offset", position_offset)
+    offset, offsets = rope_offsets(fn, position_offset)
     base, layout = rope_base_layout(fn, base, layout)
     out = np.empty_like(a)
     suffix = "f32" if a.dtype == np.float32 else "f64"
-    getattr(_ext, "rope_" + suffix)(a, out, offset, base, layout, backward)
+    getattr(_ext, "rope_" + suffix)(a, out, offset, base, layout, backward,
+                                    offsets)
     return out
 
 
@@ -189,6 +210,10 @@ def rope(x, *, position_offset=0, base=10000.0, layout="split_halves"):
         x: [d], [N, d], [H, N, d] or [B, H, N, d], float32 (fast SIMD path)
             or float64 (reference); d even.
         position_offset: position of row 0; every position within +-2^40.
+            Or, for x of rank 4, one integer per batch item: row n of item
+            b is at position position_offset[b] + n (Hugging Face's
+            position_ids = offset_b + n, batched prompts of different
+            lengths).
         base: 10000 (paper, Llama 2), 500000 (Llama 3), ...
         layout: "split_halves" pairs (t, t + d/2), Hugging Face Llama /
             GPT-NeoX ``rotate_half`` (the default); "interleaved" pairs

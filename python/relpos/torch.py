@@ -52,7 +52,7 @@ def _optional_numpy(name, t):
     return None if t is None else _numpy(name, t)
 
 
-def _key_lengths(x):
+def _host_ints(x):
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy()
     return x
@@ -102,18 +102,23 @@ class _AttentionFunction(torch.autograd.Function):
 
 def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
               key_lengths=None, query_offset=None, buckets=None, bias=None,
-              alibi=None, pb=None):
+              alibi=None, pb=None, key_starts=None, scale=None):
     """Differentiable relative attention (see relpos.attention for the math).
 
     Args:
-        q: [B, H, Nq, dk], k: [B, H, Nk, dk], v: [B, H, Nk, dv]; tensors
+        q: [B, H, Nq, dk], k: [B, Hkv, Nk, dk], v: [B, Hkv, Nk, dv] (Hkv =
+            H, or dividing H: grouped-query attention, CPU only); tensors
             of one dtype on one device, contiguous or not: CPU float32 or
             float64 (relpos's C++ kernel), or CUDA float16, bfloat16,
             float32 or float64 (the Triton kernels of relpos.triton).
         ak: None (key term off), [2k+1, dk] shared or [H, 2k+1, dk] per head.
         av: None (value term off), [2k+1, dv] or [H, 2k+1, dv].
         max_distance: k >= 0. causal, key_lengths (a sequence or an integer
-            tensor of B lengths), query_offset: as in relpos.attention.
+            tensor of B lengths), query_offset (an integer, or B per-row
+            offsets as a sequence or 1-D integer tensor), key_starts (B
+            left-padding starts), scale (None: 1 / sqrt(dk)): as in
+            relpos.attention. Per-row offsets and key_starts run on the CPU
+            only.
         buckets (relpos.ClipBuckets / relpos.T5Buckets), bias (T5 scalar
             table [H, nb], a tensor), alibi (True or H slopes; fixed),
             pb (position query bias [H, dk], a tensor): the schemes of
@@ -128,7 +133,8 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
                               max_distance=max_distance, causal=causal,
                               key_lengths=key_lengths,
                               query_offset=query_offset, buckets=buckets,
-                              alibi=alibi)
+                              alibi=alibi, key_starts=key_starts,
+                              scale=scale)
     _ops.check_tensor("attention", "q", q)
     for name, t in (("k", k), ("v", v), ("ak", ak), ("av", av),
                     ("bias", bias), ("pb", pb)):
@@ -140,12 +146,15 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
                              causal=causal, key_lengths=key_lengths,
                              query_offset=query_offset, buckets=buckets,
                              bias=bias, alibi=alibi, pb=pb,
+                             key_starts=key_starts, scale=scale,
                              fn="torch.attention")
     if isinstance(alibi, torch.Tensor):
         alibi = alibi.detach().cpu().numpy()
     options = dict(max_distance=max_distance, causal=causal,
-                   key_lengths=_key_lengths(key_lengths),
-                   query_offset=query_offset, buckets=buckets, alibi=alibi)
+                   key_lengths=_host_ints(key_lengths),
+                   query_offset=_host_ints(query_offset), buckets=buckets,
+                   alibi=alibi, key_starts=_host_ints(key_starts),
+                   scale=scale)
     return _AttentionFunction.apply(q, k, v, ak, av, bias, pb, options)
 
 
@@ -457,7 +466,10 @@ def rope(x, *, position_offset=0, base=10000.0, layout="split_halves"):
 
     x: [d], [N, d], [H, N, d] or [B, H, N, d]: a CPU tensor, float32 or
     float64, or a CUDA tensor (float16 to float64: relpos.triton's kernel);
-    row n is at position position_offset + n. layout
+    row n is at position position_offset + n, or, for x [B, H, N, d] and
+    position_offset B integers (a sequence or 1-D integer tensor), row n of
+    item b at position_offset[b] + n (Hugging Face's per-row position_ids
+    offset_b + n). layout
     "split_halves" is Hugging Face Llama's rotate_half convention, so
     ``rope(q, base=config.rope_theta)`` equals ``apply_rotary_pos_emb``'s
     rotated q for position_ids 0..N-1 (up to Hugging Face's float32 angles).

@@ -68,11 +68,13 @@ void ClipBucketArray(InArray<int64_t> r, OutArray<int64_t> out, int64_t left,
 // float32 takes the fast path, float64 the reference.
 template <typename T>
 void Rope(InArray<T> x, OutArray<T> out, int64_t position_offset, double base,
-          const std::string& layout, bool backward) {
+          const std::string& layout, bool backward,
+          std::vector<int64_t> position_offsets) {
   RopeOptions o;
   o.base = base;
   o.layout = ParseRopeLayout(layout);
   o.position_offset = position_offset;
+  o.position_offsets = std::move(position_offsets);
   o.path = std::is_same_v<T, float> ? RopePath::kAuto : RopePath::kReference;
   const char* in_name = backward ? "dy" : "x";
   const char* out_name = backward ? "dx" : "out";
@@ -91,6 +93,7 @@ void BindRope(nb::module_& m, const std::string& suffix) {
   using namespace nb::literals;
   m.def(("rope_" + suffix).c_str(), &Rope<T>, "x"_a, "out"_a,
         "position_offset"_a, "base"_a, "layout"_a, "backward"_a,
+        "position_offsets"_a = std::vector<int64_t>(),
         "Internal: fills out. Use relpos.rope / relpos.rope_backward.");
 }
 

@@ -86,11 +86,22 @@ void ApplyScheme(const SchemeArgs& s, bool have_ak, bool have_bias,
   o.position_query_bias = have_pb;
 }
 
+// The per-row layout options and the score scale, as relpos/__init__.py
+// resolved them: per-row query offsets (empty: query_offset for every row),
+// left-padding key starts (empty: keys start at 0), and the multiplier of
+// the scaled score terms (None: 1 / sqrt(dk)).
+struct RowArgs {
+  std::vector<int64_t> query_offsets;
+  std::vector<int64_t> key_starts;
+  std::optional<double> scale;
+};
+
 template <typename T>
 AttentionOptions MakeOptions(int64_t max_distance, bool per_head_tables,
                              bool key_term, bool value_term, bool causal,
                              std::vector<int64_t> key_lengths,
-                             std::optional<int64_t> query_offset) {
+                             std::optional<int64_t> query_offset,
+                             const RowArgs& rows) {
   AttentionOptions o;
   o.max_distance = max_distance;
   o.per_head_tables = per_head_tables;
@@ -99,6 +110,9 @@ AttentionOptions MakeOptions(int64_t max_distance, bool per_head_tables,
   o.causal = causal;
   o.key_lengths = std::move(key_lengths);
   o.query_offset = query_offset;
+  o.query_offsets = rows.query_offsets;
+  o.key_starts = rows.key_starts;
+  o.scale = rows.scale;
   o.path = std::is_same_v<T, float> ? AttentionPath::kAuto
                                     : AttentionPath::kReference;
   return o;
@@ -129,10 +143,10 @@ void Forward(InArray<T> q, InArray<T> k, InArray<T> v,
              std::vector<int64_t> key_lengths,
              std::optional<int64_t> query_offset,
              std::optional<InArray<T>> bias, std::optional<InArray<T>> pb,
-             const SchemeArgs& scheme) {
+             const SchemeArgs& scheme, const RowArgs& rows) {
   AttentionOptions o = MakeOptions<T>(
       max_distance, per_head_tables, ak.has_value(), av.has_value(), causal,
-      std::move(key_lengths), query_offset);
+      std::move(key_lengths), query_offset, rows);
   ApplyScheme(scheme, ak.has_value(), bias.has_value(), pb.has_value(), o);
   const AttentionInputs<T> in = MakeInputs<T>(q, k, v, ak, av, bias, pb);
   const TensorView<T> out_view = ToView<T>(out, "out");
@@ -156,10 +170,11 @@ void Backward(InArray<T> q, InArray<T> k, InArray<T> v,
               std::optional<int64_t> query_offset,
               std::optional<InArray<T>> bias, std::optional<InArray<T>> pb,
               std::optional<OutArray<T>> dbias,
-              std::optional<OutArray<T>> dpb, const SchemeArgs& scheme) {
+              std::optional<OutArray<T>> dpb, const SchemeArgs& scheme,
+              const RowArgs& rows) {
   AttentionOptions o = MakeOptions<T>(
       max_distance, per_head_tables, ak.has_value(), av.has_value(), causal,
-      std::move(key_lengths), query_offset);
+      std::move(key_lengths), query_offset, rows);
   ApplyScheme(scheme, ak.has_value(), bias.has_value(), pb.has_value(), o);
   const AttentionInputs<T> in = MakeInputs<T>(q, k, v, ak, av, bias, pb);
   const AttentionGrads<T> grads{
@@ -190,6 +205,13 @@ void BindSchemeArgs(nb::module_& m) {
       .def_rw("t5_bidirectional", &SchemeArgs::t5_bidirectional)
       .def_rw("score", &SchemeArgs::score)
       .def_rw("alibi_slopes", &SchemeArgs::alibi_slopes);
+  nb::class_<RowArgs>(m, "RowArgs",
+                      "Internal: the per-row offsets, key starts and score "
+                      "scale of one call.")
+      .def(nb::init<>())
+      .def_rw("query_offsets", &RowArgs::query_offsets)
+      .def_rw("key_starts", &RowArgs::key_starts)
+      .def_rw("scale", &RowArgs::scale);
 }
 
 template <typename T>
@@ -200,6 +222,7 @@ void BindAttention(nb::module_& m, const std::string& suffix) {
         "per_head_tables"_a, "causal"_a, "key_lengths"_a,
         "query_offset"_a.none(), "bias"_a.none() = nb::none(),
         "pb"_a.none() = nb::none(), "scheme"_a = SchemeArgs(),
+        "rows"_a = RowArgs(),
         "Internal: fills out and lse. Use relpos.attention instead.");
   m.def(("backward_" + suffix).c_str(), &Backward<T>, "q"_a, "k"_a, "v"_a,
         "ak"_a.none(), "av"_a.none(), "out"_a, "lse"_a, "dout"_a, "dq"_a,
@@ -208,6 +231,7 @@ void BindAttention(nb::module_& m, const std::string& suffix) {
         "query_offset"_a.none(), "bias"_a.none() = nb::none(),
         "pb"_a.none() = nb::none(), "dbias"_a.none() = nb::none(),
         "dpb"_a.none() = nb::none(), "scheme"_a = SchemeArgs(),
+        "rows"_a = RowArgs(),
         "Internal: fills the gradients. Use relpos.attention_backward.");
 }
 

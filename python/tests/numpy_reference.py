@@ -11,7 +11,9 @@ The scheme family of docs/math.md section 8 is here too, from its equations:
 ``num_buckets`` / ``max_distance`` / ``bidirectional``: T5's log buckets),
 ``bias`` (T5 scalar table [H, nb], added unscaled), ``alibi`` (True: the
 paper's slopes, or H slopes; -m_h |r| added unscaled) and ``pb`` (position
-query bias [H, dk]: the ak term uses q + pb).
+query bias [H, dk]: the ak term uses q + pb), ``key_starts`` (left
+padding: keys j < key_starts[b] invisible) and ``scale`` (the multiplier of
+q . k and of the ak term; default 1 / sqrt(dk)).
 """
 
 import math
@@ -69,7 +71,7 @@ def _rows(r, max_distance, buckets):
 
 
 def _setup(q, k, ak, av, max_distance, causal, key_lengths, query_offset,
-           buckets=None):
+           buckets=None, key_starts=None):
     b, h, nq, _ = q.shape
     nk = k.shape[2]
     off = nk - nq if query_offset is None else query_offset
@@ -83,6 +85,9 @@ def _setup(q, k, ak, av, max_distance, causal, key_lengths, query_offset,
     if key_lengths is not None:
         lengths = np.asarray(key_lengths).reshape(b, 1, 1, 1)
         visible &= j[None, None] < lengths
+    if key_starts is not None:  # left padding: keys j < start are invisible
+        starts = np.asarray(key_starts).reshape(b, 1, 1, 1)
+        visible &= j[None, None] >= starts
 
     def per_head(table):
         if table is None:
@@ -94,12 +99,13 @@ def _setup(q, k, ak, av, max_distance, causal, key_lengths, query_offset,
 
 
 def _softmax(q, k, v, ak, av, max_distance, causal, key_lengths,
-             query_offset, buckets=None, bias=None, alibi=None, pb=None):
+             query_offset, buckets=None, bias=None, alibi=None, pb=None,
+             key_starts=None, scale=None):
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     rows, nrows, dist, visible, akh, avh = _setup(
         q, k, ak, av, max_distance, causal, key_lengths, query_offset,
-        buckets)
-    scale = 1.0 / np.sqrt(q.shape[3])
+        buckets, key_starts)
+    scale = 1.0 / np.sqrt(q.shape[3]) if scale is None else float(scale)
     # The position-term query: q, or q + pb (Transformer-XL).
     qp = q if pb is None else q + np.asarray(pb, np.float64)[None, :, None]
     # docs/math.md section 2: s_ij = (q_i . k_j + qp_i . AK[r(i,j)]) / sqrt(dk)
@@ -132,7 +138,8 @@ def _softmax(q, k, v, ak, av, max_distance, causal, key_lengths,
 
 def forward(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
             key_lengths=None, query_offset=None, magnitudes=False,
-            buckets=None, bias=None, alibi=None, pb=None):
+            buckets=None, bias=None, alibi=None, pb=None, key_starts=None,
+            scale=None):
     """Returns (out [B, H, Nq, dv], lse [B, H, Nq]) in float64.
 
     With magnitudes=True also the sum of the absolute values of the terms
@@ -142,7 +149,7 @@ def forward(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
     """
     q, k, v, rows, nrows, qp, p, lse, scale, ak_ij, av_ij = _softmax(
         q, k, v, ak, av, max_distance, causal, key_lengths, query_offset,
-        buckets, bias, alibi, pb)
+        buckets, bias, alibi, pb, key_starts, scale)
     # docs/math.md section 2: o_i = sum_j p_ij v_j + sum_j p_ij AV[r(i,j)]
     out = np.einsum("bhij,bhjd->bhid", p, v)
     mag = np.einsum("bhij,bhjd->bhid", p, np.abs(v))
@@ -155,7 +162,7 @@ def forward(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
 def backward(dout, q, k, v, ak=None, av=None, *, max_distance=None,
              causal=False, key_lengths=None, query_offset=None,
              magnitudes=False, buckets=None, bias=None, alibi=None, pb=None,
-             scheme_grads=False):
+             scheme_grads=False, key_starts=None, scale=None):
     """Returns (dq, dk, dv, dak, dav) in float64 (dak/dav None if no table);
     with scheme_grads=True, (dq, dk, dv, dak, dav, dbias, dpb) (None for an
     absent bias / pb).
@@ -168,7 +175,7 @@ def backward(dout, q, k, v, ak=None, av=None, *, max_distance=None,
     """
     q, k, v, rows, nrows, qp, p, lse, scale, ak_ij, av_ij = _softmax(
         q, k, v, ak, av, max_distance, causal, key_lengths, query_offset,
-        buckets, bias, alibi, pb)
+        buckets, bias, alibi, pb, key_starts, scale)
     do = np.asarray(dout, dtype=np.float64)
     # docs/math.md section 3: dV_j = sum_i p_ij dO_i
     dv = np.einsum("bhij,bhid->bhjd", p, do)

@@ -55,6 +55,30 @@ RopeProblem MakeRopeProblem(const char* in_name, ConstView<T> in,
       p.n == 0 || p.n - 1 <= kMaxPosition - o.position_offset,
       "the last position position_offset + N - 1 must be <= 2^40 (got "
           << o.position_offset << " + " << p.n - 1 << ")");
+  if (!o.position_offsets.empty()) {
+    RELPOS_CHECK_ARG(in.rank() == 4,
+                     "position_offsets (one per batch item) needs "
+                         << in_name << " of rank 4 [B, H, N, d] (got "
+                         << in.ShapeString() << ")");
+    RELPOS_CHECK_ARG(static_cast<int64_t>(o.position_offsets.size()) ==
+                         in.dim(0),
+                     "position_offsets must have one entry per batch item ("
+                         << in.dim(0) << ", got "
+                         << o.position_offsets.size() << ")");
+    RELPOS_CHECK_ARG(o.position_offset == 0,
+                     "position_offset and position_offsets are exclusive "
+                     "(got position_offset "
+                         << o.position_offset << " with position_offsets)");
+    for (size_t b = 0; b < o.position_offsets.size(); ++b) {
+      const int64_t off = o.position_offsets[b];
+      RELPOS_CHECK_ARG(
+          off >= -kMaxPosition && off <= kMaxPosition &&
+              (p.n == 0 || p.n - 1 <= kMaxPosition - off),
+          "position_offsets[" << b << "] + N - 1 must lie in [-2^40, 2^40] "
+                                     "(got "
+                              << off << " + " << p.n - 1 << ")");
+    }
+  }
   RELPOS_CHECK_ARG(o.layout == RopeLayout::kSplitHalves ||
                        o.layout == RopeLayout::kInterleaved,
                    "layout must be kSplitHalves or kInterleaved (got "
@@ -90,17 +114,34 @@ template <typename T>
 void Rope(const char* in_name, ConstView<T> in, const char* out_name,
           TensorView<T> out, const RopeOptions& o, int sign) {
   const RopeProblem p = MakeRopeProblem<T>(in_name, in, out_name, out, o);
-  if constexpr (std::is_same_v<T, float>) {
-    if (o.path != RopePath::kReference) {
-      RopeFast(p, in.data(), out.data(), sign, o.num_threads);
-      return;
-    }
-  } else {
+  if constexpr (!std::is_same_v<T, float>) {
     RELPOS_CHECK_ARG(o.path != RopePath::kFast,
                      "path: the fast RoPE supports float only (use kAuto or "
                      "kReference for double)");
   }
-  if (in.numel() > 0) RopeReference<T>(p, in.data(), out.data(), sign);
+  const auto run = [&](const RopeProblem& part, const T* x, T* y) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (o.path != RopePath::kReference) {
+        RopeFast(part, x, y, sign, o.num_threads);
+        return;
+      }
+    }
+    if (part.outer * part.n > 0) RopeReference<T>(part, x, y, sign);
+  };
+  if (o.position_offsets.empty()) {
+    run(p, in.data(), out.data());
+    return;
+  }
+  // Per-row positions: batch item b is the [H, N, d] problem starting at
+  // position_offsets[b].
+  const int64_t batch = in.dim(0);
+  RopeProblem part = p;
+  part.outer = p.outer / batch;
+  const int64_t stride = part.outer * p.n * p.d;
+  for (int64_t b = 0; b < batch; ++b) {
+    part.first_position = o.position_offsets[b];
+    run(part, in.data() + b * stride, out.data() + b * stride);
+  }
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ __all__ = ["attention", "rope"]
 
 def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
               key_lengths=None, query_offset=None, buckets=None, bias=None,
-              alibi=None, pb=None):
+              alibi=None, pb=None, key_starts=None, scale=None):
     """Differentiable relative attention in Triton kernels.
 
     The arguments, conventions and result of relpos.torch.attention
@@ -41,7 +41,8 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
     (relpos.ClipBuckets / relpos.T5Buckets), causal, key_lengths (B lengths:
     a sequence or an integer tensor), query_offset (default Nk - Nq), bias
     (T5's [H, nb]), alibi (True or H slopes), pb (Transformer-XL's [H, dk],
-    with ak). Every tensor on one device, of one dtype.
+    with ak), scale (None: 1 / sqrt(dk); T5: 1.0). Every tensor on one
+    device, of one dtype.
 
     Returns out [B, H, Nq, dv] in q's dtype, with gradients for q, k, v, ak,
     av, bias and pb.
@@ -49,17 +50,22 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
     Raises TypeError / ValueError naming the argument (as relpos.torch),
     NotImplementedError for a floating dtype the kernels lack (float8) or a
     query_offset beyond their 32-bit distances (|query_offset| + Nq + Nk >=
-    2^30), and ValueError for CPU tensors outside the interpreter.
+    2^30), for what the kernels do not implement yet (grouped-query k / v
+    with fewer heads than q, per-row query offsets, key_starts: relpos.torch
+    runs those on the CPU), and ValueError for CPU tensors outside the
+    interpreter.
     """
     return _attention_fn(q, k, v, ak, av, max_distance=max_distance,
                          causal=causal, key_lengths=key_lengths,
                          query_offset=query_offset, buckets=buckets,
-                         bias=bias, alibi=alibi, pb=pb)
+                         bias=bias, alibi=alibi, pb=pb,
+                         key_starts=key_starts, scale=scale)
 
 
 def rope(x, *, position_offset=0, base=10000.0, layout="split_halves"):
     """Differentiable rotary position embedding (relpos.torch.rope's
     arguments): x [d], [N, d], [H, N, d] or [B, H, N, d], d even; row n at
-    position position_offset + n; layout "split_halves" or "interleaved".
+    position position_offset + n (or, for rank 4, position_offset[b] + n
+    with one offset per batch item); layout "split_halves" or "interleaved".
     Returns a new tensor shaped like x, in x's dtype."""
     return _RopeFunction.apply(x, position_offset, base, layout)

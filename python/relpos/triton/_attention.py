@@ -392,11 +392,13 @@ class AttentionFunction(torch.autograd.Function):
 
 def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
               key_lengths=None, query_offset=None, buckets=None, bias=None,
-              alibi=None, pb=None, fn="triton.attention"):
+              alibi=None, pb=None, key_starts=None, scale=None,
+              fn="triton.attention"):
     """relpos.triton.attention (documented in relpos/triton/__init__.py)."""
     call = prepare(fn, q, k, v, ak, av, bias, pb, max_distance=max_distance,
                    causal=causal, key_lengths=key_lengths,
-                   query_offset=query_offset, buckets=buckets, alibi=alibi)
+                   query_offset=query_offset, buckets=buckets, alibi=alibi,
+                   key_starts=key_starts, scale=scale)
     return AttentionFunction.apply(q, k, v, ak, av, bias, pb, call)
 
 

@@ -25,6 +25,7 @@ import torch
 
 import relpos
 
+from .._checks import number
 from ._interpret import fix_bfloat16_dot
 
 # Score terms, as the kernels number them (_kernels.py).
@@ -199,8 +200,13 @@ class Call:
     device: torch.device
     dtype: torch.dtype
 
+    scale_given: Optional[float] = None  # None: 1 / sqrt(dk)
+
     @property
     def scale(self):
+        """The multiplier of q . k and of the vector table term."""
+        if self.scale_given is not None:
+            return self.scale_given
         return 1.0 / math.sqrt(self.dk)
 
     @property
@@ -214,6 +220,13 @@ def _check_tables(fn, q, k, v, ak, av, bias, pb, bk):
     _check_rank(fn, "k", k, 4)
     _check_rank(fn, "v", v, 4)
     _check_dim(fn, "k", k, 0, b, "batch of q")
+    hkv = k.shape[1]
+    if hkv != h and hkv > 0 and h % hkv == 0:
+        raise NotImplementedError(
+            f"relpos.{fn}: grouped-query attention (k and v with {hkv} "
+            f"heads for {h} query heads) is not implemented on the GPU path; "
+            f"repeat k and v to {h} heads (torch.repeat_interleave(k, "
+            f"{h // hkv}, dim=1)) or run on the CPU")
     _check_dim(fn, "k", k, 1, h, "heads of q")
     _check_dim(fn, "k", k, 3, dk, "dk of q")
     _check_dim(fn, "v", v, 0, b, "batch of q")
@@ -338,7 +351,8 @@ def _rowmap(bk, left, right, device):
 
 def prepare(fn, q, k, v, ak=None, av=None, bias=None, pb=None, *,
             max_distance=None, causal=False, key_lengths=None,
-            query_offset=None, buckets=None, alibi=None):
+            query_offset=None, buckets=None, alibi=None, key_starts=None,
+            scale=None):
     """Validates one call of relpos.torch.attention's arguments."""
     check_tensor(fn, "q", q)
     for name, t in (("k", k), ("v", v), ("ak", ak), ("av", av),
@@ -354,6 +368,22 @@ def prepare(fn, q, k, v, ak=None, av=None, bias=None, pb=None, *,
                         f"{type(causal).__name__})")
     b, h, nq, dk = q.shape
     nk, dv = k.shape[2], v.shape[3]
+    if key_starts is not None:
+        raise NotImplementedError(
+            f"relpos.{fn}: key_starts (left padding) is not implemented on "
+            f"the GPU path; pad on the right (key_lengths) or run on the CPU")
+    if isinstance(query_offset, (list, tuple, np.ndarray, torch.Tensor)) \
+            and np.ndim(query_offset if not isinstance(
+                query_offset, torch.Tensor) else query_offset.cpu()) == 1:
+        raise NotImplementedError(
+            f"relpos.{fn}: one query_offset per batch item is not "
+            f"implemented on the GPU path; give one offset, or run on the "
+            f"CPU")
+    if scale is not None:
+        scale = number(fn, "scale", scale)
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"relpos.{fn}: scale must be finite and > 0 "
+                             f"(got {scale})")
     off = nk - nq if query_offset is None else \
         _int(fn, "query_offset", query_offset)
     if abs(off) > _MAX_OFFSET:
@@ -378,4 +408,4 @@ def prepare(fn, q, k, v, ak=None, av=None, bias=None, pb=None, *,
         rowmap=_rowmap(bk, left, right, q.device),
         slopes=_slopes(fn, alibi, h, q.device, q.dtype)
         if score == ALIBI else None,
-        device=q.device, dtype=q.dtype)
+        device=q.device, dtype=q.dtype, scale_given=scale)

@@ -15,7 +15,7 @@ from torch.autograd.function import once_differentiable
 import triton
 import triton.language as tl
 
-from ..position_schemes import rope_base_layout
+from ..position_schemes import rope_base_layout, rope_offsets
 from ._problem import check_tensor
 
 _MAX_POSITION = 1 << 40
@@ -92,8 +92,29 @@ def _table(n, d, offset, base, device, dtype):
     return torch.stack([torch.cos(angle), torch.sin(angle)]).to(acc)
 
 
+def _per_row(position_offset):
+    """Whether position_offset holds one offset per batch item."""
+    if isinstance(position_offset, torch.Tensor):
+        return position_offset.dim() == 1
+    return isinstance(position_offset, (list, tuple, np.ndarray))
+
+
 def rotate(fn, x, position_offset, base, layout, sign):
-    """The rotated rows of x (sign -1: by the opposite angles)."""
+    """The rotated rows of x (sign -1: by the opposite angles); per-row
+    offsets (x [B, H, N, d], B offsets) rotate each batch item at its own."""
+    if _per_row(position_offset):
+        offsets = rope_offsets(fn, position_offset)[1]
+        name = "dy" if fn.endswith("backward") else "x"
+        check_tensor(fn, name, x)
+        if x.dim() != 4 or len(offsets) != x.shape[0]:
+            raise ValueError(
+                f"relpos.{fn}: one position_offset per batch item needs "
+                f"{name} of rank 4 [B, H, N, d] and B offsets (got shape "
+                f"{tuple(x.shape)} and {len(offsets)} offsets)")
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        for b, off in enumerate(offsets):
+            y[b] = rotate(fn, x[b], off, base, layout, sign)
+        return y
     offset, base, layout = _options(fn, x, position_offset, base, layout)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:

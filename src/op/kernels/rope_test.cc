@@ -442,6 +442,71 @@ TEST(RopeApi, EmptyAndExtremePositions) {
   }
 }
 
+// Per-row positions: each batch item of [B, H, N, d] is rotated as its own
+// [H, N, d] call at its offset, on both paths, forward and backward, in
+// place too.
+TEST(RopeApi, PerRowOffsetsEqualOneCallPerBatchItem) {
+  const int64_t B = 3, H = 2, n = 9, d = 10, slice = H * n * d;
+  const std::vector<int64_t> offsets = {0, 7, -4};
+  for (RopePath path : {RopePath::kFast, RopePath::kReference})
+    for (RopeLayout layout :
+         {RopeLayout::kSplitHalves, RopeLayout::kInterleaved})
+      for (bool backward : {false, true}) {
+        const std::vector<float> x = ToFloat(RandomVector(B * slice, 41));
+        std::vector<float> y(x.size()), expected(x.size()), z = x;
+        RopeOptions o = Options(layout, 0, path);
+        o.position_offsets = offsets;
+        const auto apply = [&](ConstView<float> in, TensorView<float> out,
+                               const RopeOptions& opt) {
+          if (backward) {
+            RopeBackward<float>(in, out, opt);
+          } else {
+            RopeForward<float>(in, out, opt);
+          }
+        };
+        apply({x.data(), {B, H, n, d}}, {y.data(), {B, H, n, d}}, o);
+        for (int64_t b = 0; b < B; ++b)
+          apply({x.data() + b * slice, {H, n, d}},
+                {expected.data() + b * slice, {H, n, d}},
+                Options(layout, offsets[b], path));
+        EXPECT_EQ(y, expected);
+        apply({z.data(), {B, H, n, d}}, {z.data(), {B, H, n, d}}, o);
+        EXPECT_EQ(z, expected);
+      }
+}
+
+TEST(RopeApi, RejectsBadPerRowOffsets) {
+  std::vector<float> a(64), b(64);
+  RopeOptions o;
+  o.position_offsets = {0, 1};
+  ExpectInvalid(
+      [&] {
+        RopeForward<float>({a.data(), {2, 4, 8}}, {b.data(), {2, 4, 8}}, o);
+      },
+      {"position_offsets", "rank 4"});
+  ExpectInvalid(
+      [&] {
+        RopeForward<float>({a.data(), {4, 1, 2, 8}}, {b.data(), {4, 1, 2, 8}},
+                           o);
+      },
+      {"position_offsets", "one entry per batch item", "4"});
+  o.position_offset = 3;
+  ExpectInvalid(
+      [&] {
+        RopeForward<float>({a.data(), {2, 1, 4, 8}}, {b.data(), {2, 1, 4, 8}},
+                           o);
+      },
+      {"exclusive"});
+  o.position_offset = 0;
+  o.position_offsets = {0, (int64_t{1} << 40) - 2};
+  ExpectInvalid(
+      [&] {
+        RopeForward<float>({a.data(), {2, 1, 4, 8}}, {b.data(), {2, 1, 4, 8}},
+                           o);
+      },
+      {"position_offsets[1]"});
+}
+
 TEST(RopeApi, RejectsBadArguments) {
   std::vector<float> a(64), b(64);
   const RopeOptions ok;
