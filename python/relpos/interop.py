@@ -193,21 +193,17 @@ class LoadedAttention(NamedTuple):
         v = heads(proj(x, self.v_weight, self.v_bias))
         kw = self._position_kwargs(n)
         ak, pb = cast(self.ak), None
-        # relpos divides q . k (and q . ak) by sqrt(d): scaling the queries
-        # by c gives score_scale; the scalar bias is added after, unscaled.
-        c = self.score_scale * math.sqrt(d)
         if self.xl_weight is not None:
             reach = kw["max_distance"]
             flat = _xl_sinusoids(reach, self.xl_weight.shape[1]) @ \
                 self.xl_weight.astype(np.float64).T  # [2k+1, I]
             ak = cast(flat.reshape(2 * reach + 1, h, d).transpose(1, 0, 2))
             u, pv = self.xl_u.astype(dt), self.xl_v.astype(dt)
-            q = q + u[None, :, None, :]
+            q = np.ascontiguousarray(q + u[None, :, None, :])
             pb = cast(pv - u)
-        if c != 1.0:
-            q = q * dt.type(c)
-            pb = None if pb is None else pb * dt.type(c)
-        o = attention(np.ascontiguousarray(q, dt), k, v, ak, cast(self.av),
+        # scale multiplies q . k and the vector table term (None: relpos's
+        # 1/sqrt(d)); T5's scalar bias is added unscaled.
+        o = attention(q, k, v, ak, cast(self.av), scale=self.scale,
                       bias=cast(self.score_bias), pb=pb,
                       causal=self.causal if causal is None else causal,
                       key_lengths=key_lengths, **kw)
@@ -239,7 +235,6 @@ class LoadedAttention(NamedTuple):
         v = heads(lin(x, t(self.v_weight), t(self.v_bias)))
         kw = self._position_kwargs(n)
         ak, pb = t(self.ak), None
-        c = self.score_scale * math.sqrt(d)
         if self.xl_weight is not None:
             reach = kw["max_distance"]
             r = rtorch._xl_sinusoids(reach, self.xl_weight.shape[1],
@@ -251,10 +246,7 @@ class LoadedAttention(NamedTuple):
             u, pv = t(self.xl_u), t(self.xl_v)
             q = q + u[None, :, None, :]
             pb = pv - u
-        if c != 1.0:
-            q = q * c
-            pb = None if pb is None else pb * c
-        o = rtorch.attention(q, k, v, ak, t(self.av),
+        o = rtorch.attention(q, k, v, ak, t(self.av), scale=self.scale,
                              bias=t(self.score_bias), pb=pb,
                              causal=self.causal if causal is None else causal,
                              key_lengths=key_lengths, **kw)
