@@ -90,12 +90,39 @@ class AttentionGrads(_AttentionGrads5):
         return self
 
 
+# The submodules not imported eagerly (some need PyTorch, Triton or
+# CTranslate2, and importing PyTorch is slow): `relpos.interop` and the
+# others work as attributes without an explicit `import relpos.interop`,
+# imported on first use. Resolved by name, so a submodule that is not part
+# of this installation is an AttributeError, not a half-import.
+_LAZY_SUBMODULES = ("torch", "interop", "ctranslate2", "opennmt",
+                    "distributed", "triton", "hf")
+
+
+def _lazy_submodule_exists(name):
+    import os
+    here = os.path.dirname(__file__)
+    return (os.path.isfile(os.path.join(here, name + ".py")) or
+            os.path.isfile(os.path.join(here, name, "__init__.py")))
+
+
 def __getattr__(name):
-    # `relpos.torch` without an explicit `import relpos.torch`; importing
-    # PyTorch is slow, so only on first use.
-    if name == "torch":
-        return importlib.import_module(".torch", __name__)
+    if name in _LAZY_SUBMODULES:
+        try:
+            return importlib.import_module("." + name, __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise  # the submodule exists; one of its imports is missing
+            raise AttributeError(
+                f"module {__name__!r} has no attribute {name!r} (the "
+                f"submodule {__name__}.{name} is not part of this "
+                f"installation)") from None
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {
+        n for n in _LAZY_SUBMODULES if _lazy_submodule_exists(n)})
 
 
 # --- argument checking: relpos/_checks.py, every message names the argument

@@ -1,7 +1,7 @@
 """Load relative-position self-attention weights trained elsewhere into
 relpos's attention (docs/interop.md describes each source's convention).
 
-Two sources:
+Four sources:
 
 - Hugging Face Wav2Vec2-BERT (``Wav2Vec2BertSelfAttention`` with
   ``position_embeddings_type = "relative_key"``; w2v-BERT 2.0):
@@ -18,15 +18,29 @@ Two sources:
   ``j - i`` clipped to [-k, k], row ``distance + k``, the query scaled by
   1/sqrt(dim_per_head) before both the key and the table product. relpos:
   ``ak`` = ``av`` = that table, symmetric clip k (Shaw et al.).
+- Hugging Face T5 / mT5 (``T5Attention``, self-attention): :func:`from_t5`.
+  q, k, v, o without biases, ``inner_dim = num_heads * d_kv`` (may differ
+  from d_model), one scalar per head and bucket
+  (``relative_attention_bias.weight`` [num_buckets, num_heads], held by
+  block 0 of each stack and reused by its other blocks), T5's log buckets
+  (bidirectional in the encoder, causal in the decoder), scores not scaled.
+  relpos: ``score_bias`` = weight.T [H, nb], ``buckets = T5Buckets(...)``,
+  ``scale = 1``.
+- Hugging Face Wav2Vec2-Conformer (``Wav2Vec2ConformerSelfAttention`` with
+  ``position_embeddings_type = "relative"``): :func:`from_wav2vec2_conformer`.
+  Transformer-XL's form (content bias ``pos_bias_u``, position bias
+  ``pos_bias_v``, ``linear_pos`` applied to sinusoids of ``i - j``, no
+  clipping). relpos: scheme ``xl`` with ``xl_weight`` = linear_pos.weight
+  with its input columns permuted from Hugging Face's interleaved sin/cos to
+  relpos's sines-then-cosines, ``xl_u`` = pos_bias_u, ``xl_v`` = pos_bias_v.
 
-Both give a :class:`LoadedAttention`: the projections in
+Each gives a :class:`LoadedAttention`: the projections in
 ``torch.nn.Linear`` layout ([out, in] weights, y = x W^T + b, the layout all
-three libraries store) plus the tables and bucket map. Run it with
+these libraries store) plus the scheme's tables and bucket map. Run it with
 :meth:`LoadedAttention.forward` (numpy, relpos's kernel),
 :meth:`LoadedAttention.forward_torch` (differentiable, relpos.torch), or
-turn it into ``relpos.torch.RelativeMultiheadAttention`` (scheme "shaw" for
-a symmetric clip, "shaw-asym" otherwise) with
-:meth:`LoadedAttention.to_torch_module`.
+turn it into ``relpos.torch.RelativeMultiheadAttention`` (scheme "shaw",
+"shaw-asym", "t5" or "xl") with :meth:`LoadedAttention.to_torch_module`.
 
 ``state_dict`` is any mapping from tensor names to arrays (numpy arrays,
 torch tensors, a safetensors dict): only the names and shapes matter.
@@ -34,84 +48,169 @@ torch tensors, a safetensors dict): only the names and shapes matter.
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Optional
+import math
+import re
+from typing import Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 
-from . import ClipBuckets, attention
+from . import ClipBuckets, T5Buckets, attention, t5_bucket
 
-__all__ = ["LoadedAttention", "from_opennmt", "from_wav2vec2_bert"]
+__all__ = ["LoadedAttention", "from_opennmt", "from_t5",
+           "from_wav2vec2_bert", "from_wav2vec2_conformer"]
+
+
+def _xl_sinusoids(k, dim):
+    """Transformer-XL's encodings R_{-r} for r = -k .. k (row r + k), float64:
+    sin(x f_t) for t < dim/2, then cos(x f_t), x = -r, f_t =
+    10000^(-2t/dim); the numpy twin of relpos.torch's (same layout)."""
+    x = np.arange(k, -k - 1, -1, dtype=np.float64)
+    t = np.arange(dim // 2, dtype=np.float64)
+    freq = np.exp(-math.log(10000.0) * 2.0 * t / dim)
+    angles = x[:, None] * freq[None, :]
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
 
 
 class LoadedAttention(NamedTuple):
     """One self-attention layer's weights in relpos's conventions.
 
-    Projections [E, E] / [E] in torch.nn.Linear layout; ak / av: key- and
-    value-side tables [left + right + 1, E / num_heads] (None: that term is
-    off), row ``clip(j - i, -left, right) + left`` for query i, key j
-    (docs/math.md section 1; section 8 for the clip buckets).
+    Projections in torch.nn.Linear layout: q / k / v weights [I, E] (I =
+    num_heads * head_dim, the inner width; E the model width), out weight
+    [E, I]; biases [I] / [E], or None where the source has none (T5).
+
+    The position scheme, one of:
+
+    - Shaw (``scheme`` "shaw" / "shaw-asym"): ``ak`` / ``av`` key- and
+      value-side tables [left + right + 1, head_dim] (None: that term is
+      off), ``buckets = ClipBuckets(left, right)``, row ``clip(j - i,
+      -left, right) + left`` for query i, key j (docs/math.md sections 1
+      and 8);
+    - T5 ("t5"): ``score_bias`` [H, nb], the scalar added to the score of
+      head h at row ``b(j - i)`` of ``buckets = T5Buckets(...)``;
+    - Transformer-XL ("xl"): ``xl_weight`` [I, D] applied to relpos's
+      sinusoids of width D (sines, then cosines, of ``i - j``; docs/math.md
+      section 8), ``xl_u`` (content bias) and ``xl_v`` (position bias)
+      [H, head_dim]; no clipping (``buckets`` None): the key table of a
+      call covers every distance of that call.
+
+    ``scale`` multiplies ``q . k`` (and the Shaw / XL position products);
+    None means relpos's 1/sqrt(head_dim), T5 uses 1.0. ``causal``: the
+    layer's own mask (T5's decoder), the default of forward's ``causal``.
     """
 
     num_heads: int
     q_weight: np.ndarray
-    q_bias: np.ndarray
+    q_bias: Optional[np.ndarray]
     k_weight: np.ndarray
-    k_bias: np.ndarray
+    k_bias: Optional[np.ndarray]
     v_weight: np.ndarray
-    v_bias: np.ndarray
+    v_bias: Optional[np.ndarray]
     out_weight: np.ndarray
-    out_bias: np.ndarray
+    out_bias: Optional[np.ndarray]
     ak: Optional[np.ndarray]
     av: Optional[np.ndarray]
-    buckets: ClipBuckets
+    buckets: Union[ClipBuckets, T5Buckets, None]
     source: str
+    score_bias: Optional[np.ndarray] = None
+    scale: Optional[float] = None
+    causal: bool = False
+    xl_weight: Optional[np.ndarray] = None
+    xl_u: Optional[np.ndarray] = None
+    xl_v: Optional[np.ndarray] = None
 
     @property
     def embed_dim(self) -> int:
+        """E, the width of the layer's input and output."""
+        return self.q_weight.shape[1]
+
+    @property
+    def inner_dim(self) -> int:
+        """I = num_heads * head_dim (T5's inner_dim; E elsewhere)."""
         return self.q_weight.shape[0]
 
     @property
     def head_dim(self) -> int:
-        return self.embed_dim // self.num_heads
+        return self.inner_dim // self.num_heads
 
-    def _kwargs(self):
+    @property
+    def score_scale(self) -> float:
+        """The factor on q . k: scale, or 1/sqrt(head_dim) if None."""
+        return 1.0 / math.sqrt(self.head_dim) if self.scale is None else \
+            float(self.scale)
+
+    @property
+    def scheme(self) -> str:
+        """The relpos scheme: "shaw", "shaw-asym", "t5" or "xl"."""
+        if self.xl_weight is not None:
+            return "xl"
+        if isinstance(self.buckets, T5Buckets):
+            return "t5"
         b = self.buckets
-        if b.left == b.right:  # the symmetric clip: Shaw's max_distance
-            return dict(max_distance=b.left)
+        return "shaw" if b.left == b.right else "shaw-asym"
+
+    def _position_kwargs(self, n):
+        """relpos.attention's bucket keywords for a self-attention of n
+        tokens."""
+        b = self.buckets
+        if self.xl_weight is not None:  # unclipped: k covers every distance
+            return dict(max_distance=max(n - 1, 0))
+        if isinstance(b, ClipBuckets) and b.left == b.right:
+            return dict(max_distance=b.left)  # the symmetric clip: Shaw's k
         return dict(buckets=b)
 
-    def forward(self, x, key_lengths=None, causal=False) -> np.ndarray:
+    def _check_x(self, shape):
+        if len(shape) != 3 or shape[2] != self.embed_dim:
+            raise ValueError(
+                f"relpos.interop: x must be [B, N, {self.embed_dim}] (got "
+                f"shape {tuple(shape)})")
+
+    def forward(self, x, key_lengths=None, causal=None) -> np.ndarray:
         """x [B, N, E] (float32 or float64) -> [B, N, E]: the layer's output
         (before any residual / dropout of the source model). key_lengths: B
         valid lengths (keys at or beyond are padding, as the sources' masks
-        of trailing padding)."""
+        of trailing padding). causal: None takes the layer's own
+        (``self.causal``: True for a T5 decoder)."""
         x = np.asarray(x)
-        if x.ndim != 3 or x.shape[2] != self.embed_dim:
-            raise ValueError(
-                f"relpos.interop: x must be [B, N, {self.embed_dim}] (got "
-                f"shape {tuple(x.shape)})")
+        self._check_x(x.shape)
         dt = x.dtype if x.dtype in (np.float32, np.float64) else np.float64
         x = x.astype(dt, copy=False)
-        b, n, e = x.shape
+        b, n, _ = x.shape
         h, d = self.num_heads, self.head_dim
 
-        def proj(w, bias):
-            return x @ w.astype(dt).T + bias.astype(dt)
+        def cast(a):
+            return None if a is None else np.ascontiguousarray(a, dt)
 
-        def heads(y):  # [B, N, E] -> [B, H, N, d]
-            y = y.reshape(b, n, h, d).transpose(0, 2, 1, 3)
-            return np.ascontiguousarray(y)
+        def proj(y, w, bias):
+            y = y @ w.astype(dt).T
+            return y if bias is None else y + bias.astype(dt)
 
-        table = (lambda t: None if t is None else np.ascontiguousarray(t, dt))
-        o = attention(heads(proj(self.q_weight, self.q_bias)),
-                      heads(proj(self.k_weight, self.k_bias)),
-                      heads(proj(self.v_weight, self.v_bias)),
-                      table(self.ak), table(self.av), causal=causal,
-                      key_lengths=key_lengths, **self._kwargs())
-        o = o.transpose(0, 2, 1, 3).reshape(b, n, e)
-        return o @ self.out_weight.astype(dt).T + self.out_bias.astype(dt)
+        def heads(y):  # [B, N, I] -> [B, H, N, d]
+            return np.ascontiguousarray(
+                y.reshape(b, n, h, d).transpose(0, 2, 1, 3))
 
-    def forward_torch(self, x, key_lengths=None, causal=False):
+        q = heads(proj(x, self.q_weight, self.q_bias))
+        k = heads(proj(x, self.k_weight, self.k_bias))
+        v = heads(proj(x, self.v_weight, self.v_bias))
+        kw = self._position_kwargs(n)
+        ak, pb = cast(self.ak), None
+        if self.xl_weight is not None:
+            reach = kw["max_distance"]
+            flat = _xl_sinusoids(reach, self.xl_weight.shape[1]) @ \
+                self.xl_weight.astype(np.float64).T  # [2k+1, I]
+            ak = cast(flat.reshape(2 * reach + 1, h, d).transpose(1, 0, 2))
+            u, pv = self.xl_u.astype(dt), self.xl_v.astype(dt)
+            q = np.ascontiguousarray(q + u[None, :, None, :])
+            pb = cast(pv - u)
+        # scale multiplies q . k and the vector table term (None: relpos's
+        # 1/sqrt(d)); T5's scalar bias is added unscaled.
+        o = attention(q, k, v, ak, cast(self.av), scale=self.scale,
+                      bias=cast(self.score_bias), pb=pb,
+                      causal=self.causal if causal is None else causal,
+                      key_lengths=key_lengths, **kw)
+        o = o.transpose(0, 2, 1, 3).reshape(b, n, h * d)
+        return proj(o, self.out_weight, self.out_bias)
+
+    def forward_torch(self, x, key_lengths=None, causal=None):
         """forward() in PyTorch through relpos.torch.attention: x [B, N, E]
         float32/float64 CPU tensor; differentiable in x (the weights are
         constants here; use to_torch_module to train the layer)."""
@@ -119,7 +218,8 @@ class LoadedAttention(NamedTuple):
 
         from . import torch as rtorch
 
-        b, n, e = x.shape
+        self._check_x(x.shape)
+        b, n, _ = x.shape
         h, d = self.num_heads, self.head_dim
 
         def t(a):
@@ -133,38 +233,119 @@ class LoadedAttention(NamedTuple):
         q = heads(lin(x, t(self.q_weight), t(self.q_bias)))
         k = heads(lin(x, t(self.k_weight), t(self.k_bias)))
         v = heads(lin(x, t(self.v_weight), t(self.v_bias)))
-        o = rtorch.attention(q, k, v, t(self.ak), t(self.av), causal=causal,
-                             key_lengths=key_lengths, **self._kwargs())
-        return lin(o.transpose(1, 2).reshape(b, n, e), t(self.out_weight),
-                   t(self.out_bias))
+        kw = self._position_kwargs(n)
+        ak, pb = t(self.ak), None
+        if self.xl_weight is not None:
+            reach = kw["max_distance"]
+            r = rtorch._xl_sinusoids(reach, self.xl_weight.shape[1],
+                                     torch.float64, x.device)
+            flat = r @ torch.from_numpy(
+                np.asarray(self.xl_weight, np.float64)).t()
+            ak = flat.view(2 * reach + 1, h, d).transpose(0, 1) \
+                .contiguous().to(x.dtype)
+            u, pv = t(self.xl_u), t(self.xl_v)
+            q = q + u[None, :, None, :]
+            pb = pv - u
+        o = rtorch.attention(q, k, v, ak, t(self.av), scale=self.scale,
+                             bias=t(self.score_bias), pb=pb,
+                             causal=self.causal if causal is None else causal,
+                             key_lengths=key_lengths, **kw)
+        return lin(o.transpose(1, 2).reshape(b, n, h * d),
+                   t(self.out_weight), t(self.out_bias))
 
-    def to_torch_module(self, causal=False):
+    def to_torch_module(self, causal=None, dtype=None):
         """A relpos.torch.RelativeMultiheadAttention holding these weights
-        (float32): scheme "shaw" for a symmetric clip (left == right, as
-        OpenNMT-py), "shaw-asym" with k_left = left, k_right = right
-        otherwise (Wav2Vec2-BERT). OpenNMT-py's one shared table becomes two
-        equal parameters rel_k and rel_v: equal at load, they diverge if
-        trained unless the caller ties them."""
+        (parameters of ``dtype``, default torch.float32; causal: None takes
+        the layer's own). Shaw tables: scheme "shaw" for a symmetric clip
+        (left == right, as OpenNMT-py), "shaw-asym" with k_left = left,
+        k_right = right otherwise (Wav2Vec2-BERT); OpenNMT-py's one shared
+        table becomes two equal parameters rel_k and rel_v (equal at load,
+        they diverge if trained unless the caller ties them). T5: scheme "t5"
+        with t5_bias = score_bias and q_proj.weight = sqrt(head_dim) *
+        q.weight (the module divides q . k by sqrt(head_dim), T5 does not:
+        the same outputs, the query weight rescaled). XL: scheme "xl" with
+        xl_w, xl_u, xl_v.
+
+        Raises ValueError where the module cannot hold the layer: an inner
+        width other than E (mT5), T5 buckets whose direction is not the
+        module's (bidirectional exactly when not causal), another score
+        scale than 1/sqrt(head_dim) outside T5, an XL sinusoid width other
+        than E."""
         import torch
 
         from .torch import RelativeMultiheadAttention
 
-        b = self.buckets
-        reach = (dict(max_distance=b.left) if b.left == b.right else
-                 dict(scheme="shaw-asym", k_left=b.left, k_right=b.right))
+        causal = self.causal if causal is None else bool(causal)
+        scheme, e = self.scheme, self.embed_dim
+
+        def refuse(why):
+            raise ValueError(
+                f"relpos.interop: this {self.source} layer cannot become a "
+                f"relpos.torch.RelativeMultiheadAttention: {why}; use "
+                f"forward_torch (or forward), which computes it exactly")
+
+        if self.inner_dim != e:
+            refuse(f"its inner width num_heads * head_dim = {self.inner_dim} "
+                   f"differs from its model width {e} (the module's "
+                   f"projections are E x E)")
+        q_factor = self.score_scale * math.sqrt(self.head_dim)
+        if scheme != "t5" and q_factor != 1.0:
+            refuse(f"its score scale {self.score_scale!r} is not "
+                   f"1/sqrt(head_dim)")
+        if scheme == "t5":
+            b = self.buckets
+            if b.bidirectional == causal:
+                refuse(f"its T5 buckets are "
+                       f"{'bidirectional' if b.bidirectional else 'causal'} "
+                       f"and the module would be "
+                       f"{'causal' if causal else 'bidirectional'} (the "
+                       f"module's T5 buckets are bidirectional exactly when "
+                       f"it is not causal, as in T5)")
+            kw = dict(scheme="t5", num_buckets=b.num_buckets,
+                      bucket_max_distance=b.max_distance)
+        elif scheme == "xl":
+            if self.xl_weight.shape[1] != e:
+                refuse(f"its sinusoids have width {self.xl_weight.shape[1]}, "
+                       f"the module's have width E = {e}")
+            kw = dict(scheme="xl")
+        else:
+            b = self.buckets
+            kw = (dict(max_distance=b.left) if b.left == b.right else
+                  dict(scheme="shaw-asym", k_left=b.left, k_right=b.right))
+            kw.update(key_term=self.ak is not None,
+                      value_term=self.av is not None)
+        biases = (self.q_bias, self.k_bias, self.v_bias, self.out_bias)
+        with_bias = any(x is not None for x in biases)
         m = RelativeMultiheadAttention(
-            self.embed_dim, self.num_heads, key_term=self.ak is not None,
-            value_term=self.av is not None, causal=causal, **reach)
+            e, self.num_heads, causal=causal, bias=with_bias,
+            dtype=torch.float32 if dtype is None else dtype, **kw)
+
+        def put(param, value, factor=1.0):
+            param.copy_(torch.from_numpy(
+                np.asarray(value, np.float64) * factor).to(param.dtype))
+
         with torch.no_grad():
-            for proj, w, bias in ((m.q_proj, self.q_weight, self.q_bias),
-                                  (m.k_proj, self.k_weight, self.k_bias),
-                                  (m.v_proj, self.v_weight, self.v_bias),
-                                  (m.out_proj, self.out_weight, self.out_bias)):
-                proj.weight.copy_(torch.from_numpy(np.asarray(w, np.float32)))
-                proj.bias.copy_(torch.from_numpy(np.asarray(bias, np.float32)))
-            for param, table in ((m.rel_k, self.ak), (m.rel_v, self.av)):
-                if param is not None:
-                    param.copy_(torch.from_numpy(np.asarray(table, np.float32)))
+            for proj, w, bias, f in (
+                    (m.q_proj, self.q_weight, self.q_bias, q_factor),
+                    (m.k_proj, self.k_weight, self.k_bias, 1.0),
+                    (m.v_proj, self.v_weight, self.v_bias, 1.0),
+                    (m.out_proj, self.out_weight, self.out_bias, 1.0)):
+                put(proj.weight, w, f)
+                if with_bias:
+                    if bias is None:
+                        proj.bias.zero_()
+                    else:
+                        put(proj.bias, bias, f)
+            if scheme == "t5":
+                put(m.t5_bias, self.score_bias)
+            elif scheme == "xl":
+                put(m.xl_w, self.xl_weight)
+                put(m.xl_u, self.xl_u)
+                put(m.xl_v, self.xl_v)
+            else:
+                for param, table in ((m.rel_k, self.ak), (m.rel_v, self.av)):
+                    if param is not None:
+                        put(param, table)
         return m
 
 
@@ -186,32 +367,50 @@ def _array(state_dict: Mapping, name: str, shape, source: str) -> np.ndarray:
     return a
 
 
-def _geometry(state_dict, name, num_heads, source):
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or \
-            num_heads <= 0:
-        raise ValueError(f"relpos.interop: num_heads must be an int > 0 "
-                         f"(got {num_heads!r})")
+def _positive(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or value <= 0:
+        raise ValueError(f"relpos.interop: {name} must be an int > 0 (got "
+                         f"{value!r})")
+    return int(value)
+
+
+def _rows(state_dict, name, source, ndim=2):
+    """The shape of a named tensor (KeyError naming it if absent)."""
     if name not in state_dict:
         raise KeyError(f"relpos.interop: {source} state_dict has no tensor "
                        f"'{name}'")
-    e = int(state_dict[name].shape[0])
+    shape = tuple(int(s) for s in state_dict[name].shape)
+    if len(shape) != ndim:
+        raise ValueError(f"relpos.interop: {source} tensor '{name}' has "
+                         f"shape {shape}, expected {ndim} dimensions")
+    return shape
+
+
+def _geometry(state_dict, name, num_heads, source):
+    num_heads = _positive("num_heads", num_heads)
+    e = _rows(state_dict, name, source)[0]
     if e % num_heads:
         raise ValueError(f"relpos.interop: {source} width {e} is not "
                          f"divisible by num_heads = {num_heads}")
     return e, e // num_heads
 
 
-def _projections(state_dict, prefix, source, e, names):
+def _projections(state_dict, prefix, source, e, names, inner=None,
+                 bias=True):
     """A getter of checked tensors under `prefix`, and the q, k, v, out
-    projections ([E, E] weights, [E] biases) under the source's `names`."""
+    projections ([I, E] weights, [E, I] for out, [I] / [E] biases or None)
+    under the source's `names`."""
+    inner = e if inner is None else inner
 
     def get(name, shape):
         return _array(state_dict, prefix + name, shape, source)
 
     w = {}
     for ours, theirs in zip(("q", "k", "v", "out"), names):
-        w[ours + "_weight"] = get(theirs + ".weight", (e, e))
-        w[ours + "_bias"] = get(theirs + ".bias", (e,))
+        out, into = (e, inner) if ours == "out" else (inner, e)
+        w[ours + "_weight"] = get(theirs + ".weight", (out, into))
+        w[ours + "_bias"] = get(theirs + ".bias", (out,)) if bias else None
     return get, w
 
 
@@ -263,3 +462,170 @@ def from_opennmt(state_dict: Mapping, num_heads: int,
     table = get("relative_positions_embeddings.weight", (2 * k + 1, d))
     return LoadedAttention(num_heads=num_heads, ak=table, av=table,
                            buckets=ClipBuckets(k, k), source=source, **w)
+
+
+def _setting(config, name, default=None):
+    """config.name (an object such as transformers' T5Config) or
+    config[name] (a config.json dict); default if absent or None."""
+    if config is None:
+        return default
+    if isinstance(config, Mapping):
+        value = config.get(name)
+    else:
+        value = getattr(config, name, None)
+    return default if value is None else value
+
+
+# The block index of a T5 prefix: "encoder.block.3.layer.0.SelfAttention."
+_T5_BLOCK = re.compile(r"(^|.*\.)block\.(\d+)\.(.*)$")
+_T5_STACK = re.compile(r"(^|\.)(encoder|decoder)\.block\.\d+\.")
+
+
+def from_t5(state_dict: Mapping, config=None, *,
+            prefix: str = "encoder.block.0.layer.0.SelfAttention.",
+            bias_prefix: Optional[str] = None,
+            num_heads: Optional[int] = None, d_kv: Optional[int] = None,
+            num_buckets: Optional[int] = None,
+            max_distance: Optional[int] = None,
+            is_decoder: Optional[bool] = None) -> LoadedAttention:
+    """A Hugging Face ``T5Attention`` self-attention layer (T5, mT5, ByT5,
+    Flan-T5, T5 v1.1) from its tensors ``{prefix}q / k / v / o .weight``
+    (no biases; q, k, v [num_heads * d_kv, d_model], o [d_model, num_heads
+    * d_kv]) and the stack's ``{bias_prefix}relative_attention_bias.weight``
+    [num_buckets, num_heads].
+
+    Args:
+        config: a ``T5Config`` / ``MT5Config`` or its config.json as a dict
+            (``num_heads``, ``d_kv``, ``relative_attention_num_buckets``,
+            ``relative_attention_max_distance``, ``is_decoder`` are read);
+            the keywords below override it. Without it, num_heads is
+            required; d_kv is the q rows / num_heads, num_buckets the bias
+            table's rows, max_distance 128 (T5Config's default).
+        prefix: the layer, e.g. ``"encoder.block.3.layer.0.SelfAttention."``
+            or ``"decoder.block.1.layer.0.SelfAttention."``. Cross-attention
+            (``EncDecAttention``) has no position term and is refused.
+        bias_prefix: where the bias table is; default: the prefix with its
+            block index replaced by 0 (only block 0 of each stack holds the
+            table; the stack's other blocks reuse it), or the prefix itself
+            if it names no block.
+        is_decoder: causal buckets and mask (decoder self-attention) or
+            bidirectional buckets, no mask (encoder). Default: the stack the
+            prefix names (``encoder.`` / ``decoder.``), else
+            ``config.is_decoder``, else False. (A
+            ``T5ForConditionalGeneration`` config says ``is_decoder =
+            False`` for both stacks; Hugging Face sets it per stack, as the
+            prefix does here.)
+
+    relpos: ``score_bias`` = weight.T [H, nb], ``buckets =
+    T5Buckets(num_buckets, max_distance, bidirectional=not is_decoder)``,
+    ``scale = 1.0`` (T5 does not divide q . k by sqrt(d_kv)), ``causal =
+    is_decoder``.
+    """
+    source = "T5"
+    if not isinstance(prefix, str):
+        raise TypeError(f"relpos.interop: prefix must be a str (got "
+                        f"{type(prefix).__name__})")
+    if "EncDecAttention" in prefix:
+        raise ValueError(
+            f"relpos.interop: prefix {prefix!r} is T5's cross-attention "
+            f"(EncDecAttention), which has no relative position bias; "
+            f"from_t5 loads self-attention layers (layer.0.SelfAttention)")
+    if num_heads is None:
+        num_heads = _setting(config, "num_heads")
+    if num_heads is None:
+        raise ValueError("relpos.interop: from_t5 needs num_heads (a "
+                         "keyword, or a config with num_heads)")
+    num_heads = _positive("num_heads", num_heads)
+    inner, d_model = _rows(state_dict, prefix + "q.weight", source)
+    if d_kv is None:
+        d_kv = _setting(config, "d_kv")
+    if d_kv is None:
+        if inner % num_heads:
+            raise ValueError(
+                f"relpos.interop: {source} tensor '{prefix}q.weight' has "
+                f"{inner} rows, not divisible by num_heads = {num_heads}")
+        d_kv = inner // num_heads
+    d_kv = _positive("d_kv", d_kv)
+    inner = num_heads * d_kv  # checked against every projection's shape
+
+    if is_decoder is None:
+        stack = _T5_STACK.search(prefix)
+        is_decoder = (stack.group(2) == "decoder" if stack else
+                      bool(_setting(config, "is_decoder", False)))
+    elif not isinstance(is_decoder, (bool, np.bool_)):
+        raise TypeError(f"relpos.interop: is_decoder must be a bool (got "
+                        f"{type(is_decoder).__name__})")
+    if bias_prefix is None:
+        block = _T5_BLOCK.match(prefix)
+        bias_prefix = (f"{block.group(1)}block.0.{block.group(3)}" if block
+                       else prefix)
+    bias_name = bias_prefix + "relative_attention_bias.weight"
+    if num_buckets is None:
+        num_buckets = _setting(config, "relative_attention_num_buckets")
+    if num_buckets is None:
+        num_buckets = _rows(state_dict, bias_name, source)[0]
+    num_buckets = _positive("num_buckets", num_buckets)
+    max_distance = _positive("max_distance", max_distance
+                             if max_distance is not None else
+                             _setting(config,
+                                      "relative_attention_max_distance", 128))
+    buckets = T5Buckets(num_buckets, max_distance, not is_decoder)
+    try:  # relpos's validation of the bucket map, at load time
+        t5_bucket(np.zeros(1, np.int64), **buckets._asdict())
+    except ValueError as err:
+        raise ValueError(f"relpos.interop: {source} buckets {buckets}: "
+                         f"{str(err).removeprefix('relpos: ')}") from None
+
+    _, w = _projections(state_dict, prefix, source, d_model,
+                        ("q", "k", "v", "o"), inner=inner, bias=False)
+    table = _array(state_dict, bias_name, (num_buckets, num_heads), source)
+    return LoadedAttention(
+        num_heads=num_heads, ak=None, av=None, buckets=buckets,
+        source=source, score_bias=np.ascontiguousarray(table.T), scale=1.0,
+        causal=bool(is_decoder), **w)
+
+
+def from_wav2vec2_conformer(state_dict: Mapping, num_heads,
+                            prefix: str = "") -> LoadedAttention:
+    """A Hugging Face ``Wav2Vec2ConformerSelfAttention`` with
+    ``position_embeddings_type = "relative"`` from its tensors
+    ``{prefix}linear_q / linear_k / linear_v / linear_out .weight / .bias``
+    [E, E] / [E], ``{prefix}linear_pos.weight`` [E, E] (no bias) and
+    ``{prefix}pos_bias_u`` / ``pos_bias_v`` [H, E / H], e.g. prefix
+    ``"wav2vec2.encoder.layers.0.self_attn."``. num_heads: an int, or the
+    model's ``Wav2Vec2ConformerConfig`` (or its dict), whose
+    ``num_attention_heads`` is read and whose ``position_embeddings_type``
+    must be "relative".
+
+    Hugging Face scores ``((q_i + pos_bias_u) . k_j + (q_i + pos_bias_v) .
+    linear_pos(pe(i - j))) / sqrt(E / H)``, ``pe`` its sinusoids of width E
+    with sin and cos interleaved (``pe[2t] = sin(x f_t)``, ``pe[2t+1] =
+    cos(x f_t)``, ``f_t = 10000^(-2t/E)``), the distance unclipped (its
+    rel_shift). relpos's scheme ``xl`` (docs/math.md section 8) lays its
+    sinusoids out sines first, then cosines, so the loader permutes
+    linear_pos's input columns: ``xl_weight[:, t] = linear_pos.weight[:,
+    2t]`` and ``xl_weight[:, E/2 + t] = linear_pos.weight[:, 2t + 1]``;
+    ``xl_u = pos_bias_u`` (content), ``xl_v = pos_bias_v`` (position).
+    """
+    source = "Wav2Vec2-Conformer"
+    if not isinstance(num_heads, (int, np.integer)):
+        kind = _setting(num_heads, "position_embeddings_type")
+        if kind is not None and kind != "relative":
+            raise ValueError(
+                f"relpos.interop: {source} config has position_embeddings_"
+                f"type = {kind!r}; from_wav2vec2_conformer loads "
+                f"\"relative\" (Transformer-XL) attention only")
+        num_heads = _setting(num_heads, "num_attention_heads", num_heads)
+    e, d = _geometry(state_dict, prefix + "linear_q.weight", num_heads, source)
+    if e % 2:
+        raise ValueError(f"relpos.interop: {source} width {e} is odd; its "
+                         f"sinusoids pair sin and cos, so it must be even")
+    get, w = _projections(state_dict, prefix, source, e,
+                          ("linear_q", "linear_k", "linear_v", "linear_out"))
+    pos = get("linear_pos.weight", (e, e))
+    perm = np.concatenate([np.arange(0, e, 2), np.arange(1, e, 2)])
+    return LoadedAttention(
+        num_heads=int(num_heads), ak=None, av=None, buckets=None,
+        source=source, xl_weight=np.ascontiguousarray(pos[:, perm]),
+        xl_u=get("pos_bias_u", (num_heads, d)),
+        xl_v=get("pos_bias_v", (num_heads, d)), **w)

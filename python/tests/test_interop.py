@@ -15,7 +15,7 @@ few hundred eps ~ 1e-5 normwise; checked at 1e-4).
 import numpy as np
 import pytest
 
-from relpos import ClipBuckets
+from relpos import ClipBuckets, T5Buckets
 from relpos import interop
 
 E, H = 32, 4
@@ -209,3 +209,414 @@ def test_bad_weights_are_named():
     layer = interop.from_opennmt(_onmt_state(rng, "", 4), H, 4)
     with pytest.raises(ValueError, match=r"x must be \[B, N, 32\]"):
         layer.forward(np.zeros((2, 3, 8)))
+
+
+# --- Hugging Face T5 / mT5 and Wav2Vec2-Conformer, against transformers' own
+# modules (small random configs: nothing is downloaded). Each reference is
+# the module itself, called as its stack calls it (T5: the stack's block-0
+# position bias and an additive mask; Conformer: the encoder's relative
+# sinusoids and an additive mask). float64 agrees to rounding (measured
+# ~2e-15); in float32 relpos's fused kernel and torch round differently
+# (measured ~2e-6 of the largest value; checked at 1e-4, gradients too).
+
+_TOL = {"float32": 1e-4, "float64": 1e-10}
+
+
+def _torch_transformers():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    return torch
+
+
+def _additive_mask(torch, lengths, n, dtype, causal):
+    """[B, 1, Nq or 1, N]: 0 where visible, finfo.min elsewhere (what
+    transformers' mask helpers give the eager attention)."""
+    valid = torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]
+    allowed = valid[:, None, None, :]
+    if causal:
+        allowed = allowed & torch.ones(n, n, dtype=torch.bool).tril()
+    zero = torch.zeros((), dtype=dtype)
+    return torch.where(allowed, zero, torch.finfo(dtype).min)
+
+
+def _randomise(torch, module, std=0.3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64)
+                    * std)
+
+
+def _t5_model(torch, mt5, dtype):
+    """A 2 + 2 block T5 (or mT5) seq2seq model, eager attention, no
+    dropout; every weight random, the bias tables of size ~1."""
+    if mt5:  # mT5: inner_dim = 3 * 10 = 30 != d_model = 24
+        from transformers import MT5Config as Config
+        from transformers import MT5ForConditionalGeneration as Model
+        cfg = dict(d_model=24, num_heads=3, d_kv=10,
+                   relative_attention_num_buckets=16,
+                   relative_attention_max_distance=12)
+    else:
+        from transformers import T5Config as Config
+        from transformers import T5ForConditionalGeneration as Model
+        cfg = dict(d_model=32, num_heads=4, d_kv=8,
+                   relative_attention_num_buckets=32,
+                   relative_attention_max_distance=20)
+    config = Config(vocab_size=16, d_ff=16, num_layers=2,
+                    num_decoder_layers=2, dropout_rate=0.0, **cfg)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = Model(config).eval().to(getattr(torch, dtype))
+    _randomise(torch, model, std=cfg["d_model"] ** -0.5)
+    with torch.no_grad():
+        for stack in (model.encoder, model.decoder):
+            stack.block[0].layer[0].SelfAttention.relative_attention_bias \
+                .weight.normal_(0.0, 1.0)
+    return model, config
+
+
+def _grads(torch, params):
+    return [None if p.grad is None else p.grad.detach().numpy().copy()
+            for p in params]
+
+
+def _torch_close(got, want, tol):
+    got = got.detach().numpy() if hasattr(got, "detach") else got
+    want = want.detach().numpy() if hasattr(want, "detach") else want
+    _close(np.asarray(got, np.float64), np.asarray(want, np.float64), tol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mt5", [False, True], ids=["t5", "mt5"])
+@pytest.mark.parametrize("stack", ["encoder", "decoder"])
+@pytest.mark.parametrize("block", [0, 1])
+def test_t5_matches_transformers(dtype, mt5, stack, block):
+    torch = _torch_transformers()
+    model, config = _t5_model(torch, mt5, dtype)
+    tdt = getattr(torch, dtype)
+    blocks = getattr(model, stack).block
+    hf = blocks[block].layer[0].SelfAttention
+    hf0 = blocks[0].layer[0].SelfAttention
+    assert hf0.is_decoder == (stack == "decoder")
+    prefix = f"{stack}.block.{block}.layer.0.SelfAttention."
+    layer = interop.from_t5(model.state_dict(), config, prefix=prefix)
+    nb, md = (config.relative_attention_num_buckets,
+              config.relative_attention_max_distance)
+    assert layer.buckets == T5Buckets(nb, md, stack == "encoder")
+    assert layer.causal == (stack == "decoder") and layer.scale == 1.0
+    assert layer.inner_dim == config.num_heads * config.d_kv
+    assert layer.embed_dim == config.d_model
+
+    n, lengths = 2 * md + 5, [2 * md + 5, md - 3]  # past max_distance
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, n, config.d_model, generator=g, dtype=tdt)
+    w = torch.randn(2, n, config.d_model, generator=g, dtype=tdt)
+    mask = _additive_mask(torch, lengths, n, tdt, causal=stack == "decoder")
+
+    xh = x.clone().requires_grad_(True)
+    # The stack's other blocks reuse block 0's bias (computed with grad).
+    bias = hf0.compute_bias(n, n) if block else None
+    want = hf(xh, mask=mask, position_bias=bias)[0]
+    (want * w).sum().backward()
+    tol = _TOL[dtype]
+
+    _close(layer.forward(x.numpy(), key_lengths=lengths),
+           want.detach().numpy(), tol)
+    xr = x.clone().requires_grad_(True)
+    got = layer.forward_torch(xr, key_lengths=lengths)
+    _torch_close(got, want, tol)
+    (got * w).sum().backward()
+    _torch_close(xr.grad, xh.grad, tol)
+
+    if mt5:  # inner_dim != d_model: the module's projections are E x E
+        with pytest.raises(ValueError, match=r"inner width num_heads \* "
+                           r"head_dim = 30 differs from its model width 24"):
+            layer.to_torch_module()
+        return
+    m = layer.to_torch_module(dtype=tdt)
+    assert (m.scheme, m.causal, m.num_buckets, m.bucket_max_distance) == \
+        ("t5", stack == "decoder", nb, md)
+    assert m.q_proj.bias is None
+    xm = x.clone().requires_grad_(True)
+    got = m(xm, key_lengths=lengths)
+    _torch_close(got, want, tol)
+    (got * w).sum().backward()
+    _torch_close(xm.grad, xh.grad, tol)
+    c = config.d_kv ** 0.5  # q_proj.weight = sqrt(d_kv) * q.weight
+    _torch_close(m.q_proj.weight.grad * c, hf.q.weight.grad, tol)
+    for ours, theirs in ((m.k_proj, hf.k), (m.v_proj, hf.v),
+                         (m.out_proj, hf.o)):
+        _torch_close(ours.weight.grad, theirs.weight.grad, tol)
+    _torch_close(m.t5_bias.grad.T, hf0.relative_attention_bias.weight.grad,
+                 tol)
+
+
+def test_t5_config_dict_and_keywords():
+    torch = _torch_transformers()
+    model, config = _t5_model(torch, False, "float64")
+    sd = model.state_dict()
+    prefix = "decoder.block.1.layer.0.SelfAttention."
+    a = interop.from_t5(sd, config, prefix=prefix)
+    # config.json as a dict, or no config at all: the same layer.
+    b = interop.from_t5(sd, config.to_dict(), prefix=prefix)
+    c = interop.from_t5(sd, prefix=prefix, num_heads=4, max_distance=20)
+    for other in (b, c):
+        assert other.buckets == a.buckets == T5Buckets(32, 20, False)
+        assert np.array_equal(other.score_bias, a.score_bias)
+    # The table is block 0's, transposed to [H, nb].
+    table = sd["decoder.block.0.layer.0.SelfAttention."
+               "relative_attention_bias.weight"].numpy()
+    assert np.array_equal(a.score_bias, table.T)
+    # is_decoder overrides the prefix's stack; bias_prefix the table's place.
+    d = interop.from_t5(sd, config, prefix=prefix, is_decoder=False,
+                        bias_prefix="encoder.block.0.layer.0.SelfAttention.")
+    assert d.buckets.bidirectional and not d.causal
+    # A bare layer (no block in the prefix) holds its own table.
+    hf = model.encoder.block[0].layer[0].SelfAttention
+    own = {"attn." + k: v for k, v in hf.state_dict().items()}
+    e = interop.from_t5(own, config, prefix="attn.")
+    assert e.buckets.bidirectional and e.causal is False
+    x = np.random.default_rng(0).normal(0, 1, (1, 9, 32))
+    with torch.no_grad():
+        want = hf(torch.from_numpy(x))[0].numpy()
+    _close(e.forward(x), want, 1e-10)
+
+
+def test_t5_errors_name_the_tensor():
+    torch = _torch_transformers()
+    model, config = _t5_model(torch, False, "float32")
+    sd = dict(model.state_dict())
+    p1 = "encoder.block.1.layer.0.SelfAttention."
+    with pytest.raises(ValueError, match="EncDecAttention"):
+        interop.from_t5(sd, config,
+                        prefix="decoder.block.0.layer.1.EncDecAttention.")
+    with pytest.raises(ValueError, match="num_heads"):
+        interop.from_t5(sd, prefix=p1)
+    with pytest.raises(ValueError, match=r"'encoder.block.1.layer.0."
+                       r"SelfAttention.q.weight' has shape \(32, 32\), "
+                       r"expected \(20, 32\)"):
+        interop.from_t5(sd, config, prefix=p1, d_kv=5)
+    with pytest.raises(ValueError, match=r"relative_attention_bias.weight' "
+                       r"has shape \(32, 4\), expected \(16, 4\)"):
+        interop.from_t5(sd, config, prefix=p1, num_buckets=16)
+    with pytest.raises(ValueError, match="num_buckets"):
+        interop.from_t5(sd, config, prefix=p1, num_buckets=2)
+    bad = dict(sd)
+    del bad["encoder.block.0.layer.0.SelfAttention.relative_attention_bias"
+            ".weight"]
+    with pytest.raises(KeyError, match="encoder.block.0.layer.0."
+                       "SelfAttention.relative_attention_bias.weight"):
+        interop.from_t5(bad, config, prefix=p1)
+    bad = dict(sd)
+    bad[p1 + "o.weight"] = bad[p1 + "o.weight"][:, :16]
+    with pytest.raises(ValueError, match=r"o.weight' has shape \(32, 16\)"):
+        interop.from_t5(bad, config, prefix=p1)
+    with pytest.raises(KeyError, match="nope.q.weight"):
+        interop.from_t5(sd, config, prefix="nope.")
+    # Bucket direction and mask must agree for the module.
+    layer = interop.from_t5(sd, config, prefix=p1)
+    with pytest.raises(ValueError, match="bidirectional.*causal"):
+        layer.to_torch_module(causal=True)
+    with pytest.raises(ValueError, match=r"x must be \[B, N, 32\]"):
+        layer.forward(np.zeros((1, 3, 30)))
+
+
+def _conformer(torch, dtype, e=32, h=4):
+    from transformers import Wav2Vec2ConformerConfig
+    from transformers.models.wav2vec2_conformer import \
+        modeling_wav2vec2_conformer as hf
+    config = Wav2Vec2ConformerConfig(
+        hidden_size=e, num_attention_heads=h, intermediate_size=16,
+        position_embeddings_type="relative", max_source_positions=64,
+        attention_dropout=0.0)
+    config._attn_implementation = "eager"
+    attn = hf.Wav2Vec2ConformerSelfAttention(config).eval()
+    _randomise(torch, attn, std=e ** -0.5)
+    with torch.no_grad():  # zeros at init: make both biases count
+        attn.pos_bias_u.normal_(0.0, 0.5)
+        attn.pos_bias_v.normal_(0.0, 0.5)
+    pe = hf.Wav2Vec2ConformerRelPositionalEmbedding(config)
+    return config, attn.to(getattr(torch, dtype)), pe
+
+
+def _hf_rel_sinusoids(torch, n, e):
+    """Hugging Face's relative encodings for n frames, [1, 2n - 1, e]
+    (row m: distance i - j = n - 1 - m; pe[2t] = sin, pe[2t+1] = cos),
+    written out in float64 (transformers computes them in float32)."""
+    x = torch.arange(n - 1, -n, -1, dtype=torch.float64)[:, None]
+    f = torch.exp(torch.arange(0, e, 2, dtype=torch.float64) *
+                  -(np.log(10000.0) / e))
+    pe = torch.zeros(2 * n - 1, e, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(x * f)
+    pe[:, 1::2] = torch.cos(x * f)
+    return pe[None]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_wav2vec2_conformer_matches_transformers(dtype):
+    torch = _torch_transformers()
+    e, h, n = 32, 4, 23
+    config, hf, pe_module = _conformer(torch, dtype, e, h)
+    tdt = getattr(torch, dtype)
+    prefix = "wav2vec2.encoder.layers.2.self_attn."
+    sd = {prefix + k: v for k, v in hf.state_dict().items()}
+    layer = interop.from_wav2vec2_conformer(sd, config, prefix=prefix)
+    assert layer.scheme == "xl" and layer.buckets is None
+    # linear_pos's input columns, from interleaved sin/cos to sines first.
+    w = hf.linear_pos.weight.detach().numpy()
+    assert np.array_equal(layer.xl_weight[:, :e // 2], w[:, 0::2])
+    assert np.array_equal(layer.xl_weight[:, e // 2:], w[:, 1::2])
+    assert np.array_equal(layer.xl_u, hf.pos_bias_u.detach().numpy())
+    assert np.array_equal(layer.xl_v, hf.pos_bias_v.detach().numpy())
+
+    lengths = [n, n - 9]
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, n, e, generator=g, dtype=tdt)
+    wt = torch.randn(2, n, e, generator=g, dtype=tdt)
+    pe = pe_module(x)  # transformers' own encodings, float32
+    ours = _hf_rel_sinusoids(torch, n, e)
+    assert pe.shape == ours.shape
+    _torch_close(pe, ours, 1e-5)  # the layout, in transformers' float32
+    if dtype == "float64":
+        pe = ours.to(tdt)  # the same encodings, without float32 rounding
+    mask = _additive_mask(torch, lengths, n, tdt, causal=False)
+    xh = x.clone().requires_grad_(True)
+    want = hf(xh, attention_mask=mask, relative_position_embeddings=pe)[0]
+    (want * wt).sum().backward()
+    tol = _TOL[dtype]
+
+    _close(layer.forward(x.numpy(), key_lengths=lengths),
+           want.detach().numpy(), tol)
+    xr = x.clone().requires_grad_(True)
+    got = layer.forward_torch(xr, key_lengths=lengths)
+    _torch_close(got, want, tol)
+    (got * wt).sum().backward()
+    _torch_close(xr.grad, xh.grad, tol)
+
+    m = layer.to_torch_module(dtype=tdt)
+    assert m.scheme == "xl" and not m.causal
+    xm = x.clone().requires_grad_(True)
+    got = m(xm, key_lengths=lengths)
+    _torch_close(got, want, tol)
+    (got * wt).sum().backward()
+    _torch_close(xm.grad, xh.grad, tol)
+    for ours_p, theirs in ((m.q_proj, hf.linear_q), (m.k_proj, hf.linear_k),
+                           (m.v_proj, hf.linear_v),
+                           (m.out_proj, hf.linear_out)):
+        _torch_close(ours_p.weight.grad, theirs.weight.grad, tol)
+        _torch_close(ours_p.bias.grad, theirs.bias.grad, tol)
+    perm = np.concatenate([np.arange(0, e, 2), np.arange(1, e, 2)])
+    _torch_close(m.xl_w.grad, hf.linear_pos.weight.grad[:, perm], tol)
+    _torch_close(m.xl_u.grad, hf.pos_bias_u.grad, tol)
+    _torch_close(m.xl_v.grad, hf.pos_bias_v.grad, tol)
+
+
+def test_wav2vec2_conformer_u_and_v_are_not_interchangeable():
+    # pos_bias_u is the content bias, pos_bias_v the position bias: loading
+    # them swapped gives another layer (so the test above tells them apart).
+    torch = _torch_transformers()
+    config, hf, pe_module = _conformer(torch, "float64")
+    sd = dict(hf.state_dict())
+    layer = interop.from_wav2vec2_conformer(sd, 4)
+    swapped = layer._replace(xl_u=layer.xl_v, xl_v=layer.xl_u)
+    x = np.random.default_rng(4).normal(0, 1, (1, 11, 32))
+    pe = _hf_rel_sinusoids(torch, 11, 32)
+    with torch.no_grad():
+        want = hf(torch.from_numpy(x), relative_position_embeddings=pe)[0]
+    _close(layer.forward(x), want.numpy(), 1e-10)
+    assert np.abs(swapped.forward(x) - want.numpy()).max() > 1e-3
+
+
+def test_wav2vec2_conformer_errors_name_the_tensor():
+    torch = _torch_transformers()
+    config, hf, _ = _conformer(torch, "float32")
+    sd = {"p." + k: v for k, v in hf.state_dict().items()}
+    bad = dict(sd)
+    del bad["p.pos_bias_v"]
+    with pytest.raises(KeyError, match="p.pos_bias_v"):
+        interop.from_wav2vec2_conformer(bad, 4, prefix="p.")
+    bad = dict(sd)
+    bad["p.linear_pos.weight"] = bad["p.linear_pos.weight"][:16]
+    with pytest.raises(ValueError, match=r"'p.linear_pos.weight' has shape "
+                       r"\(16, 32\), expected \(32, 32\)"):
+        interop.from_wav2vec2_conformer(bad, 4, prefix="p.")
+    with pytest.raises(ValueError, match=r"'p.pos_bias_u' has shape "
+                       r"\(4, 8\), expected \(8, 4\)"):
+        interop.from_wav2vec2_conformer(sd, 8, prefix="p.")
+    with pytest.raises(KeyError, match="q.linear_q.weight"):
+        interop.from_wav2vec2_conformer(sd, 4, prefix="q.")
+    rotary = config.to_dict()
+    rotary["position_embeddings_type"] = "rotary"
+    with pytest.raises(ValueError, match="rotary"):
+        interop.from_wav2vec2_conformer(sd, rotary, prefix="p.")
+    with pytest.raises(ValueError, match="num_heads"):
+        interop.from_wav2vec2_conformer(sd, 0, prefix="p.")
+
+
+# --- relpos's lazily imported submodules as attributes
+
+
+def test_submodules_are_attributes_in_a_fresh_interpreter():
+    import os
+    import subprocess
+    import sys
+
+    import relpos
+    root = os.path.dirname(os.path.dirname(relpos.__file__))
+    code = (
+        "import sys, relpos\n"
+        "assert 'relpos.interop' not in sys.modules\n"
+        "f = relpos.interop.from_opennmt\n"
+        "assert f.__module__ == 'relpos.interop'\n"
+        "assert relpos.opennmt.__name__ == 'relpos.opennmt'\n"
+        "assert relpos.ctranslate2.__name__ == 'relpos.ctranslate2'\n"
+        "assert 'interop' in dir(relpos)\n"
+        "try:\n"
+        "    relpos.no_such_thing\n"
+        "except AttributeError as e:\n"
+        "    assert str(e) == \"module 'relpos' has no attribute "
+        "'no_such_thing'\", e\n"
+        "else:\n"
+        "    raise SystemExit('no AttributeError')\n"
+        "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep +
+               os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_torch_submodules_are_attributes():
+    pytest.importorskip("torch")
+    import relpos
+    assert relpos.torch.RelativeMultiheadAttention is not None
+    assert callable(relpos.distributed.context_parallel_attention)
+    assert relpos.triton.__name__ == "relpos.triton"
+    for name in ("torch", "distributed", "triton", "interop", "opennmt",
+                 "ctranslate2"):
+        assert name in dir(relpos)
+
+
+def test_missing_submodule_is_an_attribute_error(monkeypatch):
+    import os
+
+    import relpos
+    here = os.path.dirname(relpos.__file__)
+    if os.path.exists(os.path.join(here, "hf.py")) or \
+            os.path.exists(os.path.join(here, "hf", "__init__.py")):
+        assert relpos.hf.__name__ == "relpos.hf"  # resolved by name
+        assert "hf" in dir(relpos)
+    else:
+        with pytest.raises(AttributeError, match=r"relpos.hf is not part"):
+            relpos.hf
+        assert not hasattr(relpos, "hf") and "hf" not in dir(relpos)
+    # Any listed submodule without a file: AttributeError, named.
+    monkeypatch.setattr(relpos, "_LAZY_SUBMODULES",
+                        relpos._LAZY_SUBMODULES + ("no_such_submodule",))
+    with pytest.raises(AttributeError, match=r"has no attribute "
+                       r"'no_such_submodule' \(the submodule "
+                       r"relpos.no_such_submodule is not part"):
+        relpos.no_such_submodule
+    with pytest.raises(AttributeError,
+                       match=r"^module 'relpos' has no attribute 'nope'$"):
+        relpos.nope
