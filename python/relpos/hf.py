@@ -102,6 +102,21 @@ def _check_call(where, module, kwargs, dropout):
             f"set it to 0 or call model.eval()")
 
 
+def _check_cache_kind(where, cache, layer_idx):
+    """Only dynamic cache layers (keys 0 .. past + Nq - 1). A sliding
+    window layer is accepted while it has dropped nothing: _check_cache
+    compares the keys it returns with past + Nq, and the patched forward
+    refuses a window that would take effect."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None and layer_idx < len(layers) and \
+            type(layers[layer_idx]).__name__ not in (
+                "DynamicLayer", "DynamicSlidingWindowLayer"):
+        raise PatchError(
+            f"relpos.hf: {where}: a {type(layers[layer_idx]).__name__} cache "
+            f"layer: only dynamic caches (DynamicCache) are supported, not "
+            f"static or sliding window caches")
+
+
 def _check_cache(where, past, nq, nk):
     if nk != past + nq:
         raise PatchError(
@@ -292,6 +307,7 @@ def _t5_plan(where, module, owner):
             from transformers.cache_utils import EncoderDecoderCache
             cur = cache.self_attention_cache \
                 if isinstance(cache, EncoderDecoderCache) else cache
+            _check_cache_kind(where, cur, self.layer_idx)
             past = int(cur.get_seq_length(self.layer_idx))
             k, v = cur.update(k, v, self.layer_idx)
         nk = k.shape[2]
@@ -469,6 +485,7 @@ def _bloom_plan(where, module):
         q, k, v = self._reshape(self.query_key_value(hidden_states))
         past = 0
         if layer_past is not None:
+            _check_cache_kind(where, layer_past, self.layer_idx)
             past = int(layer_past.get_seq_length(self.layer_idx))
             k, v = layer_past.update(k, v, self.layer_idx)
         nk = k.shape[2]
@@ -557,7 +574,10 @@ def _rope_decoder(self, where, state, q, k, v, bsz, n, cache, mask,
                   position_ids, base, layout, rot, out_proj):
     """RoPE on the first rot dimensions, cache, causal GQA attention."""
     rp = _relpos()
-    past = 0 if cache is None else int(cache.get_seq_length(self.layer_idx))
+    past = 0
+    if cache is not None:
+        _check_cache_kind(where, cache, self.layer_idx)
+        past = int(cache.get_seq_length(self.layer_idx))
     nk_total = past + n
     w = _sliding_window(self)
     if w is not None and nk_total > w:
@@ -715,7 +735,7 @@ def _find_known_subclasses(model):
             continue
         for base in type(m).__mro__[1:]:
             if base.__module__ + "." + base.__qualname__ in _ARCH:
-                bad.append((name, type(m).__qualname__, base.__qualname__))
+                bad.append((name, type(m).__name__, base.__name__))
                 break
     return bad
 
