@@ -189,21 +189,24 @@ def _analyse_mask(where, mask, batch, nq, nk, off, causal):
     none = ~last.any(-1)
     starts = torch.where(none, 0, starts)
     ends = torch.where(none, 0, ends)
-    i = torch.arange(nq, device=vis.device)
-    expect = (j[None, None, :] >= starts[:, None, None]) & \
-        (j[None, None, :] < ends[:, None, None])
-    if causal:
-        expect = expect & (j[None, None, :] <= (i + off)[None, :, None])
-    empty = ~expect.any(-1, keepdim=True)
-    ok = (vis == expect) | empty
-    if not bool(ok.all()):
-        b, row = [int(x) for x in (~ok).nonzero()[0][:2]]
-        raise PatchError(
-            f"relpos.hf: {where}: the attention mask is not a padding"
-            f"{' + causal' if causal else ''} mask (item {b}, query row {row} "
-            f"sees other keys than the contiguous range its padding "
-            f"allows{'' if causal else ''}): masks with holes, packed "
-            f"sequences, sliding windows or custom patterns are not supported")
+    # Compare row blocks, so that the check's scratch stays at most
+    # B x 1024 x Nk booleans however long the sequence.
+    for r0 in range(0, nq, 1024):
+        i = torch.arange(r0, min(nq, r0 + 1024), device=vis.device)
+        expect = (j[None, None, :] >= starts[:, None, None]) & \
+            (j[None, None, :] < ends[:, None, None])
+        if causal:
+            expect = expect & (j[None, None, :] <= (i + off)[None, :, None])
+        empty = ~expect.any(-1, keepdim=True)
+        ok = (vis[:, i[0]:i[-1] + 1] == expect) | empty
+        if not bool(ok.all()):
+            b, row = [int(x) for x in (~ok).nonzero()[0][:2]]
+            raise PatchError(
+                f"relpos.hf: {where}: the attention mask is not a padding"
+                f"{' + causal' if causal else ''} mask (item {b}, query row "
+                f"{r0 + row} sees other keys than the contiguous range its "
+                f"padding allows): masks with holes, packed sequences, "
+                f"sliding windows or custom patterns are not supported")
     pad.starts = [int(x) for x in starts.tolist()]
     pad.lengths = [int(x) for x in ends.tolist()]
     return pad
@@ -490,6 +493,14 @@ def _bloom_plan(where, module):
             k, v = layer_past.update(k, v, self.layer_idx)
         nk = k.shape[2]
         _check_cache(where, past, n, nk)
+        if not isinstance(alibi, torch.Tensor) or \
+                tuple(alibi.shape) != (bsz * self.num_heads, 1, nk):
+            shape = tuple(alibi.shape) if isinstance(alibi, torch.Tensor) \
+                else type(alibi).__name__
+            raise PatchError(
+                f"relpos.hf: {where}: alibi must be BloomModel's "
+                f"[B * heads, 1, Nk] = [{bsz * self.num_heads}, 1, {nk}] "
+                f"(got {shape})")
         pad = _padding(state, where, attention_mask, bsz, n, nk, past, True)
         # BLOOM adds m_h * (key position among the non-padding tokens); under
         # the causal mask that is -m_h |r| plus a constant per query row,
