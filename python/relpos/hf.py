@@ -23,7 +23,6 @@ the module and the setting.
 from __future__ import annotations
 
 import inspect
-import math
 import types
 import weakref
 
@@ -295,11 +294,12 @@ def _t5_plan(where, module, owner):
         state = getattr(self, "_relpos_hf_model_state", None)
         _check_call(where, self, kwargs, self.dropout)
         if key_value_states is not None or position_bias is not None:
+            what = "key_value_states" if key_value_states is not None \
+                else "position_bias"
             raise PatchError(
-                f"relpos.hf: {where}: called with "
-                f"{'key_value_states' if key_value_states is not None else 'position_bias'}"
-                f" (the patched T5 self-attention computes its own bias "
-                f"from the table of its stack's first block)")
+                f"relpos.hf: {where}: called with {what} (the patched T5 "
+                f"self-attention computes its own bias from the table of its "
+                f"stack's first block)")
         bsz, n = hidden_states.shape[:2]
         dh = self.key_value_proj_dim
         q = self.q(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
@@ -566,7 +566,6 @@ def _llama_plan(where, module):
 
     def forward(self, hidden_states, position_embeddings=None,
                 attention_mask=None, cache=None, **kwargs):
-        rp = _relpos()
         state = getattr(self, "_relpos_hf_model_state", None)
         _check_call(where, self, kwargs, self.attention_dropout)
         bsz, n = hidden_states.shape[:2]

@@ -576,3 +576,32 @@ def test_refuses_t5_position_settings():
                        r"supported"):
         H.patch(model)
     assert unpatched(model)
+
+
+def test_mask_analysis_bounds_and_blocks():
+    """The mask reader directly: left and right padding at once, rows that
+    see nothing, a fully-visible padding row (sdpa's fix for rows without
+    keys), and a hole found in the second block of 1024 query rows."""
+    nq = nk = 1100
+    j = torch.arange(nk)
+    i = torch.arange(nq)[:, None]
+    starts, ends = torch.tensor([0, 5, 40]), torch.tensor([nk, 1000, 900])
+    vis = (j >= starts[:, None, None]) & (j < ends[:, None, None]) & (j <= i)
+    vis[2, 10] = True  # a padding query row (10 < start 40) seeing all keys
+    pad = H._analyse_mask("m", vis[:, None], 3, nq, nk, 0, True)
+    assert pad.starts == [0, 5, 40] and pad.lengths == [nk, 1000, 900]
+    assert pad.kwargs() == dict(key_starts=[0, 5, 40],
+                                key_lengths=[nk, 1000, 900])
+    additive = torch.zeros(3, 1, nq, nk).masked_fill(
+        ~vis[:, None], torch.finfo(torch.float32).min)
+    assert H._analyse_mask("m", additive, 3, nq, nk, 0, True).starts == \
+        [0, 5, 40]
+    holey = vis.clone()
+    holey[1, 1050, 500] = False
+    with pytest.raises(H.PatchError, match=r"item 1, query row 1050"):
+        H._analyse_mask("m", holey[:, None], 3, nq, nk, 0, True)
+    # Not causal where the module is: refused, not taken as padding.
+    full = torch.ones(1, 1, 8, 8, dtype=torch.bool)
+    with pytest.raises(H.PatchError, match="not a padding \\+ causal mask"):
+        H._analyse_mask("m", full, 1, 8, 8, 0, True)
+    assert H._analyse_mask("m", full, 1, 8, 8, 0, False).kwargs() == {}
