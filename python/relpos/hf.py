@@ -286,7 +286,6 @@ def _t5_plan(where, module, owner):
     if module.scaling != 1.0:
         raise PatchError(f"relpos.hf.patch: {where}: scaling "
                          f"{module.scaling} (T5 has 1.0); nothing was patched")
-    owner_ref = weakref.ref(owner)
 
     def forward(self, hidden_states, mask=None, key_value_states=None,
                 position_bias=None, cache=None, **kwargs):
@@ -317,7 +316,11 @@ def _t5_plan(where, module, owner):
         _check_cache(where, past, n, nk)
         causal = bool(self.is_decoder)
         pad = _padding(state, where, mask, bsz, n, nk, past, causal)
-        table = owner_ref().relative_attention_bias.weight  # [nb, H]
+        # The owner is kept in a tuple on the module (not a submodule, so
+        # the module tree and state_dict are unchanged; a deepcopy of the
+        # model copies it along with the model).
+        owner = vars(self)["_relpos_hf_owner"][0]
+        table = owner.relative_attention_bias.weight  # [nb, H]
         out = rp.torch.attention(
             q, k, v, causal=causal, scale=1.0, bias=table.t(),
             buckets=rp.T5Buckets(self.relative_attention_num_buckets,
@@ -326,6 +329,7 @@ def _t5_plan(where, module, owner):
             **pad.kwargs())
         return self.o(_merge(out)), None, None
 
+    forward.relpos_hf_owner = owner
     return forward
 
 
@@ -736,6 +740,57 @@ def is_patched(model):
     return getattr(model, _STATE, None) is not None
 
 
+_ROTARY = {
+    "transformers.models.llama.modeling_llama.LlamaRotaryEmbedding",
+    "transformers.models.mistral.modeling_mistral.MistralRotaryEmbedding",
+    "transformers.models.qwen2.modeling_qwen2.Qwen2RotaryEmbedding",
+    "transformers.models.gpt_neox.modeling_gpt_neox.GPTNeoXRotaryEmbedding",
+}
+
+
+def _check_rotary(model):
+    """The model's rotary modules make the cos / sin that relpos's RoPE
+    makes: inv_freq = rope_theta ** (-2t / d) (float32 rounding aside), no
+    attention_scaling; GPT-J's table rows are sin / cos of p * 10000 **
+    (-2t / rotary_dim). Catches frequencies changed after loading."""
+    for name, m in model.named_modules():
+        q = _qualname(m)
+        where = f"{name or '<model>'} ({type(m).__qualname__})"
+        if q in _ROTARY:
+            base = _rope_base(where, m.config)
+            inv = getattr(m, "inv_freq", None)
+            if not isinstance(inv, torch.Tensor) or inv.dim() != 1:
+                raise PatchError(f"relpos.hf.patch: {where}: no inv_freq "
+                                 f"buffer; nothing was patched")
+            d = 2 * inv.numel()
+            want = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+            scaling = getattr(m, "attention_scaling", 1.0)
+            if scaling != 1.0 or not torch.allclose(
+                    inv.detach().double().cpu(), want, rtol=1e-5, atol=0):
+                raise PatchError(
+                    f"relpos.hf.patch: {where}: inv_freq is not rope_theta "
+                    f"** (-2t / {d}) with rope_theta={base:g} (or "
+                    f"attention_scaling={scaling} is not 1): relpos's RoPE "
+                    f"would rotate differently; nothing was patched")
+        elif q == ("transformers.models.gptj.modeling_gptj."
+                   "GPTJRotaryEmbedding"):
+            table = getattr(m, "embed_positions", None)
+            if not isinstance(table, torch.Tensor) or table.dim() != 2 or \
+                    table.shape[0] < 2:
+                raise PatchError(f"relpos.hf.patch: {where}: no "
+                                 f"embed_positions table; nothing was "
+                                 f"patched")
+            d = table.shape[1]
+            ang = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+            want = torch.cat([ang.sin(), ang.cos()])  # position 1
+            if not torch.allclose(table[1].detach().double().cpu(), want,
+                                  rtol=0, atol=1e-5):
+                raise PatchError(
+                    f"relpos.hf.patch: {where}: embed_positions is not GPT-J's "
+                    f"sin / cos table of base 10000: relpos's RoPE would "
+                    f"rotate differently; nothing was patched")
+
+
 def _find_known_subclasses(model):
     """Modules whose class derives from a known attention class without
     being one (a subclass may change anything)."""
@@ -807,6 +862,7 @@ def patch(model):
         t5, t5_cross = _t5_plans(model)
         plans += [(n, m, f) for n, m, f in t5]
         cross += t5_cross
+    _check_rotary(model)
     if not plans:
         raise PatchError(
             f"relpos.hf.patch: {type(model).__name__} has no attention module "
@@ -825,8 +881,12 @@ def patch(model):
     # Everything checked: now change the modules.
     state = _State([(n, m) for n, m, _ in plans], cross)
     for name, m, fn in plans:
-        m.forward = types.MethodType(fn, m)
-        m._relpos_hf_model_state = state
+        # Plain instance attributes (object.__setattr__: nn.Module would
+        # register a module-holding value as a submodule).
+        object.__setattr__(m, "forward", types.MethodType(fn, m))
+        object.__setattr__(m, "_relpos_hf_model_state", state)
+        if hasattr(fn, "relpos_hf_owner"):
+            object.__setattr__(m, "_relpos_hf_owner", (fn.relpos_hf_owner,))
     setattr(model, _STATE, state)
     return model
 
@@ -849,6 +909,7 @@ def unpatch(model):
     for _, m in state.modules:
         vars(m).pop("forward", None)
         vars(m).pop("_relpos_hf_model_state", None)
+        vars(m).pop("_relpos_hf_owner", None)
     delattr(model, _STATE)
     return model
 

@@ -432,6 +432,42 @@ def test_refuses_rope_scaling():
     assert unpatched(model)
 
 
+def test_refuses_changed_rope_frequencies():
+    model = build(transformers.LlamaForCausalLM, llama_cfg())
+    model.model.rotary_emb.inv_freq.mul_(0.5)  # e.g. a hand-made scaling
+    with pytest.raises(H.PatchError, match=r"model\.rotary_emb "
+                       r"\(LlamaRotaryEmbedding\): inv_freq is not "
+                       r"rope_theta"):
+        H.patch(model)
+    assert unpatched(model)
+
+
+def test_deepcopy_state_dict_and_tables():
+    """A deepcopy of a patched model is patched on its own tables; patch
+    leaves the state_dict as it was."""
+    import copy
+
+    model = build(transformers.T5EncoderModel, t5_cfg())
+    keys = list(model.state_dict())
+    ids, mask = right_padded()
+    H.patch(model)
+    assert list(model.state_dict()) == keys
+    twin = copy.deepcopy(model)
+    assert H.is_patched(twin)
+    with torch.no_grad():
+        a = model(ids, attention_mask=mask).last_hidden_state
+        assert torch.equal(twin(ids, attention_mask=mask).last_hidden_state,
+                           a)
+        twin.encoder.block[0].layer[0].SelfAttention \
+            .relative_attention_bias.weight.mul_(3.0)
+        b = twin(ids, attention_mask=mask).last_hidden_state
+        assert not torch.allclose(b, a)  # the twin reads its own table
+        assert torch.equal(model(ids, attention_mask=mask).last_hidden_state,
+                           a)
+    H.unpatch(twin)
+    assert H.is_patched(model)
+
+
 def test_refuses_dropout_in_training():
     model = build(transformers.LlamaForCausalLM,
                   llama_cfg(attention_dropout=0.1))
