@@ -266,6 +266,20 @@ def _merge(o):
 # T5 and mT5
 
 
+def _heads(x, dh):
+    """[B, N, heads * dh] -> [B, heads, N, dh] (a view)."""
+    b, n = x.shape[:2]
+    return x.view(b, n, -1, dh).transpose(1, 2)
+
+
+def _check_scaling(where, module):
+    """relpos scales scores by 1 / sqrt(head_dim): refuse any other."""
+    if abs(module.scaling - module.head_dim ** -0.5) > 1e-12:
+        raise PatchError(f"relpos.hf.patch: {where}: scaling "
+                         f"{module.scaling} is not head_dim ** -0.5; nothing "
+                         f"was patched")
+
+
 def _t5_plan(where, module, owner):
     _require_attrs(where, module, ("q", "k", "v", "o", "n_heads",
                                    "key_value_proj_dim", "is_decoder",
@@ -301,9 +315,8 @@ def _t5_plan(where, module, owner):
                 f"stack's first block)")
         bsz, n = hidden_states.shape[:2]
         dh = self.key_value_proj_dim
-        q = self.q(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
-        k = self.k(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
-        v = self.v(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
+        q, k, v = (_heads(p(hidden_states), dh) for p in
+                   (self.q, self.k, self.v))
         past = 0
         if cache is not None:
             from transformers.cache_utils import EncoderDecoderCache
@@ -411,9 +424,8 @@ def _w2v_plan(where, module):
         _check_call(where, self, kwargs, self.dropout.p)
         bsz, n = hidden_states.shape[:2]
         dh = self.head_size
-        q = self.linear_q(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
-        k = self.linear_k(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
-        v = self.linear_v(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
+        q, k, v = (_heads(p(hidden_states), dh) for p in
+                   (self.linear_q, self.linear_k, self.linear_v))
         pad = _padding(state, where, attention_mask, bsz, n, n, 0, False)
         if self.position_embeddings_type == "relative_key":
             out = rp.torch.attention(
@@ -560,10 +572,7 @@ def _llama_plan(where, module):
                                    "attention_dropout", "layer_idx",
                                    "num_key_value_groups"))
     base = _rope_base(where, module.config)
-    if abs(module.scaling - module.head_dim ** -0.5) > 1e-12:
-        raise PatchError(f"relpos.hf.patch: {where}: scaling "
-                         f"{module.scaling} is not head_dim ** -0.5; nothing "
-                         f"was patched")
+    _check_scaling(where, module)
     if module.head_dim % 2:
         raise PatchError(f"relpos.hf.patch: {where}: odd head_dim "
                          f"{module.head_dim}; nothing was patched")
@@ -574,9 +583,8 @@ def _llama_plan(where, module):
         _check_call(where, self, kwargs, self.attention_dropout)
         bsz, n = hidden_states.shape[:2]
         dh = self.head_dim
-        q = self.q_proj(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
-        k = self.k_proj(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
-        v = self.v_proj(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
+        q, k, v = (_heads(p(hidden_states), dh) for p in
+                   (self.q_proj, self.k_proj, self.v_proj))
         return _rope_decoder(self, where, state, q, k, v, bsz, n, cache,
                              attention_mask, kwargs.get("position_ids"),
                              base, "split_halves", dh, self.o_proj)
@@ -631,10 +639,7 @@ def _gptj_plan(where, module):
         raise PatchError(f"relpos.hf.patch: {where}: rotary_dim={rot!r} "
                          f"(relpos needs an even rotary_dim <= head_dim "
                          f"{module.head_dim}); nothing was patched")
-    if abs(module.scaling - module.head_dim ** -0.5) > 1e-12:
-        raise PatchError(f"relpos.hf.patch: {where}: scaling "
-                         f"{module.scaling} is not head_dim ** -0.5; nothing "
-                         f"was patched")
+    _check_scaling(where, module)
 
     def forward(self, hidden_states, position_embeddings=None,
                 attention_mask=None, cache=None, **kwargs):
@@ -642,9 +647,8 @@ def _gptj_plan(where, module):
         _check_call(where, self, kwargs, self.attention_dropout)
         bsz, n = hidden_states.shape[:2]
         dh = self.head_dim
-        q = self.q_proj(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
-        k = self.k_proj(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
-        v = self.v_proj(hidden_states).view(bsz, n, -1, dh).transpose(1, 2)
+        q, k, v = (_heads(p(hidden_states), dh) for p in
+                   (self.q_proj, self.k_proj, self.v_proj))
         # GPT-J's table create_sinusoidal_positions has base 10000.
         out, _ = _rope_decoder(self, where, state, q, k, v, bsz, n, cache,
                                attention_mask, kwargs.get("position_ids"),
