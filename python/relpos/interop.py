@@ -261,16 +261,13 @@ class LoadedAttention(NamedTuple):
         k_right = right otherwise (Wav2Vec2-BERT); OpenNMT-py's one shared
         table becomes two equal parameters rel_k and rel_v (equal at load,
         they diverge if trained unless the caller ties them). T5: scheme "t5"
-        with t5_bias = score_bias and q_proj.weight = sqrt(head_dim) *
-        q.weight (the module divides q . k by sqrt(head_dim), T5 does not:
-        the same outputs, the query weight rescaled). XL: scheme "xl" with
-        xl_w, xl_u, xl_v.
+        with t5_bias = score_bias, head_dim = d_kv (mT5's inner width may
+        differ from d_model) and scale = 1.0 (T5's unscaled scores). XL:
+        scheme "xl" with xl_w, xl_u, xl_v.
 
-        Raises ValueError where the module cannot hold the layer: an inner
-        width other than E (mT5), T5 buckets whose direction is not the
-        module's (bidirectional exactly when not causal), another score
-        scale than 1/sqrt(head_dim) outside T5, an XL sinusoid width other
-        than E."""
+        Raises ValueError where the module cannot hold the layer: T5
+        buckets whose direction is not the module's (bidirectional exactly
+        when not causal), an XL sinusoid or inner width other than E."""
         import torch
 
         from .torch import RelativeMultiheadAttention
@@ -284,14 +281,7 @@ class LoadedAttention(NamedTuple):
                 f"relpos.torch.RelativeMultiheadAttention: {why}; use "
                 f"forward_torch (or forward), which computes it exactly")
 
-        if self.inner_dim != e:
-            refuse(f"its inner width num_heads * head_dim = {self.inner_dim} "
-                   f"differs from its model width {e} (the module's "
-                   f"projections are E x E)")
-        q_factor = self.score_scale * math.sqrt(self.head_dim)
-        if scheme != "t5" and q_factor != 1.0:
-            refuse(f"its score scale {self.score_scale!r} is not "
-                   f"1/sqrt(head_dim)")
+        default_scale = self.score_scale * math.sqrt(self.head_dim) == 1.0
         if scheme == "t5":
             b = self.buckets
             if b.bidirectional == causal:
@@ -304,9 +294,10 @@ class LoadedAttention(NamedTuple):
             kw = dict(scheme="t5", num_buckets=b.num_buckets,
                       bucket_max_distance=b.max_distance)
         elif scheme == "xl":
-            if self.xl_weight.shape[1] != e:
-                refuse(f"its sinusoids have width {self.xl_weight.shape[1]}, "
-                       f"the module's have width E = {e}")
+            if self.xl_weight.shape[1] != e or self.inner_dim != e:
+                refuse(f"its sinusoids have width {self.xl_weight.shape[1]} "
+                       f"and its inner width is {self.inner_dim}; the "
+                       f"module's are both E = {e}")
             kw = dict(scheme="xl")
         else:
             b = self.buckets
@@ -318,6 +309,8 @@ class LoadedAttention(NamedTuple):
         with_bias = any(x is not None for x in biases)
         m = RelativeMultiheadAttention(
             e, self.num_heads, causal=causal, bias=with_bias,
+            head_dim=self.head_dim,
+            scale=None if default_scale else self.score_scale,
             dtype=torch.float32 if dtype is None else dtype, **kw)
 
         def put(param, value, factor=1.0):
@@ -326,7 +319,7 @@ class LoadedAttention(NamedTuple):
 
         with torch.no_grad():
             for proj, w, bias, f in (
-                    (m.q_proj, self.q_weight, self.q_bias, q_factor),
+                    (m.q_proj, self.q_weight, self.q_bias, 1.0),
                     (m.k_proj, self.k_weight, self.k_bias, 1.0),
                     (m.v_proj, self.v_weight, self.v_bias, 1.0),
                     (m.out_proj, self.out_weight, self.out_bias, 1.0)):

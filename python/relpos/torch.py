@@ -188,11 +188,19 @@ class RelativeMultiheadAttention(nn.Module):
 
     Batch-first: forward(query [B, Nq, E], key [B, Nk, E] = query,
     value [B, Nk, E] = key) -> [B, Nq, E]. Each of the H heads has
-    dk = dv = E / H; the scores are scaled by 1 / sqrt(dk) inside relpos.
+    dk = dv = head_dim (default E / H); the scores are scaled by
+    1 / sqrt(dk) inside relpos unless scale says otherwise.
 
     Args:
-        embed_dim: E, divisible by num_heads.
+        embed_dim: E, divisible by num_heads unless head_dim is given.
         num_heads: H.
+        head_dim: the width of each head (default E / H); the projections
+            map E to the inner width H * head_dim and back (T5 / mT5's d_kv,
+            where H * d_kv may differ from d_model). Not for "xl", whose
+            sinusoids have width E.
+        scale: None (1 / sqrt(head_dim)) or the multiplier of q . k and of
+            Shaw's key term (T5: 1.0, its unscaled scores). T5's bias and
+            ALiBi are never scaled.
         max_distance: the clipping distance k >= 0 of scheme "shaw"
             (default 16); the other schemes take none.
         scheme: how positions enter, a scheme of the registry that acts
@@ -239,13 +247,16 @@ class RelativeMultiheadAttention(nn.Module):
         are checked by the registry (ValueError naming the setting), the
         others are kept as attributes and otherwise ignored.
 
-    Parameters: q_proj, k_proj, v_proj, out_proj (nn.Linear E -> E,
-    Xavier-uniform weights and zero biases, as torch.nn.MultiheadAttention);
+    Parameters: q_proj, k_proj, v_proj (nn.Linear E -> H * head_dim),
+    out_proj (H * head_dim -> E), Xavier-uniform weights and zero biases, as
+    torch.nn.MultiheadAttention;
     rel_k and rel_v (Shaw's tables, or None); t5_bias ("t5"); xl_w, xl_u,
     xl_v ("xl"; xl_w N(0, 1/E), xl_u and xl_v N(0, 0.02^2) as Hugging Face
     Transformer-XL). The names are those of relpos's model checkpoints
     (blocks.L.attn.<name>). Initialisation draws from torch's generator, so
-    torch.manual_seed makes it reproducible.
+    torch.manual_seed makes it reproducible. Tables may be shared between
+    modules by assigning one Parameter to several (T5 shares block 0's
+    bias across a stack: ``m.t5_bias = first.t5_bias``).
     """
 
     def __init__(self, embed_dim, num_heads, max_distance=None, *,
@@ -256,7 +267,7 @@ class RelativeMultiheadAttention(nn.Module):
                  k_right=_D["k_right"], num_buckets=_D["num_buckets"],
                  bucket_max_distance=_D["bucket_max_distance"],
                  rope_base=_D["rope_base"], rope_layout=_D["rope_layout"],
-                 device=None, dtype=None):
+                 head_dim=None, scale=None, device=None, dtype=None):
         super().__init__()
         fn = "torch.RelativeMultiheadAttention"
         try:
@@ -275,14 +286,28 @@ class RelativeMultiheadAttention(nn.Module):
                              f"{max_distance!r} with scheme={scheme!r})")
         embed_dim = _checks.integer(fn, "embed_dim", embed_dim)
         num_heads = _checks.integer(fn, "num_heads", num_heads)
-        if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
+        if embed_dim <= 0 or num_heads <= 0 or (
+                head_dim is None and embed_dim % num_heads):
             raise ValueError(
                 f"relpos.{fn}: embed_dim ({embed_dim}) must be divisible by "
                 f"num_heads ({num_heads}), both > 0")
+        if head_dim is not None:
+            head_dim = _checks.integer(fn, "head_dim", head_dim)
+            if head_dim <= 0:
+                raise ValueError(f"relpos.{fn}: head_dim must be > 0 (got "
+                                 f"{head_dim})")
+            if entry.name == "xl" and head_dim * num_heads != embed_dim:
+                raise ValueError(
+                    f"relpos.{fn}: scheme 'xl' needs num_heads * head_dim "
+                    f"= embed_dim (its sinusoids have width embed_dim; got "
+                    f"{num_heads} * {head_dim} != {embed_dim})")
+        self.scale = _relpos._scale(fn, scale)
         self.table_init = _checks.choice(fn, "table_init", table_init,
                                          _TABLE_INITS)
         self.embed_dim, self.num_heads = embed_dim, num_heads
-        self.head_dim = embed_dim // num_heads
+        self.head_dim = embed_dim // num_heads if head_dim is None \
+            else head_dim
+        inner = num_heads * self.head_dim
         self.scheme, self.causal = entry.name, bool(causal)
         # Every setting is type-checked and kept; the registry checks the
         # values of those the scheme reads (and its layer: RoPE's even head
@@ -308,10 +333,10 @@ class RelativeMultiheadAttention(nn.Module):
             self.max_distance = None
         self._settings = {k: v for k, v in settings.items() if k in reads}
         factory = dict(device=device, dtype=dtype)
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        self.q_proj = nn.Linear(embed_dim, inner, bias=bias, **factory)
+        self.k_proj = nn.Linear(embed_dim, inner, bias=bias, **factory)
+        self.v_proj = nn.Linear(embed_dim, inner, bias=bias, **factory)
+        self.out_proj = nn.Linear(inner, embed_dim, bias=bias, **factory)
         for name in _TABLE_NAMES:  # the scheme's own below, the others None
             self.register_parameter(name, None)
         self._tables = tables
@@ -378,11 +403,15 @@ class RelativeMultiheadAttention(nn.Module):
             .transpose(0, 1).contiguous()
 
     def forward(self, query, key=None, value=None, *, key_lengths=None,
-                query_offset=None):
+                query_offset=None, key_starts=None):
         """query [B, Nq, E], key/value [B, Nk, E] -> [B, Nq, E].
 
         key defaults to query and value to key (self-attention).
         key_lengths: B valid key counts (padding at the end);
+        key_starts: B first valid keys (padding at the start; distances are
+        unchanged, docs/conventions.md "Left padding"; not with "rope",
+        whose absolute rotation needs per-row positions: use
+        relpos.torch.rope and attention directly);
         query_offset: position of query 0 (default Nk - Nq; keys are at
         positions 0 .. Nk-1).
         """
@@ -411,7 +440,14 @@ class RelativeMultiheadAttention(nn.Module):
         v = heads(self.v_proj(value))
         call = self._call
         kw = dict(call.attention, key_lengths=key_lengths,
-                  query_offset=query_offset)
+                  query_offset=query_offset, key_starts=key_starts,
+                  scale=self.scale)
+        if key_starts is not None and call.rope is not None:
+            raise ValueError(
+                "RelativeMultiheadAttention: key_starts with scheme 'rope' "
+                "would rotate the padded positions; rotate per row with "
+                "relpos.torch.rope(x, position_offset=[...]) and call "
+                "relpos.torch.attention")
         ak, av = self._table("key_table"), self._table("value_table")
         pb = None
         if call.rope is not None:  # q at positions off + i, k at j
@@ -429,6 +465,10 @@ class RelativeMultiheadAttention(nn.Module):
 
     def extra_repr(self):
         text = f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+        if self.head_dim * self.num_heads != self.embed_dim:
+            text += f"head_dim={self.head_dim}, "
+        if self.scale is not None:
+            text += f"scale={self.scale!r}, "
         if self.scheme != "shaw":
             text += f"scheme={self.scheme!r}, "
         for key, value in self._settings.items():  # those the scheme reads

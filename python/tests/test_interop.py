@@ -328,24 +328,20 @@ def test_t5_matches_transformers(dtype, mt5, stack, block):
     (got * w).sum().backward()
     _torch_close(xr.grad, xh.grad, tol)
 
-    if mt5:  # inner_dim != d_model: the module's projections are E x E
-        with pytest.raises(ValueError, match=r"inner width num_heads \* "
-                           r"head_dim = 30 differs from its model width 24"):
-            layer.to_torch_module()
-        return
+    # mT5's inner width differs from d_model: the module's head_dim.
     m = layer.to_torch_module(dtype=tdt)
     assert (m.scheme, m.causal, m.num_buckets, m.bucket_max_distance) == \
         ("t5", stack == "decoder", nb, md)
+    assert (m.head_dim, m.scale) == (config.d_kv, 1.0)
     assert m.q_proj.bias is None
     xm = x.clone().requires_grad_(True)
     got = m(xm, key_lengths=lengths)
     _torch_close(got, want, tol)
     (got * w).sum().backward()
     _torch_close(xm.grad, xh.grad, tol)
-    c = config.d_kv ** 0.5  # q_proj.weight = sqrt(d_kv) * q.weight
-    _torch_close(m.q_proj.weight.grad * c, hf.q.weight.grad, tol)
-    for ours, theirs in ((m.k_proj, hf.k), (m.v_proj, hf.v),
-                         (m.out_proj, hf.o)):
+    for ours, theirs in ((m.q_proj, hf.q), (m.k_proj, hf.k),
+                         (m.v_proj, hf.v), (m.out_proj, hf.o)):
+        assert torch.equal(ours.weight.detach(), theirs.weight.detach())
         _torch_close(ours.weight.grad, theirs.weight.grad, tol)
     _torch_close(m.t5_bias.grad.T, hf0.relative_attention_bias.weight.grad,
                  tol)

@@ -341,3 +341,51 @@ def test_gpu_path_refuses_what_it_lacks():
     np.testing.assert_allclose(
         y.numpy(), relpos.rope(q.numpy(), position_offset=[3, 9]), rtol=0,
         atol=1e-5)
+
+
+def test_module_head_dim_scale_key_starts_and_a_shared_bias():
+    torch = _torch()
+    import relpos.torch as rt
+    torch.manual_seed(0)
+    e, h, dh = 12, 3, 5  # inner width 15 != 12, as mT5's d_kv
+    first = rt.RelativeMultiheadAttention(e, h, scheme="t5", head_dim=dh,
+                                          scale=1.0, bias=False,
+                                          dtype=torch.float64)
+    second = rt.RelativeMultiheadAttention(e, h, scheme="t5", head_dim=dh,
+                                           scale=1.0, bias=False,
+                                           dtype=torch.float64)
+    second.t5_bias = first.t5_bias  # one table for the stack, as T5
+    assert first.q_proj.weight.shape == (h * dh, e)
+    assert first.out_proj.weight.shape == (e, h * dh)
+    assert "head_dim=5" in repr(first) and "scale=1.0" in repr(first)
+    x = torch.randn(2, 7, e, dtype=torch.float64)
+    starts, lengths = [2, 0], [7, 6]
+    y = second(first(x, key_starts=starts, key_lengths=lengths),
+               key_starts=starts, key_lengths=lengths)
+    # The same by hand: T5's unscaled scores and bias on the real keys.
+    def manual(m, x):
+        q, k, v = (p(x).view(2, 7, h, dh).transpose(1, 2)
+                   for p in (m.q_proj, m.k_proj, m.v_proj))
+        s = q @ k.transpose(-1, -2)
+        r = np.arange(7)[None, :] - np.arange(7)[:, None]
+        rows = relpos.t5_bucket(r, num_buckets=32, max_distance=128,
+                                bidirectional=True)
+        s = s + m.t5_bias[:, torch.from_numpy(rows)][None]
+        j = torch.arange(7)
+        mask = torch.stack([(j >= a) & (j < b)
+                            for a, b in zip(starts, lengths)])
+        s = s.masked_fill(~mask[:, None, None, :], float("-inf"))
+        o = torch.softmax(s, -1) @ v
+        return m.out_proj(o.transpose(1, 2).reshape(2, 7, h * dh))
+    want = manual(second, manual(first, x))
+    torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-12)
+    y.sum().backward()
+    assert first.t5_bias.grad is not None and second.t5_bias.grad is \
+        first.t5_bias.grad
+    with pytest.raises(ValueError, match="xl.*head_dim"):
+        rt.RelativeMultiheadAttention(e, h, scheme="xl", head_dim=dh)
+    with pytest.raises(ValueError, match="scale"):
+        rt.RelativeMultiheadAttention(e, h, scheme="t5", scale=-1.0)
+    rope = rt.RelativeMultiheadAttention(e, h, scheme="rope")
+    with pytest.raises(ValueError, match="key_starts with scheme 'rope'"):
+        rope(x.float(), key_starts=starts)
