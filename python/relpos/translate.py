@@ -10,6 +10,9 @@
 - ``load_parallel_text``: translation pairs from gettext catalogs (default
   ``/usr/share/locale``), a directory of .mo / .po files or a TSV file,
   filtered, deduplicated and split by catalog.
+- ``Translator``: a checkpoint of task ``translate`` (its model and the
+  SentencePiece vocabulary stored in it) translating text by beam search,
+  as ``relpos translate`` does.
 
 Text is ``str``; invalid arguments raise ValueError, unreadable or malformed
 files RuntimeError.
@@ -23,6 +26,8 @@ from . import _relpos_ext as _ext
 
 __all__ = [
     "Bleu",
+    "Translation",
+    "Translator",
     "bleu",
     "chrf",
     "load_parallel_text",
@@ -136,3 +141,89 @@ def load_parallel_text(path="/usr/share/locale", source_language: str = "en",
     return _ext.translate_load_parallel_text(
         str(path), _text(source_language, "source_language"),
         _text(target_language, "target_language"))
+
+
+class Translation(NamedTuple):
+    """One translated line: ``text`` (detokenised), ``tokens`` (its piece
+    ids, without BOS / EOS), ``log_prob`` (log P(tokens, EOS | source)),
+    ``score`` (``log_prob`` over the length penalty), ``ended_by_eos``
+    (False: stopped at the length limit) and ``source_tokens`` (pieces of
+    the normalised source)."""
+
+    text: str
+    tokens: List[int]
+    log_prob: float
+    score: float
+    ended_by_eos: bool
+    source_tokens: int
+
+
+_LENGTH_PENALTIES = ("wu", "power", "none")
+
+
+def _int(value, name: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int (got {type(value).__name__})")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}] (got {value})")
+    return value
+
+
+class Translator:
+    """A checkpoint of task ``translate``, translating text
+    (docs/translation.md, "Training, evaluating and translating").
+
+    ``Translator(dir)`` loads the model and its SentencePiece vocabulary
+    (``sentencepiece.model`` in the checkpoint; the corpus is not read).
+    RuntimeError for a damaged checkpoint or one without a vocabulary,
+    ValueError for a checkpoint of another task.
+
+    ``translate(lines, beam_size=4, ...)`` normalises each line as the corpus
+    is (runs of whitespace become one space), checks every line first (an
+    empty line, text with control characters or longer than the model takes
+    is a ValueError naming the line), then decodes them as one batch and
+    returns one ``Translation`` per line. The options are relpos's
+    ``DecodeOptions``: ``length_penalty`` "wu" (((5 + |y|) / 6) ** alpha,
+    OpenNMT-py's), "power" (|y| ** alpha, CTranslate2's) or "none";
+    ``max_length_ratio`` and ``max_length`` bound the output
+    (max(1, ceil(ratio * source pieces)) and at most ``max_length``);
+    ``threads`` 0 uses the checkpoint's training thread count.
+    """
+
+    def __init__(self, checkpoint_dir):
+        self._t = _ext.Translator.load(str(checkpoint_dir))
+
+    def encode(self, text: str) -> List[int]:
+        """The piece ids of one line (normalised; without BOS / EOS)."""
+        return self._t.encode(_text(text, "text"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of piece ids (pad / BOS / EOS decode to nothing)."""
+        ids = list(ids)
+        for i, x in enumerate(ids):
+            if isinstance(x, bool) or not isinstance(x, int):
+                raise ValueError(f"ids[{i}] must be an int")
+        return self._t.decode(ids)
+
+    @property
+    def max_source_tokens(self) -> int:
+        """The longest source, in pieces, the model takes."""
+        return self._t.max_source_tokens()
+
+    def translate(self, lines: Sequence[str], beam_size: int = 4,
+                  length_penalty: str = "wu", alpha: float = 0.6,
+                  max_length_ratio: float = 2.0, max_length: int = 1024,
+                  threads: int = 0) -> List[Translation]:
+        """One ``Translation`` per line of ``lines`` (a list of str)."""
+        lines = _segments(lines, "lines")
+        if not lines:
+            raise ValueError("lines must hold at least one line")
+        if length_penalty not in _LENGTH_PENALTIES:
+            raise ValueError(f"length_penalty must be one of "
+                             f"{', '.join(_LENGTH_PENALTIES)} (got {length_penalty!r})")
+        out = self._t.translate(
+            lines, _int(beam_size, "beam_size", 1, 4096), length_penalty,
+            float(alpha), float(max_length_ratio),
+            _int(max_length, "max_length", 1, 1 << 20),
+            _int(threads, "threads", 0, 1024))
+        return [Translation(*t) for t in out]

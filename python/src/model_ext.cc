@@ -96,14 +96,9 @@ std::vector<std::tuple<std::vector<int32_t>, double, double, bool>> Translate(
     Model& m, const std::vector<std::vector<int32_t>>& sources,
     int64_t beam_size, const std::string& length_penalty, double alpha,
     double max_length_ratio, int64_t max_length, int32_t bos, int32_t eos) {
-  DecodeOptions o;
-  o.beam_size = beam_size;
-  o.length_penalty = length_penalty;
-  o.alpha = alpha;
-  o.max_length_ratio = max_length_ratio;
-  o.max_length = max_length;
-  o.bos = bos;
-  o.eos = eos;
+  const DecodeOptions o = MakeDecodeOptions(
+      beam_size, length_penalty, alpha, max_length_ratio, max_length, bos, eos,
+      /*threads=*/0);
   std::vector<Translation> t;
   {
     nb::gil_scoped_release release;
@@ -130,6 +125,23 @@ double Train(const Settings& settings, const std::string& checkpoint_dir) {
 }
 
 }  // namespace
+
+DecodeOptions MakeDecodeOptions(int64_t beam_size,
+                                const std::string& length_penalty,
+                                double alpha, double max_length_ratio,
+                                int64_t max_length, int32_t bos, int32_t eos,
+                                int threads) {
+  DecodeOptions o;
+  o.beam_size = beam_size;
+  o.length_penalty = length_penalty;
+  o.alpha = alpha;
+  o.max_length_ratio = max_length_ratio;
+  o.max_length = max_length;
+  o.bos = bos;
+  o.eos = eos;
+  o.threads = threads;
+  return o;
+}
 
 void BindModel(nb::module_& m) {
   nb::class_<Model>(m, "Model",

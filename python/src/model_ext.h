@@ -4,11 +4,24 @@
 #ifndef RELPOS_PYTHON_SRC_MODEL_EXT_H_
 #define RELPOS_PYTHON_SRC_MODEL_EXT_H_
 
+#include <cstdint>
+#include <string>
+
 #include <nanobind/nanobind.h>
+
+#include "relpos/lab/model.h"
 
 namespace relpos {
 
 void BindModel(nanobind::module_& m);
+
+// The DecodeOptions of the bindings' keyword arguments (bos / eos -1: the
+// model's own; threads 0: its training thread count).
+DecodeOptions MakeDecodeOptions(int64_t beam_size,
+                                const std::string& length_penalty,
+                                double alpha, double max_length_ratio,
+                                int64_t max_length, int32_t bos, int32_t eos,
+                                int threads);
 
 }  // namespace relpos
 

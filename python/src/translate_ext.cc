@@ -1,18 +1,23 @@
 // relpos._relpos_ext, translation: BLEU / chrF (as sacrebleu computes them),
-// the 13a tokeniser, gettext catalogs and the parallel corpus, as plain
-// Python values (python/relpos/translate.py documents them and checks the
+// the 13a tokeniser, gettext catalogs, the parallel corpus and a
+// checkpoint's Translator (text in, text out), as plain Python values (python/relpos/translate.py documents them and checks the
 // arguments). The GIL is released while relpos computes.
 #include "translate_ext.h"
 
+#include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "relpos/lab/metrics.h"
 #include "relpos/lab/parallel_text.h"
+#include "relpos/lab/translation.h"
+#include "model_ext.h"
 
 namespace nb = nanobind;
 
@@ -84,9 +89,53 @@ nb::dict CatalogDict(const Catalog& c) {
   return d;
 }
 
+// (text, tokens, log_prob, score, ended_by_eos, source_tokens) per line.
+using TranslatedLine = std::tuple<std::string, std::vector<int32_t>, double,
+                                  double, bool, int64_t>;
+
+std::vector<TranslatedLine> Lines(std::vector<TextTranslation> t) {
+  std::vector<TranslatedLine> out;
+  for (TextTranslation& x : t) {
+    out.emplace_back(std::move(x.text), std::move(x.best.tokens),
+                     x.best.log_prob, x.best.score, x.best.ended_by_eos,
+                     x.source_tokens);
+  }
+  return out;
+}
+
+void BindTranslator(nb::module_& m) {
+  nb::class_<Translator>(m, "Translator",
+                         "Internal: use relpos.translate.Translator.")
+      .def_static("load", &Translator::Load, nb::arg("checkpoint_dir"),
+                  nb::call_guard<nb::gil_scoped_release>())
+      .def("encode", &Translator::Encode, nb::arg("text"))
+      .def("decode", &Translator::Decode, nb::arg("ids"))
+      .def("max_source_tokens", &Translator::max_source_tokens)
+      .def(
+          "translate",
+          [](Translator& self, const std::vector<std::string>& lines,
+             int64_t beam_size, const std::string& length_penalty,
+             double alpha, double max_length_ratio, int64_t max_length,
+             int threads) {
+            const DecodeOptions o = MakeDecodeOptions(
+                beam_size, length_penalty, alpha, max_length_ratio, max_length,
+                /*bos=*/-1, /*eos=*/-1, threads);
+            std::vector<TextTranslation> t;
+            {
+              nb::gil_scoped_release release;
+              t = self.Translate(lines, o);
+            }
+            return Lines(std::move(t));
+          },
+          nb::arg("lines"), nb::arg("beam_size"), nb::arg("length_penalty"),
+          nb::arg("alpha"), nb::arg("max_length_ratio"),
+          nb::arg("max_length"), nb::arg("threads"));
+}
+
 }  // namespace
 
 void BindTranslate(nb::module_& m) {
+  BindTranslator(m);
   m.def(
       "translate_bleu",
       [](const std::vector<std::string>& hyps,

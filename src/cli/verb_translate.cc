@@ -25,6 +25,7 @@ struct TranslateFlags {
   std::string dir, input = "-", length_penalty = "wu";
   int64_t beam = 4, batch_size = 16;
   double max_len_ratio = 2.0, alpha = 0.6;
+  int threads = 0;
   bool json = false;
 };
 
@@ -84,6 +85,7 @@ void RunTranslate(const TranslateFlags& f, std::ostream& out) {
   options.length_penalty = f.length_penalty;
   options.alpha = f.alpha;
   options.max_length_ratio = f.max_len_ratio;
+  options.threads = f.threads;
   const auto start = std::chrono::steady_clock::now();
   for (size_t b = 0; b < sources.size(); b += f.batch_size) {
     const size_t e = std::min(sources.size(), b + f.batch_size);
@@ -144,6 +146,10 @@ void AddTranslateVerb(CLI::App& app, std::ostream& out) {
   sub->add_option("--batch-size", flags->batch_size,
                   "Lines decoded together (each batch is printed when done)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
+      ->capture_default_str();
+  sub->add_option("--threads", flags->threads,
+                  "OpenMP threads (0: the checkpoint's training threads)")
+      ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   sub->add_flag("--json", flags->json,
                 "One JSON object per line: translation, tokens, scores, "

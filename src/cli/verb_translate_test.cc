@@ -174,6 +174,14 @@ TEST_F(VerbTranslateTest, TrainsEvaluatesAndTranslates) {
   std::string expected;
   for (const auto& w : want) expected += w.text + "\n";
   EXPECT_EQ(o.out, expected);
+  // --threads changes the thread count, not the translations.
+  for (const char* threads : {"1", "2"}) {
+    const CliResult ot =
+        RunRelpos({"translate", P("ck"), "--input", P("in.txt"), "--beam", "3",
+                   "--threads", threads});
+    ASSERT_EQ(ot.code, 0) << ot.err;
+    EXPECT_EQ(ot.out, expected) << "--threads " << threads;
+  }
   const CliResult oj = RunRelpos(
       {"translate", P("ck"), "--input", P("in.txt"), "--json", "--beam", "3"});
   ASSERT_EQ(oj.code, 0) << oj.err;
@@ -207,6 +215,7 @@ TEST_F(VerbTranslateTest, BadInputExitsTwoWithOneLine) {
   ExpectBad(translate(""), "no line");
   ExpectBad({"translate", P("ck"), "--input", P("missing.txt")},
             "cannot open");
+  ExpectBad({"translate", P("ck"), "--threads", "-1"}, "--threads");
 
   // A source longer than the model takes: learned positions with 24 rows.
   std::vector<std::string> learned = Tiny("learned");

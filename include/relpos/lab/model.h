@@ -66,6 +66,8 @@ struct DecodeOptions {
   int64_t max_length = 1024;
   // The vocabulary's BOS and EOS; -1: those of the model's training data.
   int32_t bos = -1, eos = -1;
+  // OpenMP threads of the search; 0: the model's training thread count.
+  int threads = 0;
 };
 
 // One decoded sentence.

@@ -9,6 +9,7 @@
 #include "model/beam_search.h"
 #include "train/checkpoint.h"
 #include "train/data_source.h"
+#include "train/determinism.h"
 #include "train/memory_plan.h"
 
 namespace relpos {
@@ -218,15 +219,21 @@ std::vector<Translation> Model::Translate(
   // Options first (MaxDecodingSteps needs valid ones); then the caches
   // the search allocates must fit beside the model.
   model::Validate(o, t.config().vocab_size);
+  RELPOS_CHECK_ARG(options.threads >= 0 && options.threads <= 1024,
+                   "threads must be in [0, 1024] (got " << options.threads
+                                                        << ")");
+  const int threads = options.threads > 0 ? options.threads
+                                          : impl_->config.impl().train.threads;
   int64_t longest = 0;
   for (const std::vector<int32_t>& s : sources) {
     longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
   }
   train::MemoryPlan plan = train::PlanTranslation(
       t.config(), static_cast<int64_t>(sources.size()), longest, o.beam_size,
-      model::MaxDecodingSteps(longest, o), impl_->config.impl().train.threads);
+      model::MaxDecodingSteps(longest, o), threads);
   plan.resident = train::PlanModel(t.config()).total();
   train::CheckMemory(plan);
+  train::SetThreads(threads);
   std::vector<Translation> out;
   for (model::Hypothesis& h : model::Translate(t, sources, o)) {
     out.push_back({std::move(h.tokens), h.log_prob, h.score, h.ended_by_eos});

@@ -10,7 +10,6 @@
 #include "core/check.h"
 #include "relpos/lab/metrics.h"
 #include "relpos/lab/parallel_text.h"
-#include "train/determinism.h"
 #include "train/progress.h"
 #include "translate/parallel_corpus.h"
 #include "translate/translation_task.h"
@@ -205,7 +204,8 @@ TranslationEvalResult EvaluateTranslation(
     pairs.push_back(&p);
   }
   RELPOS_CHECK_ARG(!pairs.empty(), "no held-out pair to translate");
-  train::SetThreads(options.threads > 0 ? options.threads : tc.threads);
+  DecodeOptions decode = options.decode;
+  if (options.threads > 0) decode.threads = options.threads;
   std::unique_ptr<train::Progress> progress;
   const int64_t total = static_cast<int64_t>(pairs.size());
   if (options.progress.out) {
@@ -218,7 +218,7 @@ TranslationEvalResult EvaluateTranslation(
     std::vector<std::vector<int32_t>> sources;
     for (int64_t i = b; i < std::min(total, b + options.batch_size); ++i)
       sources.push_back(pairs[static_cast<size_t>(i)]->source_ids);
-    for (TextTranslation& t : translator.TranslateIds(sources, options.decode))
+    for (TextTranslation& t : translator.TranslateIds(sources, decode))
       r.hypotheses.push_back(std::move(t.text));
     if (progress) progress->Update(static_cast<int64_t>(r.hypotheses.size()));
   }

@@ -1,0 +1,130 @@
+"""relpos.translate.Translator: a checkpoint of task translate, text in and
+text out, as `relpos translate` does it.
+
+A tiny model is trained on a generated toy language pair (a TSV file: verb,
+adjective and noun phrases), so the tests need neither the machine's
+catalogs nor long training. The Translator's tokens are compared with the
+model's own beam search on the ids its encoder gives (relpos::Model::
+Translate through the extension), and its text with the vocabulary's decode
+of those tokens.
+"""
+
+import random
+
+import pytest
+
+from relpos import _relpos_ext as ext
+from relpos import translate as rt
+
+VERBS = {"open": "öffnen", "close": "schließen", "copy": "kopieren",
+         "delete": "löschen", "save": "speichern"}
+ADJS = {"red": "rote", "big": "große", "new": "neue"}
+NOUNS = {"file": "Datei", "page": "Seite", "list": "Liste", "key": "Taste"}
+
+
+def _toy_tsv(path, pairs=300, seed=1):
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(pairs):
+            en, de = [], []
+            for _ in range(rng.randint(1, 2)):
+                v, a, n = (rng.choice(sorted(d)) for d in (VERBS, ADJS, NOUNS))
+                en.append(f"{v} the {a} {n}")
+                de.append(f"die {ADJS[a]} {NOUNS[n]} {VERBS[v]}")
+            f.write(" and ".join(en) + "\t" + " und ".join(de) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    base = tmp_path_factory.mktemp("translator")
+    tsv = _toy_tsv(base / "toy.tsv")
+    settings = [("train", "task", "translate"),
+                ("train", "corpus_path", str(tsv)),
+                ("train", "sentencepiece_size", "40"),
+                ("train", "train_min_length", "1"),
+                ("train", "train_max_length", "4"),
+                ("train", "steps", "150"), ("train", "batch_size", "16"),
+                ("train", "lr", "0.003"), ("train", "checkpoint_every", "0"),
+                ("model", "d_model", "32"), ("model", "heads", "2"),
+                ("model", "layers", "1"), ("model", "d_ff", "64")]
+    ext.train(settings, str(base / "ck"))
+    return base / "ck"
+
+
+LINES = ["open the red file", "save the  new list ", "copy the big key"]
+
+
+def test_translate_matches_the_model(checkpoint):
+    tr = rt.Translator(checkpoint)
+    model = ext.Model.load(str(checkpoint))
+    for beam in (1, 4):
+        got = tr.translate(LINES, beam_size=beam)
+        assert len(got) == len(LINES)
+        ids = [tr.encode(line) for line in LINES]
+        want = model.translate(ids, beam_size=beam)
+        for g, w, i in zip(got, want, ids):
+            assert isinstance(g, rt.Translation)
+            assert g.tokens == w[0]
+            assert g.log_prob == pytest.approx(w[1], abs=1e-9)
+            assert g.score == pytest.approx(w[2], abs=1e-9)
+            assert g.ended_by_eos == w[3]
+            assert g.source_tokens == len(i)
+            assert g.text == tr.decode(g.tokens)
+
+
+def test_translates_the_training_language(checkpoint):
+    """The one-clause pairs are learnt (the model's loss after 150 steps is
+    low): most words of the expected German appear."""
+    got = rt.Translator(checkpoint).translate(["open the red file"])[0]
+    words = set(got.text.split())
+    assert len(words & {"die", "rote", "Datei", "öffnen"}) >= 3, got.text
+
+
+def test_normalises_whitespace(checkpoint):
+    tr = rt.Translator(checkpoint)
+    assert tr.encode("save the  new list ") == tr.encode("save the new list")
+
+
+def test_threads_give_the_same_tokens(checkpoint):
+    tr = rt.Translator(checkpoint)
+    one = tr.translate(LINES, threads=1)
+    two = tr.translate(LINES, threads=2)
+    assert [t.tokens for t in one] == [t.tokens for t in two]
+
+
+def test_max_length_bounds_the_output(checkpoint):
+    got = rt.Translator(checkpoint).translate(LINES, max_length=1)
+    assert all(len(t.tokens) <= 1 for t in got)
+
+
+def test_bad_arguments(checkpoint):
+    tr = rt.Translator(checkpoint)
+    with pytest.raises(ValueError, match="line"):
+        tr.translate(["open the file", "   "])
+    with pytest.raises(ValueError, match="control"):
+        tr.translate(["open\x07the file"])
+    with pytest.raises(ValueError, match="lines"):
+        tr.translate("open the file")
+    with pytest.raises(ValueError, match="at least one"):
+        tr.translate([])
+    with pytest.raises(ValueError, match="beam_size"):
+        tr.translate(LINES, beam_size=0)
+    with pytest.raises(ValueError, match="length_penalty"):
+        tr.translate(LINES, length_penalty="avg")
+    with pytest.raises(ValueError, match="threads"):
+        tr.translate(LINES, threads=-1)
+    with pytest.raises(ValueError, match="ids"):
+        tr.decode([1, "2"])
+
+
+def test_refuses_other_checkpoints(tmp_path):
+    with pytest.raises(RuntimeError):
+        rt.Translator(tmp_path / "missing")
+    ck = tmp_path / "copy"
+    ext.Model.create([("train", "task", "s2s_copy"),
+                      ("model", "arch", "seq2seq"), ("model", "d_model", "16"),
+                      ("model", "heads", "2"), ("model", "layers", "1")]
+                     ).save(str(ck))
+    with pytest.raises(ValueError, match="translate"):
+        rt.Translator(ck)
