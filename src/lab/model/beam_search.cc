@@ -87,28 +87,46 @@ void LogSoftmax(const std::vector<T>& logits, int64_t V,
   }
 }
 
+// Whether continuation a ranks before b: the higher score, then the lower
+// hypothesis, then the lower token.
+bool Before(const Candidate& a, const Candidate& b) {
+  if (a.score != b.score) return a.score > b.score;
+  if (a.parent != b.parent) return a.parent < b.parent;
+  return a.token < b.token;
+}
+
 // The best min(k, hypotheses x V) continuations of live hypotheses
-// [h0, h1), best first (ties: the lower hypothesis, then the lower token).
-std::vector<Candidate> TopCandidates(const std::vector<Live>& live, int64_t h0,
-                                     int64_t h1, const std::vector<double>& logp,
-                                     int64_t V, int64_t k) {
-  std::vector<Candidate> all;
-  all.reserve((h1 - h0) * V);
+// [h0, h1), best first, into *out. Each hypothesis contributes at most k of
+// them, so its own best k (a heap of k over its row: one comparison per
+// token for most tokens) are the only ones ranked; *out keeps its storage
+// between steps.
+void TopCandidates(const std::vector<Live>& live, int64_t h0, int64_t h1,
+                   const std::vector<double>& logp, int64_t V, int64_t k,
+                   std::vector<Candidate>* out) {
+  out->clear();
+  const int64_t per_row = std::min(k, V);
   for (int64_t h = h0; h < h1; ++h) {
+    const size_t first = out->size();
+    const double* row = logp.data() + h * V;
+    // A heap whose top is the worst kept candidate of this row.
+    auto worse_on_top = [](const Candidate& a, const Candidate& b) {
+      return Before(a, b);
+    };
     for (int64_t v = 0; v < V; ++v) {
-      all.push_back({h, static_cast<int32_t>(v),
-                     live[h].log_prob + logp[h * V + v]});
+      const Candidate c{h, static_cast<int32_t>(v), live[h].log_prob + row[v]};
+      if (static_cast<int64_t>(out->size() - first) < per_row) {
+        out->push_back(c);
+        std::push_heap(out->begin() + first, out->end(), worse_on_top);
+      } else if (Before(c, (*out)[first])) {
+        std::pop_heap(out->begin() + first, out->end(), worse_on_top);
+        out->back() = c;
+        std::push_heap(out->begin() + first, out->end(), worse_on_top);
+      }
     }
   }
-  const int64_t n = std::min<int64_t>(k, static_cast<int64_t>(all.size()));
-  std::partial_sort(all.begin(), all.begin() + n, all.end(),
-                    [](const Candidate& a, const Candidate& b) {
-                      if (a.score != b.score) return a.score > b.score;
-                      if (a.parent != b.parent) return a.parent < b.parent;
-                      return a.token < b.token;
-                    });
-  all.resize(n);
-  return all;
+  const int64_t n = std::min<int64_t>(k, static_cast<int64_t>(out->size()));
+  std::partial_sort(out->begin(), out->begin() + n, out->end(), Before);
+  out->resize(n);
 }
 
 // The search's state between steps.
@@ -224,6 +242,7 @@ std::vector<Hypothesis> BeamSearch(StepModel<T>& model,
   std::vector<int32_t> feed(S, o.bos);
   std::vector<T> logits;
   std::vector<double> logp;
+  std::vector<Candidate> candidates;
   for (int64_t step = 0; !st.live.empty(); ++step) {
     model.Step(feed, &logits);
     LogSoftmax(logits, V, &logp);
@@ -234,8 +253,9 @@ std::vector<Hypothesis> BeamSearch(StepModel<T>& model,
       const int64_t s = st.live[h0].sentence;
       int64_t h1 = h0 + 1;
       while (h1 < live && st.live[h1].sentence == s) ++h1;
-      AdvanceSentence(TopCandidates(st.live, h0, h1, logp, V, 2 * o.beam_size),
-                      s, step + 1 >= max_steps[s], o, &st, &next, &parents);
+      TopCandidates(st.live, h0, h1, logp, V, 2 * o.beam_size, &candidates);
+      AdvanceSentence(candidates, s, step + 1 >= max_steps[s], o, &st, &next,
+                      &parents);
       h0 = h1;
     }
     feed.clear();
