@@ -1,12 +1,28 @@
-"""Import an OpenNMT-py Transformer translation checkpoint into a relpos
-seq2seq checkpoint folder.
+"""Import an OpenNMT-py or eole Transformer translation checkpoint into a
+relpos seq2seq checkpoint folder.
 
     python -m relpos.opennmt MODEL.pt OUTPUT_DIR --task TASK [--tokens LIST]
+    python -m relpos.opennmt EOLE_MODEL_DIR OUTPUT_DIR --task TASK [...]
 
-or ``relpos.opennmt.import_checkpoint(state, output_dir, task, tokens)``.
-Reading the ``.pt`` file needs PyTorch (``torch.load`` with
-``weights_only=True``: only tensors, plain containers and the options'
-``argparse.Namespace`` are unpickled, no other code).
+or ``relpos.opennmt.import_checkpoint(state, output_dir, task, tokens)``
+with ``state`` from :func:`load_checkpoint` (OpenNMT-py's ``.pt`` file) or
+:func:`load_eole` (an eole model folder). Reading the ``.pt`` file needs
+PyTorch (``torch.load`` with ``weights_only=True``: only tensors, plain
+containers and the options' ``argparse.Namespace`` are unpickled, no other
+code); reading an eole folder (``config.json``, ``vocab.json``,
+``model.00.safetensors``) needs the ``safetensors`` package and no PyTorch.
+
+eole (OpenNMT-py's successor, 0.6) has the same Transformer under other
+tensor names (``transformer_layers.N.input_layernorm``,
+``post_attention_layernorm``, ``precontext_layernorm``,
+``mlp.gate_up_proj`` / ``down_proj``, ``src_emb`` / ``tgt_emb``) and one
+difference in the arithmetic: its relative key term is not scaled, the
+score is q.k / sqrt(dh) + q.a(j - i) (``_compute_attention``: the product
+with the table is added after the scaled q.k), where OpenNMT-py and Shaw
+et al. divide both by sqrt(dh). The import stores the key table times
+sqrt(dh) (``rel_k``) and the table itself as the value table (``rel_v``),
+so relpos computes eole's scores exactly. :func:`load_eole` maps a folder
+onto the OpenNMT-py form below, so everything else is as for OpenNMT-py.
 
 What maps (OpenNMT-py 3.5's ``onmt/encoders/transformer.py``,
 ``onmt/decoders/transformer.py``, ``onmt/modules/multi_headed_attn.py``,
@@ -59,6 +75,8 @@ the model.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import math
 import sys
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -68,7 +86,7 @@ import numpy as np
 from . import _relpos_ext as _ext
 
 __all__ = ["UnsupportedModelError", "S2S_TOKENS", "import_checkpoint",
-           "load_checkpoint", "main", "parameters_from_opennmt"]
+           "load_checkpoint", "load_eole", "main", "parameters_from_opennmt"]
 
 RELPOS_LAYER_NORM_EPS = 1e-5
 # relpos's s2s tasks: symbols 0..7, then BOS and EOS, as OpenNMT-py tokens.
@@ -100,6 +118,160 @@ def load_checkpoint(path: str) -> Dict:
 
     return {"model": arrays(ck["model"]), "generator": arrays(
         ck.get("generator")), "vocab": ck["vocab"], "opt": vars(ck["opt"])}
+
+
+# eole 0.6's defaults for the options its config.json leaves out (it writes
+# only what differs from them).
+_EOLE_DEFAULTS = {
+    "architecture": None, "position_encoding_type": "SinusoidalInterleaved",
+    "n_positions": None, "relative_positions_buckets": 0,
+    "mlp_activation_fn": "relu", "layer_norm": "standard", "norm_eps": 1e-6,
+    "parallel_residual": False, "shared_layer_norm": False,
+    "ffn_layernorm": False, "num_experts": 0, "heads_kv": None,
+    "head_dim": None, "attn_scaling": None, "query_norm": False,
+    "key_norm": False, "q_gating": False, "share_embeddings": False,
+    "share_decoder_embeddings": False, "encoder_layer_style": "standard",
+    "with_cross_attn": True, "sliding_window": 0, "add_estimator": False,
+    "generator_function": "softmax"}
+# eole tensor name -> OpenNMT-py's, for the blocks (after the layer index).
+_EOLE_BLOCK = {
+    "encoder": {"input_layernorm": "layer_norm",
+                "post_attention_layernorm": "feed_forward.layer_norm"},
+    "decoder": {"input_layernorm": "layer_norm_1",
+                "precontext_layernorm": "layer_norm_2",
+                "post_attention_layernorm": "feed_forward.layer_norm"}}
+
+
+def load_eole(model_dir: str) -> Dict:
+    """The checkpoint of an eole model folder (``config.json``,
+    ``vocab.json``, ``model.00.safetensors``, as ``eole train`` writes
+    them) in :func:`load_checkpoint`'s form, with eole's options and tensor
+    names mapped onto OpenNMT-py's. What relpos cannot represent raises
+    :class:`UnsupportedModelError` naming the option."""
+    try:
+        from safetensors.numpy import load_file
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise ImportError("relpos.opennmt: reading an eole model needs the "
+                          "safetensors package: pip install safetensors") \
+            from e
+    paths = {n: os.path.join(os.fspath(model_dir), n)
+             for n in ("config.json", "vocab.json", "model.00.safetensors")}
+    for name, path in paths.items():
+        if not os.path.isfile(path):
+            raise ValueError(f"relpos.opennmt: {model_dir} is not an eole "
+                             f"model folder (no {name})")
+    if os.path.exists(os.path.join(os.fspath(model_dir),
+                                   "model.01.safetensors")):
+        raise UnsupportedModelError("relpos.opennmt: eole weights in several "
+                                    "shards (tensor parallelism)")
+    with open(paths["config.json"], encoding="utf-8") as f:
+        config = json.load(f)
+    with open(paths["vocab.json"], encoding="utf-8") as f:
+        vocab = json.load(f)
+    if not isinstance(config, dict) or not isinstance(config.get("model"),
+                                                      dict):
+        raise ValueError(f"relpos.opennmt: {paths['config.json']} has no "
+                         "model section")
+    if not isinstance(vocab, dict) or not {"src", "tgt"} <= set(vocab):
+        raise ValueError(f"relpos.opennmt: {paths['vocab.json']} has no "
+                         "src / tgt vocabulary")
+    model = config["model"]
+    sides = {side: {**_EOLE_DEFAULTS, **model, **(model.get(side) or {})}
+             for side in ("encoder", "decoder")}
+
+    def refuse(what):
+        raise UnsupportedModelError(f"relpos.opennmt: eole {what} cannot be "
+                                    "imported into relpos's seq2seq model")
+
+    if model.get("architecture") != "transformer":
+        refuse(f"architecture = {model.get('architecture')!r} (only "
+               "'transformer')")
+    for side, m in sides.items():
+        if m["position_encoding_type"] != "Relative":
+            refuse(f"{side} position_encoding_type = "
+                   f"{m['position_encoding_type']!r} (only 'Relative', "
+                   "Shaw's tables)")
+        for key, want in (("encoder_layer_style", "standard"),
+                          ("shared_layer_norm", False),
+                          ("ffn_layernorm", False), ("head_dim", None),
+                          ("attn_scaling", None), ("query_norm", False),
+                          ("key_norm", False), ("q_gating", False),
+                          ("sliding_window", 0), ("with_cross_attn", True),
+                          ("add_estimator", False),
+                          ("generator_function", "softmax")):
+            if m.get(key, want) != want:
+                refuse(f"{side} {key} = {m.get(key)!r} (only {want!r})")
+    enc, dec = sides["encoder"], sides["decoder"]
+    for key in ("n_positions", "heads", "hidden_size", "norm_eps"):
+        if enc.get(key) != dec.get(key):
+            refuse(f"{key} differing between encoder ({enc.get(key)!r}) "
+                   f"and decoder ({dec.get(key)!r})")
+    emb = model.get("embeddings") or {}
+    width = emb.get("word_vec_size", enc["hidden_size"])
+    opt = {"encoder_type": enc.get("encoder_type", "transformer"),
+           "decoder_type": dec.get("decoder_type", "transformer"),
+           "enc_layers": enc["layers"], "dec_layers": dec["layers"],
+           "heads": enc["heads"], "hidden_size": enc["hidden_size"],
+           "word_vec_size": width, "transformer_ff": enc["transformer_ff"],
+           "max_relative_positions": enc["n_positions"],
+           "position_encoding": False,
+           "relative_positions_buckets": enc["relative_positions_buckets"],
+           "pos_ffn_activation_fn": enc["mlp_activation_fn"],
+           "layer_norm": enc["layer_norm"], "norm_eps": enc["norm_eps"],
+           "parallel_residual": enc["parallel_residual"],
+           "num_experts": enc["num_experts"],
+           "num_kv": enc["heads_kv"] or 0,
+           "share_embeddings": model.get("share_embeddings", False),
+           "share_decoder_embeddings": model.get("share_decoder_embeddings",
+                                                 False),
+           "self_attn_type": "scaled-dot"}
+    if dec["transformer_ff"] != enc["transformer_ff"]:
+        refuse("transformer_ff differing between encoder and decoder")
+    tensors = load_file(paths["model.00.safetensors"])
+    sd, generator = {}, {}
+    for name, value in tensors.items():
+        value = np.asarray(value, dtype=np.float32)
+        parts = name.split(".")
+        if name.endswith(".layer_scalar"):
+            if not np.all(value == 1):
+                refuse(f"{name} != 1 (a per-layer output scale)")
+            continue
+        if parts[0] == "generator":
+            generator[".".join(parts[1:])] = value
+        elif parts[0] in ("src_emb", "tgt_emb") and parts[1:] == [
+                "embeddings", "weight"]:
+            side = "encoder" if parts[0] == "src_emb" else "decoder"
+            sd[f"{side}.embeddings.make_embedding.emb_luts.0.weight"] = value
+        elif parts[0] in _EOLE_BLOCK and len(parts) > 3 and parts[1] == \
+                "transformer_layers":
+            rest = ".".join(parts[3:])
+            for prefix, onmt in _EOLE_BLOCK[parts[0]].items():
+                if rest.startswith(prefix + "."):
+                    rest = onmt + rest[len(prefix):]
+            rest = rest.replace("mlp.gate_up_proj", "feed_forward.w_1")
+            rest = rest.replace("mlp.down_proj", "feed_forward.w_2")
+            block = "transformer" if parts[0] == "encoder" else \
+                "transformer_layers"
+            sd[f"{parts[0]}.{block}.{parts[2]}.{rest}"] = value
+        else:
+            sd[name] = value
+    # Tied tensors are stored once (safetensors keeps no aliases): the
+    # encoder's embedding stands for the decoder's and the generator's.
+    enc_emb = "encoder.embeddings.make_embedding.emb_luts.0.weight"
+    dec_emb = "decoder.embeddings.make_embedding.emb_luts.0.weight"
+    if opt["share_embeddings"] and dec_emb not in sd and enc_emb in sd:
+        sd[dec_emb] = sd[enc_emb]
+    if opt["share_decoder_embeddings"] and "weight" not in generator and \
+            dec_emb in sd:
+        generator["weight"] = sd[dec_emb]
+    return {"model": sd, "generator": generator,
+            "vocab": {"src": vocab["src"], "tgt": vocab["tgt"],
+                      "decoder_start_token": vocab.get(
+                          "decoder_start_token", "<s>")},
+            "opt": opt,
+            # eole adds q.a unscaled (module docstring).
+            "relative_key_scale": math.sqrt(enc["hidden_size"] /
+                                            enc["heads"])}
 
 
 def _opt(opt: Mapping, key, default=None):
@@ -177,6 +349,7 @@ def parameters_from_opennmt(state: Mapping, tokens: Sequence[str]):
     d, k = int(opt["hidden_size"]), int(opt["max_relative_positions"])
     c = math.sqrt(RELPOS_LAYER_NORM_EPS / float(_opt(opt, "norm_eps", 1e-6)))
     rows = _vocab_map(state["vocab"], tokens)
+    key_scale = float(state.get("relative_key_scale", 1.0))
 
     def get(name, shape=None):
         if name not in sd:
@@ -215,7 +388,7 @@ def parameters_from_opennmt(state: Mapping, tokens: Sequence[str]):
         if relative:
             t = get(src + ".relative_positions_embeddings.weight",
                     (2 * k + 1, d // int(opt["heads"])))
-            P[dst + ".rel_k"], P[dst + ".rel_v"] = t, t
+            P[dst + ".rel_k"], P[dst + ".rel_v"] = t * key_scale, t
 
     def feed_forward(dst, src):
         ln(dst + ".ln2", src + ".layer_norm")
@@ -286,10 +459,11 @@ def import_checkpoint(state: Mapping, output_dir: str, task: str,
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m relpos.opennmt",
-        description="Import an OpenNMT-py Transformer checkpoint with "
-                    "max_relative_positions into a relpos seq2seq "
-                    "checkpoint folder (docs/interop.md).")
-    parser.add_argument("checkpoint")
+        description="Import an OpenNMT-py Transformer checkpoint (.pt) or an "
+                    "eole model folder with relative positions into a "
+                    "relpos seq2seq checkpoint folder (docs/interop.md).")
+    parser.add_argument("checkpoint",
+                        help="OpenNMT-py .pt file or eole model folder")
     parser.add_argument("output_dir")
     parser.add_argument("--task", required=True,
                         help="the relpos task whose ids the tokens name")
@@ -298,7 +472,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "relpos id (default: the s2s tasks')")
     args = parser.parse_args(argv)
     try:
-        import_checkpoint(load_checkpoint(args.checkpoint), args.output_dir,
+        load = load_eole if os.path.isdir(args.checkpoint) else \
+            load_checkpoint
+        import_checkpoint(load(args.checkpoint), args.output_dir,
                           args.task, args.tokens.split(","))
     except (ValueError, OSError, RuntimeError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
