@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <iostream>
 #include <new>
 #include <string>
 #include <vector>
@@ -204,6 +206,32 @@ void CheckOutput(std::ostream& out) {
   throw IoError("cannot write to standard output" +
                 (error != 0 ? ": " + std::string(std::strerror(error))
                             : std::string()));
+}
+
+std::vector<std::string> ReadInputLines(const std::string& path,
+                                        const std::string& flag) {
+  constexpr int64_t kMaxInputBytes = int64_t{64} << 20;
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) {
+      throw IoError(flag + " " + PathText(path) + ": cannot open the file");
+    }
+  }
+  std::istream& in = path == "-" ? std::cin : file;
+  const std::string name = path == "-" ? "-" : PathText(path);
+  std::vector<std::string> lines;
+  std::string line;
+  int64_t bytes = 0;
+  while (std::getline(in, line)) {
+    bytes += static_cast<int64_t>(line.size()) + 1;
+    RELPOS_CLI_CHECK(bytes <= kMaxInputBytes,
+                     flag << " " << name << ": more than 64 MiB");
+    lines.push_back(std::move(line));
+  }
+  RELPOS_CLI_CHECK(!in.bad(), flag << " " << name << ": read error");
+  RELPOS_CLI_CHECK(!lines.empty(), flag << " " << name << ": no line");
+  return lines;
 }
 
 }  // namespace relpos::cli

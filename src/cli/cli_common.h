@@ -98,6 +98,13 @@ class StdoutBuffer : public std::streambuf {
 // from its StdoutBuffer when it has one).
 void CheckOutput(std::ostream& out);
 
+// The lines of the file `path`, or of standard input for "-", for the
+// option `flag` (named in errors): at most 64 MiB (so that a typo such as
+// /dev/zero cannot fill memory), at least one line; IoError for a file
+// that cannot be opened.
+std::vector<std::string> ReadInputLines(const std::string& path,
+                                        const std::string& flag);
+
 // Builds the whole command line, parses `args` (args[0] is the program name),
 // runs the chosen verb. Never throws: returns the exit code and prints the
 // one-line error to `err`.

@@ -1,12 +1,16 @@
-// `relpos generate DIR --prompt TEXT [--max-new N] [--temperature T]
-// [--top-k K] [--seed S] [--no-cache] [--json]`: continues a prompt with a
-// byte-level LM checkpoint, streaming each byte to stdout as it is drawn
-// (docs/generate.md).
+// `relpos generate DIR (--prompt TEXT | --batch FILE) [--max-new N]
+// [--temperature T] [--top-k K] [--seed S] [--no-cache] [--json]`:
+// continues a prompt with a byte-level LM checkpoint, streaming each byte to
+// stdout as it is drawn, or every line of FILE as one prompt, a batch of
+// --batch-size prompts decoded together (docs/generate.md).
+#include <algorithm>
+#include <cstddef>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
@@ -19,8 +23,8 @@ namespace relpos::cli {
 namespace {
 
 struct GenerateFlags {
-  std::string dir, prompt;
-  int64_t max_new = 256, top_k = 0;
+  std::string dir, prompt, batch;
+  int64_t max_new = 256, top_k = 0, batch_size = 16;
   double temperature = 1.0;
   uint64_t seed = 0;
   int threads = 0;
@@ -28,10 +32,10 @@ struct GenerateFlags {
 };
 
 // The library names GenerateOptions' fields; the user typed flags.
-GenerateResult GenerateAsFlags(Model& model, const GenerateFlags& f,
-                               const GenerateOptions& options) {
+template <typename Call>
+auto AsFlags(const GenerateFlags& f, Call call) {
   try {
-    return Generate(model, f.prompt, options);
+    return call();
   } catch (const InvalidArgument& e) {
     std::string message = MessageBody(e);
     for (const auto& [field, flag] :
@@ -48,6 +52,74 @@ GenerateResult GenerateAsFlags(Model& model, const GenerateFlags& f,
   }
 }
 
+nlohmann::ordered_json JsonOf(const GenerateResult& r,
+                              const GenerateOptions& options,
+                              const GenerateFlags& f) {
+  return {
+      {"prompt", r.prompt},
+      {"text", r.text},
+      {"prompt_tokens", r.prompt_tokens},
+      {"tokens", r.tokens},
+      {"seconds", r.seconds},
+      {"tokens_per_second", r.tokens_per_second},
+      {"cache", options.use_cache},
+      {"temperature", f.temperature},
+      {"top_k", f.top_k},
+      {"seed", f.seed},
+  };
+}
+
+// Bytes that are not UTF-8 become U+FFFD in the JSON strings.
+std::string Dump(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// --batch: every line a prompt (all checked before anything is printed), a
+// batch of --batch-size at a time, each batch's results printed when it is
+// done: the prompt and its continuation on one line, or one JSON object per
+// prompt with its line number and batch.
+void RunBatch(Model& model, const GenerateFlags& f,
+              const GenerateOptions& options, std::ostream& out) {
+  const std::vector<std::string> lines = ReadInputLines(f.batch, "--batch");
+  // Every prompt is checked (as a batch of one that generates nothing)
+  // before anything is printed.
+  GenerateOptions check = options;
+  check.max_new_tokens = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string where =
+        "--batch " + PathText(f.batch) + " line " + std::to_string(i + 1);
+    RELPOS_CLI_CHECK(!lines[i].empty(), where << ": empty prompt");
+    try {
+      GenerateBatch(model, {lines[i]}, check);
+    } catch (const InvalidArgument& e) {
+      const std::string body = MessageBody(e);
+      const std::string prefix = "prompt 1 of 1: ";
+      if (body.rfind(prefix, 0) != 0) throw;
+      throw InvalidArgument(where + ": " + body.substr(prefix.size()));
+    }
+  }
+  const size_t step = static_cast<size_t>(f.batch_size);
+  for (size_t b = 0; b < lines.size(); b += step) {
+    const std::vector<std::string> batch(
+        lines.begin() + static_cast<std::ptrdiff_t>(b),
+        lines.begin() +
+            static_cast<std::ptrdiff_t>(std::min(lines.size(), b + step)));
+    const std::vector<GenerateResult> results =
+        AsFlags(f, [&] { return GenerateBatch(model, batch, options); });
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (f.json) {
+        nlohmann::ordered_json j = JsonOf(results[i], options, f);
+        j["line"] = b + i + 1;
+        j["batch"] = results.size();
+        out << Dump(j) << "\n";
+      } else {
+        out << results[i].prompt << results[i].text << "\n";
+      }
+    }
+    CheckOutput(out);
+  }
+}
+
 void RunGenerate(const GenerateFlags& f, std::ostream& out) {
   RELPOS_CLI_CHECK(HasCheckpoint(f.dir),
                    Quoted(f.dir) << " holds no checkpoint (no config.json; expected "
@@ -60,6 +132,10 @@ void RunGenerate(const GenerateFlags& f, std::ostream& out) {
   options.seed = f.seed;
   options.use_cache = !f.no_cache;
   options.threads = f.threads;
+  if (!f.batch.empty()) {
+    RunBatch(model, f, options, out);
+    return;
+  }
   if (!f.json) {
     // Stream: the prompt, then each new byte as soon as it is drawn. The
     // prompt goes out with the first byte (Generate has checked everything
@@ -74,27 +150,14 @@ void RunGenerate(const GenerateFlags& f, std::ostream& out) {
       out.put(byte);
       CheckOutput(out);  // stops generating at the first write error
     };
-    GenerateAsFlags(model, f, options);
+    AsFlags(f, [&] { return Generate(model, f.prompt, options); });
     echo();
     out << "\n";
     return;
   }
-  const GenerateResult r = GenerateAsFlags(model, f, options);
-  const nlohmann::ordered_json j = {
-      {"prompt", r.prompt},
-      {"text", r.text},
-      {"prompt_tokens", r.prompt_tokens},
-      {"tokens", r.tokens},
-      {"seconds", r.seconds},
-      {"tokens_per_second", r.tokens_per_second},
-      {"cache", options.use_cache},
-      {"temperature", f.temperature},
-      {"top_k", f.top_k},
-      {"seed", f.seed},
-  };
-  // Bytes that are not UTF-8 become U+FFFD in the JSON strings.
-  out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-      << "\n";
+  const GenerateResult r =
+      AsFlags(f, [&] { return Generate(model, f.prompt, options); });
+  out << Dump(JsonOf(r, options, f)) << "\n";
 }
 
 }  // namespace
@@ -106,9 +169,19 @@ void AddGenerateVerb(CLI::App& app, std::ostream& out) {
   sub->add_option("dir", flags->dir,
                   "Checkpoint folder (from relpos train --task lm)")
       ->required();
-  sub->add_option("--prompt", flags->prompt,
-                  "Text to continue (at least one byte)")
-      ->required();
+  CLI::Option* prompt = sub->add_option(
+      "--prompt", flags->prompt, "Text to continue (at least one byte)");
+  CLI::Option* batch = sub->add_option(
+      "--batch", flags->batch,
+      "File of prompts, one per line (- for standard input), generated "
+      "--batch-size at a time; prints each prompt and its continuation on "
+      "one line");
+  prompt->excludes(batch);
+  batch->excludes(prompt);
+  sub->add_option("--batch-size", flags->batch_size,
+                  "With --batch: prompts decoded together")
+      ->check(CLI::Range(int64_t{1}, kMaxGenerateBatch))
+      ->capture_default_str();
   sub->add_option("--max-new", flags->max_new, "Bytes to generate")
       ->check(CLI::Range(int64_t{0}, kMaxGenerateTokens));
   sub->add_option("--temperature", flags->temperature,
@@ -128,8 +201,13 @@ void AddGenerateVerb(CLI::App& app, std::ostream& out) {
                 "cache; slow, for comparison)");
   sub->add_flag("--json", flags->json,
                 "Print one JSON object (prompt, text, tokens, seconds, "
-                "tokens_per_second) instead of streaming the text");
-  sub->callback([flags, &out] { RunGenerate(*flags, out); });
+                "tokens_per_second; with --batch one per prompt, with its "
+                "line and batch) instead of streaming the text");
+  sub->callback([flags, prompt, batch, &out] {
+    RELPOS_CLI_CHECK(prompt->count() + batch->count() == 1,
+                     "give --prompt TEXT or --batch FILE");
+    RunGenerate(*flags, out);
+  });
 }
 
 }  // namespace relpos::cli

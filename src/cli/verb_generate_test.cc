@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,79 @@ void ExpectError(const std::vector<std::string>& args,
     EXPECT_NE(r.err.find(needle), std::string::npos)
         << Joined(args) << ": '" << r.err << "' lacks '" << needle << "'";
   }
+}
+
+TEST_F(VerbGenerateTest, BatchGivesEachPromptItsOwnGeneration) {
+  // Prompts of different lengths, decoded two at a time: each prompt's bytes
+  // are those of generating it alone with the same options (its own
+  // sampling stream), sampled and greedy, relative and learned positions.
+  const std::vector<std::string> prompts = {"The ", "a b", "x", "0123456"};
+  {
+    std::ofstream f(root_ / "prompts.txt");
+    for (const std::string& p : prompts) f << p << "\n";
+  }
+  for (const char* dir : {"lm_relative", "lm_learned"}) {
+    for (const std::vector<std::string>& sampling :
+         {std::vector<std::string>{"--seed", "9", "--top-k", "5",
+                                   "--temperature", "0.7"},
+          std::vector<std::string>{"--temperature", "0"}}) {
+      std::vector<std::string> args = {"generate", P(dir), "--max-new", "12"};
+      args.insert(args.end(), sampling.begin(), sampling.end());
+      std::vector<std::string> batch = args;
+      batch.insert(batch.end(), {"--batch", P("prompts.txt"), "--batch-size",
+                                 "2", "--json"});
+      const CliResult r = RunRelpos(batch);
+      ASSERT_EQ(r.code, 0) << r.err;
+      std::istringstream lines(r.out);
+      std::string line;
+      size_t n = 0;
+      for (; std::getline(lines, line); ++n) {
+        ASSERT_LT(n, prompts.size());
+        const nlohmann::json j = nlohmann::json::parse(line);
+        std::vector<std::string> single = args;
+        single.insert(single.end(), {"--prompt", prompts[n], "--json"});
+        const nlohmann::json alone = Json(single);
+        EXPECT_EQ(j["line"], n + 1);
+        EXPECT_EQ(j["batch"], 2);
+        EXPECT_EQ(j["prompt"], prompts[n]);
+        EXPECT_EQ(j["tokens"], 12);
+        EXPECT_EQ(j["text"], alone["text"]) << dir << " prompt " << n;
+      }
+      EXPECT_EQ(n, prompts.size());
+    }
+  }
+  // Without --json: each prompt and its continuation on one line (the same
+  // bytes as the JSON when they are UTF-8 without newlines).
+  const CliResult plain =
+      RunRelpos({"generate", P("lm_relative"), "--batch", P("prompts.txt"),
+                 "--max-new", "5", "--temperature", "0"});
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(plain.out.rfind("The ", 0), 0u) << plain.out;
+  EXPECT_GE(std::count(plain.out.begin(), plain.out.end(), '\n'), 4);
+}
+
+TEST_F(VerbGenerateTest, BatchErrors) {
+  {
+    std::ofstream f(root_ / "with_empty.txt");
+    f << "a\n\nb\n";
+  }
+  ExpectError({"generate", P("lm_relative"), "--batch", P("with_empty.txt")},
+              {"--batch", "line 2", "empty prompt"});
+  {
+    std::ofstream f(root_ / "long.txt");
+    f << "ok\n" << std::string(25, 'a') << "\n";
+  }
+  ExpectError({"generate", P("lm_learned"), "--batch", P("long.txt")},
+              {"--batch", "line 2", "25 bytes", "max_len = 24"});
+  ExpectError({"generate", P("lm_relative"), "--batch", P("missing.txt")},
+              {"--batch", "cannot open"});
+  ExpectError({"generate", P("lm_relative")}, {"--prompt", "--batch"});
+  ExpectError({"generate", P("lm_relative"), "--prompt", "a", "--batch",
+               P("long.txt")},
+              {"--prompt", "--batch"});
+  ExpectError({"generate", P("lm_relative"), "--batch", P("long.txt"),
+               "--batch-size", "0"},
+              {"--batch-size"});
 }
 
 TEST_F(VerbGenerateTest, Errors) {

@@ -2,7 +2,6 @@
 // [--json]`: one translation per input line with a checkpoint of task
 // translate (docs/translation.md).
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -17,10 +16,6 @@
 namespace relpos::cli {
 namespace {
 
-// Input larger than this is refused (a typo such as --input /dev/zero must
-// not fill memory).
-constexpr int64_t kMaxInputBytes = int64_t{64} << 20;
-
 struct TranslateFlags {
   std::string dir, input = "-", length_penalty = "wu";
   int64_t beam = 4, batch_size = 16;
@@ -28,21 +23,6 @@ struct TranslateFlags {
   int threads = 0;
   bool json = false;
 };
-
-std::vector<std::string> ReadLines(std::istream& in, const std::string& name) {
-  std::vector<std::string> lines;
-  std::string line;
-  int64_t bytes = 0;
-  while (std::getline(in, line)) {
-    bytes += static_cast<int64_t>(line.size()) + 1;
-    RELPOS_CLI_CHECK(bytes <= kMaxInputBytes,
-                     "--input " << name << ": more than 64 MiB");
-    lines.push_back(std::move(line));
-  }
-  RELPOS_CLI_CHECK(!in.bad(), "--input " << name << ": read error");
-  RELPOS_CLI_CHECK(!lines.empty(), "--input " << name << ": no line");
-  return lines;
-}
 
 nlohmann::ordered_json JsonOf(int64_t line, const std::string& source,
                               const TextTranslation& t, double seconds,
@@ -61,14 +41,7 @@ nlohmann::ordered_json JsonOf(int64_t line, const std::string& source,
 
 void RunTranslate(const TranslateFlags& f, std::ostream& out) {
   Translator translator = Translator::Load(f.dir);
-  std::vector<std::string> lines;
-  if (f.input == "-") {
-    lines = ReadLines(std::cin, "-");
-  } else {
-    std::ifstream in(f.input, std::ios::binary);
-    if (!in) throw IoError("--input " + PathText(f.input) + ": cannot open the file");
-    lines = ReadLines(in, PathText(f.input));
-  }
+  const std::vector<std::string> lines = ReadInputLines(f.input, "--input");
   // Every line is checked before anything is printed: bad input gives one
   // error and no partial output.
   std::vector<std::vector<int32_t>> sources;

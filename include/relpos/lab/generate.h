@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "relpos/lab/model.h"
 
@@ -65,6 +66,24 @@ struct GenerateResult {
 // or an option out of range.
 GenerateResult Generate(Model& model, const std::string& prompt,
                         const GenerateOptions& options = {});
+
+// Most prompts one GenerateBatch takes.
+inline constexpr int64_t kMaxGenerateBatch = 4096;
+
+// Generate for several prompts at once: one key/value cache for the batch,
+// one pass over all the prompts, then one decoding step per new byte for
+// every prompt together (one attention call per layer and step when the
+// prompts are equally long). Each prompt draws from its own sampling
+// stream seeded with options.seed, so its bytes are those Generate gives it
+// alone with the same options (up to float rounding of the batched
+// arithmetic, which can flip a near tie). Results in prompt order; each
+// result's seconds (and tokens_per_second) are the whole batch's wall time.
+// Without the cache, each prompt is generated on its own. on_token must be
+// empty; InvalidArgument as for Generate, naming the prompt ("prompt 2 of
+// 16: ..."), and for no prompt or more than kMaxGenerateBatch.
+std::vector<GenerateResult> GenerateBatch(
+    Model& model, const std::vector<std::string>& prompts,
+    const GenerateOptions& options = {});
 
 }  // namespace relpos
 

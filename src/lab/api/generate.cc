@@ -3,14 +3,17 @@
 // forward.
 #include "relpos/lab/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "api/internal.h"
 #include "api/sampling.h"
 #include "core/check.h"
 #include "core/rng.h"
+#include "relpos/error.h"
 #include "model/decoder_session.h"
 #include "model/positions.h"
 #include "train/determinism.h"
@@ -73,6 +76,28 @@ void CheckRequest(const model::Transformer& t, const ExperimentConfig& config,
   }
 }
 
+int32_t ChooseByte(const float* logits, const GenerateOptions& o, Rng& r) {
+  return SampleToken(logits, kByteVocab, o.temperature, o.top_k, r);
+}
+
+// The thread count of `options` (0: the checkpoint's), checked memory for
+// `sequences` generations of up to `capacity` tokens beside the loaded
+// model, and OpenMP set to it.
+void PrepareThreadsAndMemory(const Model& model, int64_t sequences,
+                             int64_t capacity, const GenerateOptions& o) {
+  const model::Transformer& t = *model.impl().transformer;
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : std::stoi(model.config().Get("train", "threads"));
+  // The cache (or, without it, the longest prefix's forward pass) must fit
+  // beside the loaded model.
+  train::MemoryPlan plan = train::PlanGeneration(t.config(), sequences,
+                                                 capacity, o.use_cache, threads);
+  plan.resident = train::PlanModel(t.config()).total();
+  train::CheckMemory(plan);
+  train::SetThreads(threads);
+}
+
 }  // namespace
 
 GenerateResult Generate(Model& model, const std::string& prompt,
@@ -86,25 +111,14 @@ GenerateResult Generate(Model& model, const std::string& prompt,
   std::vector<int32_t> tokens;
   for (unsigned char ch : prompt) tokens.push_back(ch);
   Rng rng(options.seed);
-  auto choose = [](const float* logits, const GenerateOptions& o, Rng& r) {
-    return SampleToken(logits, kByteVocab, o.temperature, o.top_k, r);
-  };
+  auto choose = ChooseByte;
   auto emit = [&](int32_t byte) {
     tokens.push_back(byte);
     result.text.push_back(static_cast<char>(byte));
     if (options.on_token) options.on_token(static_cast<char>(byte));
   };
   const int64_t total = result.prompt_tokens + options.max_new_tokens;
-  const int threads = options.threads > 0
-                          ? options.threads
-                          : std::stoi(model.config().Get("train", "threads"));
-  // The cache (or, without it, the longest prefix's forward pass) must fit
-  // beside the loaded model.
-  train::MemoryPlan plan =
-      train::PlanGeneration(t.config(), total, options.use_cache, threads);
-  plan.resident = train::PlanModel(t.config()).total();
-  train::CheckMemory(plan);
-  train::SetThreads(threads);
+  PrepareThreadsAndMemory(model, 1, total, options);
   if (options.use_cache && options.max_new_tokens > 0) {
     model::DecoderSession session(t, 1, total);
     std::vector<float> logits;
@@ -134,6 +148,86 @@ GenerateResult Generate(Model& model, const std::string& prompt,
       result.seconds > 0 ? static_cast<double>(result.tokens) / result.seconds
                          : 0;
   return result;
+}
+
+}  // namespace relpos
+
+namespace relpos {
+
+std::vector<GenerateResult> GenerateBatch(
+    Model& model, const std::vector<std::string>& prompts,
+    const GenerateOptions& options) {
+  model::Transformer& t = *model.impl().transformer;
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  RELPOS_CHECK_ARG(B >= 1 && B <= kMaxGenerateBatch,
+                   "prompts must hold 1 to " << kMaxGenerateBatch
+                                             << " prompts (got " << B << ")");
+  RELPOS_CHECK_ARG(!options.on_token,
+                   "on_token streams a single generation; a batch returns "
+                   "its results when they are complete");
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    try {
+      CheckRequest(t, model.config(), prompts[static_cast<size_t>(b)],
+                   options);
+    } catch (const InvalidArgument& e) {
+      const std::string body = MessageBody(e);
+      // Prompt problems name the prompt; the rest are the batch's.
+      if (body.rfind("prompt", 0) != 0) throw;
+      throw InvalidArgument("prompt " + std::to_string(b + 1) + " of " +
+                            std::to_string(B) + ": " + body);
+    }
+    longest = std::max<int64_t>(
+        longest, static_cast<int64_t>(prompts[static_cast<size_t>(b)].size()));
+  }
+  if (!options.use_cache) {  // the reference: each prompt on its own
+    std::vector<GenerateResult> out;
+    for (const std::string& p : prompts) out.push_back(Generate(model, p, options));
+    return out;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t total = longest + options.max_new_tokens;
+  PrepareThreadsAndMemory(model, B, total, options);
+  std::vector<GenerateResult> results(static_cast<size_t>(B));
+  std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(B));
+  // Each prompt draws from its own stream, seeded as Generate seeds it, so
+  // its bytes do not depend on the other prompts of the batch.
+  std::vector<Rng> rngs(static_cast<size_t>(B), Rng(options.seed));
+  for (int64_t b = 0; b < B; ++b) {
+    GenerateResult& r = results[static_cast<size_t>(b)];
+    r.prompt = prompts[static_cast<size_t>(b)];
+    r.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+    for (unsigned char ch : r.prompt) {
+      tokens[static_cast<size_t>(b)].push_back(ch);
+    }
+  }
+  if (options.max_new_tokens > 0) {
+    model::DecoderSession session(t, B, total);
+    std::vector<float> logits;
+    session.Append(tokens, &logits);
+    std::vector<int32_t> last(static_cast<size_t>(B));
+    for (int64_t i = 0; i < options.max_new_tokens; ++i) {
+      for (int64_t b = 0; b < B; ++b) {
+        const int32_t byte =
+            ChooseByte(logits.data() + b * kByteVocab, options,
+                       rngs[static_cast<size_t>(b)]);
+        last[static_cast<size_t>(b)] = byte;
+        results[static_cast<size_t>(b)].text.push_back(
+            static_cast<char>(byte));
+      }
+      if (i + 1 < options.max_new_tokens) session.Step(last, &logits);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+  for (GenerateResult& r : results) {
+    r.tokens = static_cast<int64_t>(r.text.size());
+    r.seconds = seconds;
+    r.tokens_per_second =
+        seconds > 0 ? static_cast<double>(r.tokens) / seconds : 0;
+  }
+  return results;
 }
 
 }  // namespace relpos

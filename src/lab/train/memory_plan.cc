@@ -325,11 +325,11 @@ MemoryPlan PlanInference(const model::ModelConfig& c, int64_t batch,
   return p;
 }
 
-MemoryPlan PlanGeneration(const model::ModelConfig& c, int64_t capacity,
-                          bool use_cache, int threads) {
-  // The prompt's forward pass (or, without the cache, every step's) is
-  // inference over at most `capacity` tokens.
-  MemoryPlan p = PlanInference(c, 1, capacity, threads);
+MemoryPlan PlanGeneration(const model::ModelConfig& c, int64_t sequences,
+                          int64_t capacity, bool use_cache, int threads) {
+  // The prompts' forward pass (or, without the cache, every step's) is
+  // inference over at most `capacity` tokens per sequence.
+  MemoryPlan p = PlanInference(c, sequences, capacity, threads);
   p.what = "generation";
   if (use_cache) {
     const double d = static_cast<double>(c.d_model);
@@ -337,12 +337,12 @@ MemoryPlan PlanGeneration(const model::ModelConfig& c, int64_t capacity,
     const double xl = DistanceTableFloats(c, cap);
     p.parts.push_back(
         {"key/value cache",
-         kFloat *
-             (static_cast<double>(model::DecoderLayers(c)) *
-                  (2 * cap * d + xl) +
-              cap * d)});
+         kFloat * (static_cast<double>(model::DecoderLayers(c)) *
+                       (2 * static_cast<double>(sequences) * cap * d + xl) +
+                   cap * d)});
   }
-  p.reduce = "--max-new or the prompt";
+  p.reduce = sequences > 1 ? "--max-new, the prompts or the batch size"
+                           : "--max-new or the prompt";
   return p;
 }
 

@@ -56,10 +56,11 @@ MemoryPlan PlanTraining(const model::ModelConfig& config, int64_t batch,
 // of `tokens` tokens (activations of one block at a time).
 MemoryPlan PlanInference(const model::ModelConfig& config, int64_t batch,
                          int64_t tokens, int threads);
-// Incremental decoding of up to `capacity` tokens (key/value cache) of a
-// loaded model; without the cache, every step is inference over the prefix.
-MemoryPlan PlanGeneration(const model::ModelConfig& config, int64_t capacity,
-                          bool use_cache, int threads);
+// Incremental decoding of `sequences` sequences of up to `capacity` tokens
+// each (key/value cache) of a loaded model; without the cache, every step
+// is inference over the prefix.
+MemoryPlan PlanGeneration(const model::ModelConfig& config, int64_t sequences,
+                          int64_t capacity, bool use_cache, int threads);
 // Beam search of a loaded seq2seq model over `sources` sentences of at most
 // `longest_source` tokens, `beam` hypotheses each, up to `steps` decoding
 // steps: the encoder's pass, every layer's cross-attention keys and values

@@ -147,8 +147,10 @@ TEST(MemoryPlan, GrowsWithWhatARunAllocates) {
   EXPECT_GT(PlanTraining(c, 4, 16, 4).reserved,
             PlanTraining(c, 4, 16, 1).reserved);
   EXPECT_GT(PlanInference(c, 4, 64, 1).total(), PlanInference(c, 4, 8, 1).total());
-  EXPECT_GT(PlanGeneration(c, 4096, true, 1).total(),
-            PlanGeneration(c, 64, true, 1).total());
+  EXPECT_GT(PlanGeneration(c, 1, 4096, true, 1).total(),
+            PlanGeneration(c, 1, 64, true, 1).total());
+  EXPECT_GT(PlanGeneration(c, 16, 64, true, 1).total(),
+            PlanGeneration(c, 1, 64, true, 1).total());
   // The config: 7 layers of 2^20-distance tables, ~470M floats.
   model::ModelConfig big = Small(model::PositionScheme::kShaw);
   big.max_distance = 1 << 20;
