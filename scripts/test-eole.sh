@@ -47,17 +47,7 @@ RELPOS_VENV=$venv RELPOS_BUILD_DIR=build/python-pypi \
 work=$(mktemp -d "${TMPDIR:-/tmp}/relpos-eole.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-# s2s_reverse pairs as text: symbols 0..7, lengths 3..10.
-"$venv/bin/python" - <<'EOF'
-import random
-r = random.Random(0)
-for name, n in (("train", 5000), ("valid", 50), ("test", 100)):
-    with open(name + ".src", "w") as fs, open(name + ".tgt", "w") as ft:
-        for _ in range(n):
-            x = [str(r.randrange(8)) for _ in range(r.randint(3, 10))]
-            fs.write(" ".join(x) + "\n")
-            ft.write(" ".join(reversed(x)) + "\n")
-EOF
+"$venv/bin/python" "$root/scripts/s2s-reverse-text.py"
 # A pre-norm Transformer relpos represents: Shaw tables (k = 4), no position
 # encoding, GELU, tied embeddings, eole's default norm_eps 1e-6 and no biases.
 cat > config.yaml <<EOF
