@@ -111,7 +111,6 @@ GenerateResult Generate(Model& model, const std::string& prompt,
   std::vector<int32_t> tokens;
   for (unsigned char ch : prompt) tokens.push_back(ch);
   Rng rng(options.seed);
-  auto choose = ChooseByte;
   auto emit = [&](int32_t byte) {
     tokens.push_back(byte);
     result.text.push_back(static_cast<char>(byte));
@@ -124,7 +123,7 @@ GenerateResult Generate(Model& model, const std::string& prompt,
     std::vector<float> logits;
     session.Append({tokens}, &logits);
     for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-      emit(choose(logits.data(), options, rng));
+      emit(ChooseByte(logits.data(), options, rng));
       if (i + 1 < options.max_new_tokens) session.Step({tokens.back()}, &logits);
     }
   } else {
@@ -136,7 +135,7 @@ GenerateResult Generate(Model& model, const std::string& prompt,
       batch.targets.assign(tokens.size(), -1);
       batch.lengths = {batch.length};
       t.Forward(batch, model::ForwardMode::kInference, nullptr);
-      emit(choose(t.LastLogits().data() + (batch.length - 1) * kByteVocab,
+      emit(ChooseByte(t.LastLogits().data() + (batch.length - 1) * kByteVocab,
                   options, rng));
     }
   }
@@ -149,10 +148,6 @@ GenerateResult Generate(Model& model, const std::string& prompt,
                          : 0;
   return result;
 }
-
-}  // namespace relpos
-
-namespace relpos {
 
 std::vector<GenerateResult> GenerateBatch(
     Model& model, const std::vector<std::string>& prompts,

@@ -108,19 +108,16 @@ void TopCandidates(const std::vector<Live>& live, int64_t h0, int64_t h1,
   for (int64_t h = h0; h < h1; ++h) {
     const size_t first = out->size();
     const double* row = logp.data() + h * V;
-    // A heap whose top is the worst kept candidate of this row.
-    auto worse_on_top = [](const Candidate& a, const Candidate& b) {
-      return Before(a, b);
-    };
+    // With Before as its order, a heap's top is its worst candidate.
     for (int64_t v = 0; v < V; ++v) {
       const Candidate c{h, static_cast<int32_t>(v), live[h].log_prob + row[v]};
       if (static_cast<int64_t>(out->size() - first) < per_row) {
         out->push_back(c);
-        std::push_heap(out->begin() + first, out->end(), worse_on_top);
+        std::push_heap(out->begin() + first, out->end(), Before);
       } else if (Before(c, (*out)[first])) {
-        std::pop_heap(out->begin() + first, out->end(), worse_on_top);
+        std::pop_heap(out->begin() + first, out->end(), Before);
         out->back() = c;
-        std::push_heap(out->begin() + first, out->end(), worse_on_top);
+        std::push_heap(out->begin() + first, out->end(), Before);
       }
     }
   }
