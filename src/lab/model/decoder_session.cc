@@ -320,18 +320,41 @@ void BasicDecoderSession<T>::Reorder(const std::vector<int64_t>& parents) {
   const int64_t d = side_.d_model, H = side_.heads, dh = d / H;
   const int64_t slot = capacity_ * d;
   CheckCacheSize(side_.layers, n, capacity_, d, "a cache of batch");
+  // In place: a sequence that keeps its own parent is not copied. A parent
+  // whose slot another sequence takes is first saved in spare_ (its index
+  // there in staged[p]); the rest are read where they are.
+  std::vector<char> read(static_cast<size_t>(batch_), 0);
+  for (int64_t j = 0; j < n; ++j) {
+    if (parents[j] != j) read[parents[j]] = 1;
+  }
+  std::vector<int64_t> staged(static_cast<size_t>(batch_), -1);
+  int64_t saved = 0;
+  for (int64_t j = 0; j < std::min(n, batch_); ++j) {
+    if (parents[j] != j && read[j]) staged[j] = saved++;
+  }
+  auto copy_rows = [&](const T* from, int64_t p, T* to) {
+    for (int64_t hh = 0; hh < H; ++hh) {
+      std::copy_n(from + hh * capacity_ * dh, lengths_[p] * dh,
+                  to + hh * capacity_ * dh);
+    }
+  };
   for (int64_t l = 0; l < side_.layers; ++l) {
     for (std::vector<T>* cache : {&keys_[l], &values_[l]}) {
-      Resize(&spare_, n * slot);
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t p = parents[j];
-        for (int64_t hh = 0; hh < H; ++hh) {
-          std::copy_n(cache->data() + p * slot + hh * capacity_ * dh,
-                      lengths_[p] * dh,
-                      spare_.data() + j * slot + hh * capacity_ * dh);
+      if (n > batch_) Resize(cache, n * slot);
+      Resize(&spare_, std::max<int64_t>(saved, 1) * slot);
+      for (int64_t p = 0; p < batch_; ++p) {
+        if (staged[p] >= 0) {
+          copy_rows(cache->data() + p * slot, p,
+                    spare_.data() + staged[p] * slot);
         }
       }
-      std::swap(*cache, spare_);
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t p = parents[j];
+        if (p == j) continue;
+        const T* from = staged[p] >= 0 ? spare_.data() + staged[p] * slot
+                                       : cache->data() + p * slot;
+        copy_rows(from, p, cache->data() + j * slot);
+      }
     }
   }
   std::vector<int64_t> lengths(n), sources(n);

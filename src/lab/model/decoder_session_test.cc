@@ -360,6 +360,31 @@ TEST(DecoderSessionReorder, DecoderOnlyContinuesFromThePrefixes) {
   ExpectClose(logits, Recompute(model, want, {5, 5, 4}), V, 1e-12, "reorder");
 }
 
+// Reorder in place: a slot read by another sequence and overwritten (0),
+// one read where it is (2), and the session shrinking to two.
+TEST(DecoderSessionReorder, SwapsAndShrinksInPlace) {
+  BasicTransformer<double> model(ConfigFor(Cases()[3]));
+  Perturb(&model);
+  const int64_t V = model.config().vocab_size;
+  BasicDecoderSession<double> session(model, 3, 8);
+  std::vector<double> logits;
+  session.Append({{1, 2, 3}, {6, 7}, {4, 5, 0, 9}}, &logits);
+  session.Reorder({2, 0});
+  ASSERT_EQ(session.batch(), 2);
+  EXPECT_EQ(session.length(0), 4);
+  EXPECT_EQ(session.length(1), 3);
+  session.Step({8, 10}, &logits);
+  ExpectClose(logits, Recompute(model, {{4, 5, 0, 9, 8}, {1, 2, 3, 10}}, {5, 4}),
+              V, 1e-12, "swap");
+  session.Reorder({1, 1, 0});
+  session.Step({3, 4, 5}, &logits);
+  ExpectClose(logits,
+              Recompute(model, {{1, 2, 3, 10, 3}, {1, 2, 3, 10, 4},
+                                {4, 5, 0, 9, 8, 5}},
+                        {5, 5, 6}),
+              V, 1e-12, "grow");
+}
+
 TEST(DecoderSessionErrors, Seq2seqArguments) {
   ModelConfig c = Seq2seqConfigFor(Cases()[2]);  // learned, max_len 20
   Transformer model(c);
