@@ -8,11 +8,12 @@ sentences are the first --sentences sources of the held-out split of the
 checkpoint's own corpus (relpos.translate.load_parallel_text with the
 checkpoint's corpus_path and languages).
 
-- relpos: relpos.translate.Translator(CHECKPOINT).translate(batch,
+- relpos: one relpos.translate.Translator(CHECKPOINT).translate(lines,
   beam_size=B, length_penalty="none", max_length_ratio=R,
-  max_length=M, threads=T) on batches of S sentences taken in order of
-  source length, text in and text out (its SentencePiece encoding and
-  decoding are inside the timing).
+  max_length=M, threads=T, max_batch_size=S) call, text in and text out
+  (its SentencePiece encoding and decoding are inside the timing): it
+  sorts by source length and cuts batches of S as CTranslate2 does, and
+  its T threads take the batches in turn.
 - CTranslate2: one ctranslate2.Translator(EXPORT, device="cpu",
   compute_type="float32", inter_threads=T, intra_threads=1)
   .translate_batch(pieces, beam_size=B, length_penalty=0,
@@ -28,8 +29,8 @@ checkpoint's corpus_path and languages).
 
 Both rank hypotheses by plain log-probability and take up to M pieces; relpos
 also stops at ceil(R x source pieces) (R = --max-len-ratio, large by default
-so that it rarely binds). Every --batch-size sentences are one call on each
-side. The outputs are compared piece by piece and the number of equal
+so that it rarely binds). Both sides decode batches of --batch-size
+sentences of similar source length. The outputs are compared piece by piece and the number of equal
 translations is printed: they agree exactly unless two candidates tie to
 float32 precision or relpos's ratio bound cut a sentence.
 
@@ -61,7 +62,8 @@ def _load(checkpoint, sentences):
     from relpos import _relpos_ext as ext
     from relpos import translate as rt
 
-    cfg = json.loads(ext.Model.load(checkpoint).config_json())
+    model = ext.Model.load(checkpoint)
+    cfg = json.loads(model.config_json())
     train = cfg["train"]
     if train.get("task") != "translate":
         raise SystemExit(f"{checkpoint}: not a checkpoint of task translate")
@@ -71,20 +73,15 @@ def _load(checkpoint, sentences):
     lines = [s for s, _, _ in corpus["test"]]
     tr = rt.Translator(checkpoint)
     lines = [s for s in lines if len(tr.encode(s)) <= tr.max_source_tokens]
-    return tr, cfg, lines[:sentences]
+    return tr, cfg, model.bos_eos(), lines[:sentences]
 
 
-def _relpos(tr, lines, order, beam, threads, batch, ratio, max_length):
-    out = [None] * len(lines)
+def _relpos(tr, lines, beam, threads, batch, ratio, max_length):
     start = time.perf_counter()
-    for b in range(0, len(order), batch):
-        chunk = order[b:b + batch]
-        for i, t in zip(chunk, tr.translate(
-                [lines[i] for i in chunk], beam_size=beam,
-                length_penalty="none", max_length_ratio=ratio,
-                max_length=max_length, threads=threads)):
-            out[i] = t.tokens
-    return time.perf_counter() - start, out
+    out = tr.translate(lines, beam_size=beam, length_penalty="none",
+                       max_length_ratio=ratio, max_length=max_length,
+                       threads=threads, max_batch_size=batch)
+    return time.perf_counter() - start, [t.tokens for t in out]
 
 
 def _ct2(translator, pieces, ids, beam, batch, max_length):
@@ -125,10 +122,8 @@ def main():
               "sentencepiece)", file=sys.stderr)
         return 2
 
-    tr, cfg, lines = _load(args.checkpoint, args.sentences)
+    tr, cfg, (bos, eos), lines = _load(args.checkpoint, args.sentences)
     mc = cfg["model"]
-    from relpos import _relpos_ext as ext
-    bos, eos = ext.Model.load(args.checkpoint).bos_eos()
     vocab = rc.seq2seq_vocabulary(args.checkpoint, mc["vocab_size"], bos, eos)
     tokens = vocab["tokens"]
     ids = {t: i for i, t in enumerate(tokens)}
@@ -146,14 +141,11 @@ def main():
     translators = {t: ctranslate2.Translator(
         export, device="cpu", compute_type="float32", inter_threads=t,
         intra_threads=1) for t in threads}
-    # relpos's batches take the sentences in order of source length, as
-    # CTranslate2 orders them inside translate_batch (less padding).
-    order = sorted(range(len(lines)), key=lambda i: len(pieces[i]))
     samples = {(t, b): [] for t in threads for b in beams}
     for r in range(args.rounds):
         for t in threads:
             for b in beams:
-                rs, mine = _relpos(tr, lines, order, b, t, args.batch_size,
+                rs, mine = _relpos(tr, lines, b, t, args.batch_size,
                                    args.max_len_ratio, args.max_length)
                 cs, theirs = _ct2(translators[t], pieces, ids, b,
                                   args.batch_size, args.max_length)

@@ -181,13 +181,18 @@ class Translator:
     ``translate(lines, beam_size=4, ...)`` normalises each line as the corpus
     is (runs of whitespace become one space), checks every line first (an
     empty line, text with control characters or longer than the model takes
-    is a ValueError naming the line), then decodes them as one batch and
+    is a ValueError naming the line), then decodes them and
     returns one ``Translation`` per line. The options are relpos's
     ``DecodeOptions``: ``length_penalty`` "wu" (((5 + |y|) / 6) ** alpha,
     OpenNMT-py's), "power" (|y| ** alpha, CTranslate2's) or "none";
     ``max_length_ratio`` and ``max_length`` bound the output
     (max(1, ceil(ratio * source pieces)) and at most ``max_length``);
     ``threads`` 0 uses the checkpoint's training thread count.
+    ``max_batch_size`` > 0 sorts more lines than that by source length and
+    decodes them in batches of at most that many, the threads taking the
+    batches in turn (as CTranslate2's ``translate_batch(max_batch_size=)``
+    with ``inter_threads``); 0 decodes all lines as one batch (split
+    between the threads). The translations do not depend on either.
     """
 
     def __init__(self, checkpoint_dir):
@@ -213,7 +218,8 @@ class Translator:
     def translate(self, lines: Sequence[str], beam_size: int = 4,
                   length_penalty: str = "wu", alpha: float = 0.6,
                   max_length_ratio: float = 2.0, max_length: int = 1024,
-                  threads: int = 0) -> List[Translation]:
+                  threads: int = 0,
+                  max_batch_size: int = 0) -> List[Translation]:
         """One ``Translation`` per line of ``lines`` (a list of str)."""
         lines = _segments(lines, "lines")
         if not lines:
@@ -225,5 +231,6 @@ class Translator:
             lines, _int(beam_size, "beam_size", 1, 4096), length_penalty,
             float(alpha), float(max_length_ratio),
             _int(max_length, "max_length", 1, 1 << 20),
-            _int(threads, "threads", 0, 1024))
+            _int(threads, "threads", 0, 1024),
+            _int(max_batch_size, "max_batch_size", 0, 1 << 20))
         return [Translation(*t) for t in out]

@@ -116,10 +116,11 @@ void BindTranslator(nb::module_& m) {
           [](Translator& self, const std::vector<std::string>& lines,
              int64_t beam_size, const std::string& length_penalty,
              double alpha, double max_length_ratio, int64_t max_length,
-             int threads) {
-            const DecodeOptions o = MakeDecodeOptions(
+             int threads, int64_t max_batch_size) {
+            DecodeOptions o = MakeDecodeOptions(
                 beam_size, length_penalty, alpha, max_length_ratio, max_length,
                 /*bos=*/-1, /*eos=*/-1, threads);
+            o.max_batch_size = max_batch_size;
             std::vector<TextTranslation> t;
             {
               nb::gil_scoped_release release;
@@ -129,7 +130,8 @@ void BindTranslator(nb::module_& m) {
           },
           nb::arg("lines"), nb::arg("beam_size"), nb::arg("length_penalty"),
           nb::arg("alpha"), nb::arg("max_length_ratio"),
-          nb::arg("max_length"), nb::arg("threads"));
+          nb::arg("max_length"), nb::arg("threads"),
+          nb::arg("max_batch_size"));
 }
 
 }  // namespace

@@ -86,11 +86,27 @@ def test_normalises_whitespace(checkpoint):
     assert tr.encode("save the  new list ") == tr.encode("save the new list")
 
 
-def test_threads_give_the_same_tokens(checkpoint):
+def test_threads_and_batches_give_the_same_translations(checkpoint):
+    """One batch on one thread, a share per thread, and batches sorted by
+    length taken in turn by 1-3 threads: the same tokens, in input order."""
     tr = rt.Translator(checkpoint)
-    one = tr.translate(LINES, threads=1)
-    two = tr.translate(LINES, threads=2)
-    assert [t.tokens for t in one] == [t.tokens for t in two]
+    rng = random.Random(5)
+    lines = [" and ".join(
+        f"{rng.choice(sorted(VERBS))} the {rng.choice(sorted(ADJS))} "
+        f"{rng.choice(sorted(NOUNS))}" for _ in range(rng.randint(1, 3)))
+        for _ in range(11)]
+    for beam in (1, 4):
+        want = tr.translate(lines, beam_size=beam, threads=1)
+        for threads, batch in ((2, 0), (3, 0), (1, 3), (2, 3), (3, 4),
+                               (2, 100)):
+            got = tr.translate(lines, beam_size=beam, threads=threads,
+                               max_batch_size=batch)
+            assert [t.tokens for t in got] == [t.tokens for t in want], \
+                (beam, threads, batch)
+            assert [t.source_tokens for t in got] == \
+                [t.source_tokens for t in want]
+            for g, w in zip(got, want):
+                assert g.score == pytest.approx(w.score, rel=1e-5, abs=1e-5)
 
 
 def test_max_length_bounds_the_output(checkpoint):
@@ -114,6 +130,8 @@ def test_bad_arguments(checkpoint):
         tr.translate(LINES, length_penalty="avg")
     with pytest.raises(ValueError, match="threads"):
         tr.translate(LINES, threads=-1)
+    with pytest.raises(ValueError, match="max_batch_size"):
+        tr.translate(LINES, max_batch_size=-1)
     with pytest.raises(ValueError, match="ids"):
         tr.decode([1, "2"])
 

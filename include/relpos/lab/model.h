@@ -66,8 +66,16 @@ struct DecodeOptions {
   int64_t max_length = 1024;
   // The vocabulary's BOS and EOS; -1: those of the model's training data.
   int32_t bos = -1, eos = -1;
-  // OpenMP threads of the search; 0: the model's training thread count.
+  // Threads of the search; 0: the model's training thread count. With
+  // several batches (max_batch_size) the threads take them in turn, as
+  // CTranslate2's inter_threads do; one batch of several sentences is cut
+  // into a share per thread; one sentence gets every thread inside its
+  // matrix products. The output does not depend on it.
   int threads = 0;
+  // More sentences than this are sorted by source length and searched in
+  // batches of at most this many (as CTranslate2's translate_batch with
+  // max_batch_size); 0: all as one batch. The output does not depend on it.
+  int64_t max_batch_size = 0;
 };
 
 // One decoded sentence.

@@ -2,6 +2,9 @@
 #include "relpos/lab/model.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <thread>
 
 #include "api/internal.h"
 #include "core/check.h"
@@ -35,6 +38,97 @@ model::Batch ToBatch(const TokenBatch& b) {
         static_cast<size_t>(std::max<int64_t>(b.batch, 0)), b.source_length);
   }
   return out;
+}
+
+// Runs work(i) for i in [0, n) on min(threads, n) threads, each taking the
+// next index in turn and running one OpenMP thread (the small per-step
+// products of a search need no team); the first exception is rethrown.
+template <typename Work>
+void OnWorkers(int64_t n, int threads, const Work& work) {
+  const int64_t workers = std::min<int64_t>(threads, n);
+  std::atomic<int64_t> next{0};
+  std::vector<std::exception_ptr> failed(static_cast<size_t>(workers));
+  std::vector<std::thread> pool;
+  for (int64_t w = 0; w < workers; ++w) {
+    pool.emplace_back([&, w] {
+      try {
+        train::SetThreads(1);
+        for (int64_t i; (i = next++) < n;) work(i);
+      } catch (...) {
+        failed[static_cast<size_t>(w)] = std::current_exception();
+        next = n;  // the others stop after their current item
+      }
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : failed) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+// model::Translate of `sources` on `threads` threads, in batches
+// (DecodeOptions::max_batch_size): with more sentences than max_batch_size
+// > 0, they are sorted by source length and cut into batches of that many,
+// as CTranslate2's translate_batch does, and the threads take the batches
+// in turn, as its inter_threads do. One batch on several threads is cut into
+// min(threads, sentences) contiguous shares of about equal source tokens,
+// one per thread; one thread searches a batch with every thread inside its
+// matrix products. A sentence's search does not depend on the others in
+// its batch, so the output is the same either way (in the input's order).
+std::vector<model::Hypothesis> TranslateBatches(
+    const model::Transformer& t,
+    const std::vector<std::vector<int32_t>>& sources,
+    const model::BeamSearchOptions& o, int threads, int64_t max_batch_size) {
+  const int64_t n = static_cast<int64_t>(sources.size());
+  std::vector<std::vector<int64_t>> batches;  // indices into sources
+  if (max_batch_size > 0 && n > max_batch_size) {
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return sources[static_cast<size_t>(a)].size() <
+             sources[static_cast<size_t>(b)].size();
+    });
+    for (int64_t b = 0; b < n; b += max_batch_size) {
+      batches.emplace_back(order.begin() + b,
+                           order.begin() + std::min(n, b + max_batch_size));
+    }
+  } else if (threads > 1 && n > 1) {
+    // Share k ends where the running token count passes (k + 1) / shares
+    // of the total, keeping at least one sentence per share.
+    const int64_t shares = std::min<int64_t>(threads, n);
+    int64_t tokens = 0;
+    for (const auto& s : sources) tokens += static_cast<int64_t>(s.size()) + 1;
+    int64_t seen = 0, i = 0;
+    for (int64_t k = 0; k < shares; ++k) {
+      const int64_t goal = tokens * (k + 1) / shares;
+      const int64_t last = n - (shares - 1 - k);  // room for the later shares
+      batches.emplace_back();
+      do {
+        seen += static_cast<int64_t>(sources[static_cast<size_t>(i)].size()) + 1;
+        batches.back().push_back(i++);
+      } while (i < last && seen < goal);
+    }
+  } else {
+    train::SetThreads(threads);
+    return model::Translate(t, sources, o);
+  }
+  std::vector<model::Hypothesis> best(static_cast<size_t>(n));
+  auto search = [&](int64_t b) {
+    const std::vector<int64_t>& batch = batches[static_cast<size_t>(b)];
+    std::vector<std::vector<int32_t>> part;
+    for (int64_t i : batch) part.push_back(sources[static_cast<size_t>(i)]);
+    std::vector<model::Hypothesis> found = model::Translate(t, part, o);
+    for (size_t k = 0; k < batch.size(); ++k) {
+      best[static_cast<size_t>(batch[k])] = std::move(found[k]);
+    }
+  };
+  if (threads > 1) {
+    OnWorkers(static_cast<int64_t>(batches.size()), threads, search);
+  } else {
+    train::SetThreads(1);
+    for (size_t b = 0; b < batches.size(); ++b) search(static_cast<int64_t>(b));
+  }
+  return best;
 }
 
 const model::Parameter& Find(const model::Transformer& t,
@@ -228,14 +322,24 @@ std::vector<Translation> Model::Translate(
   for (const std::vector<int32_t>& s : sources) {
     longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
   }
+  RELPOS_CHECK_ARG(options.max_batch_size >= 0,
+                   "max batch size must be >= 0 (got "
+                       << options.max_batch_size << ")");
+  // The sentences searched at once: every one, or a batch per thread.
+  int64_t at_once = static_cast<int64_t>(sources.size());
+  if (options.max_batch_size > 0) {
+    at_once = std::min<int64_t>(
+        at_once, options.max_batch_size * static_cast<int64_t>(threads));
+  }
   train::MemoryPlan plan = train::PlanTranslation(
-      t.config(), static_cast<int64_t>(sources.size()), longest, o.beam_size,
+      t.config(), at_once, longest, o.beam_size,
       model::MaxDecodingSteps(longest, o), threads);
   plan.resident = train::PlanModel(t.config()).total();
   train::CheckMemory(plan);
-  train::SetThreads(threads);
+  std::vector<model::Hypothesis> best =
+      TranslateBatches(t, sources, o, threads, options.max_batch_size);
   std::vector<Translation> out;
-  for (model::Hypothesis& h : model::Translate(t, sources, o)) {
+  for (model::Hypothesis& h : best) {
     out.push_back({std::move(h.tokens), h.log_prob, h.score, h.ended_by_eos});
   }
   return out;

@@ -206,6 +206,10 @@ TranslationEvalResult EvaluateTranslation(
   RELPOS_CHECK_ARG(!pairs.empty(), "no held-out pair to translate");
   DecodeOptions decode = options.decode;
   if (options.threads > 0) decode.threads = options.threads;
+  // A batch per thread at a time (the threads take the batches in turn).
+  const int workers = decode.threads > 0 ? decode.threads : tc.threads;
+  decode.max_batch_size = options.batch_size;
+  const int64_t group = options.batch_size * std::max(1, workers);
   std::unique_ptr<train::Progress> progress;
   const int64_t total = static_cast<int64_t>(pairs.size());
   if (options.progress.out) {
@@ -214,9 +218,9 @@ TranslationEvalResult EvaluateTranslation(
         ProgressModeOf(options.progress.mode));
   }
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t b = 0; b < total; b += options.batch_size) {
+  for (int64_t b = 0; b < total; b += group) {
     std::vector<std::vector<int32_t>> sources;
-    for (int64_t i = b; i < std::min(total, b + options.batch_size); ++i)
+    for (int64_t i = b; i < std::min(total, b + group); ++i)
       sources.push_back(pairs[static_cast<size_t>(i)]->source_ids);
     for (TextTranslation& t : translator.TranslateIds(sources, decode))
       r.hypotheses.push_back(std::move(t.text));
