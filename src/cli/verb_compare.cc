@@ -122,10 +122,18 @@ void PrintTable(const CompareResult& r, std::ostream& out) {
         << FormatLengthRange(t.train_min_length, t.train_max_length)
         << "; data: " << t.data << "\n";
     const int64_t hi = t.train_max_length;
+    // translate scores source-length buckets; the other tasks lengths.
+    const bool buckets = t.task == "translate";
     out << Pad("position", 12, true) << Pad("params", 9)
         << Pad("inside " + FormatLengthRange(t.train_min_length, hi), 26)
-        << Pad("at " + std::to_string(2 * hi) + " (2x)", 26)
-        << Pad("at " + std::to_string(4 * hi) + " (4x)", 26)
+        << Pad((buckets ? FormatLengthRange(hi + 1, 2 * hi)
+                        : "at " + std::to_string(2 * hi)) +
+                   " (2x)",
+               26)
+        << Pad((buckets ? FormatLengthRange(2 * hi + 1, 4 * hi)
+                        : "at " + std::to_string(4 * hi)) +
+                   " (4x)",
+               26)
         << Pad("train s", 9) << "\n";
     for (const CompareRow& row : r.rows) {
       if (row.task != t.task) continue;
@@ -186,7 +194,15 @@ std::string ComparePlot(const CompareResult& r) {
     PlotOptions po;
     po.title = t.task + ": " + t.metric + " by length (mean over seeds)";
     po.y_label = t.lower_is_better ? "bits per byte" : "per-token accuracy";
-    if (t.lower_is_better) {
+    if (t.task == "translate") {  // BLEU, 0-100: up to the next multiple of 5
+      double top = 0;
+      for (const PlotSeries& s : series) {
+        for (const auto& [x, y] : s.points) top = std::max(top, y);
+      }
+      po.y_label = "BLEU";
+      po.y_min = 0;
+      po.y_max = std::min(100.0, std::max(5.0, std::ceil(top / 5) * 5));
+    } else if (t.lower_is_better) {
       po.y_min = std::max(0.0, std::floor(lo * 2) / 2);
       po.y_max = std::max(po.y_min + 0.5, std::ceil(hi * 2) / 2);
     }
@@ -363,9 +379,11 @@ void AddCompareVerb(CLI::App& app, std::ostream& out) {
                       kDefaultSeeds + "; --quick: " + kQuickSeeds + ")");
   sub->add_option("--eval-lengths", flags->eval_lengths,
                   "Lengths to evaluate besides the defaults (3 inside the "
-                  "training range, 2x and 4x the longest)");
+                  "training range, 2x and 4x the longest; not for "
+                  "translate, scored by source-length bucket)");
   sub->add_option("--sequences", flags->sequences,
-                  "Evaluation sequences per length")
+                  "Evaluation sequences per length (translate: held-out "
+                  "pairs translated in all, beam 4, BLEU per bucket)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   sub->add_option("--out", flags->out,
                   "Folder for compare.json and compare.svg; a rerun with the "

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,40 +18,14 @@
 #include "relpos/lab/metrics.h"
 #include "relpos/lab/training.h"
 #include "relpos/lab/translation.h"
+#include "support/gettext_files.h"
 
 namespace relpos::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
-// source<TAB>target lines of a toy language pair: "VERB the ADJ NOUN"
-// -> "die ADJ' NOUN' VERB'", one to three clauses joined by "and" / "und".
-std::string ToyCorpus(uint32_t seed, int pairs) {
-  const std::vector<std::pair<std::string, std::string>> verbs = {
-      {"open", "öffnen"}, {"close", "schließen"}, {"copy", "kopieren"},
-      {"delete", "löschen"}, {"save", "speichern"}, {"find", "finden"}};
-  const std::vector<std::pair<std::string, std::string>> adjs = {
-      {"red", "rote"}, {"big", "große"}, {"new", "neue"}, {"old", "alte"}};
-  const std::vector<std::pair<std::string, std::string>> nouns = {
-      {"file", "Datei"}, {"page", "Seite"}, {"list", "Liste"},
-      {"line", "Zeile"}, {"key", "Taste"}};
-  std::mt19937 rng(seed);
-  std::ostringstream out;
-  for (int i = 0; i < pairs; ++i) {
-    const int clauses = 1 + static_cast<int>(rng() % 3);
-    std::string en, de;
-    for (int k = 0; k < clauses; ++k) {
-      const auto& v = verbs[rng() % verbs.size()];
-      const auto& a = adjs[rng() % adjs.size()];
-      const auto& n = nouns[rng() % nouns.size()];
-      en += (k ? " and " : "") + v.first + " the " + a.first + " " + n.first;
-      de += (k ? " und " : "") + std::string("die ") + a.second + " " +
-            n.second + " " + v.second;
-    }
-    out << en << "\t" << de << "\n";
-  }
-  return out.str();
-}
+using testing::ToyCorpus;
 
 class VerbTranslateTest : public ::testing::Test {
  protected:

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <random>
+#include <sstream>
+#include <utility>
 #include <stdexcept>
 
 namespace relpos::testing {
@@ -103,6 +106,33 @@ std::filesystem::path FreshTempDir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+std::string ToyCorpus(uint32_t seed, int pairs) {
+  const std::vector<std::pair<std::string, std::string>> verbs = {
+      {"open", "öffnen"}, {"close", "schließen"}, {"copy", "kopieren"},
+      {"delete", "löschen"}, {"save", "speichern"}, {"find", "finden"}};
+  const std::vector<std::pair<std::string, std::string>> adjs = {
+      {"red", "rote"}, {"big", "große"}, {"new", "neue"}, {"old", "alte"}};
+  const std::vector<std::pair<std::string, std::string>> nouns = {
+      {"file", "Datei"}, {"page", "Seite"}, {"list", "Liste"},
+      {"line", "Zeile"}, {"key", "Taste"}};
+  std::mt19937 rng(seed);
+  std::ostringstream out;
+  for (int i = 0; i < pairs; ++i) {
+    const int clauses = 1 + static_cast<int>(rng() % 3);
+    std::string en, de;
+    for (int k = 0; k < clauses; ++k) {
+      const auto& v = verbs[rng() % verbs.size()];
+      const auto& a = adjs[rng() % adjs.size()];
+      const auto& n = nouns[rng() % nouns.size()];
+      en += (k ? " and " : "") + v.first + " the " + a.first + " " + n.first;
+      de += (k ? " und " : "") + std::string("die ") + a.second + " " +
+            n.second + " " + v.second;
+    }
+    out << en << "\t" << de << "\n";
+  }
+  return out.str();
 }
 
 }  // namespace relpos::testing

@@ -48,6 +48,11 @@ void WriteBinaryFile(const std::filesystem::path& path,
 // A fresh empty directory under the test temp directory.
 std::filesystem::path FreshTempDir(const std::string& name);
 
+// source<TAB>target lines of a toy language pair: "VERB the ADJ NOUN"
+// -> "die ADJ' NOUN' VERB'", one to three clauses joined by "and" / "und"
+// (sources of 4, 9 or 14 words); `pairs` lines from `seed`.
+std::string ToyCorpus(uint32_t seed, int pairs);
+
 }  // namespace relpos::testing
 
 #endif  // RELPOS_TESTS_SUPPORT_GETTEXT_FILES_H_

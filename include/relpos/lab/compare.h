@@ -11,8 +11,12 @@
 //   spec.seeds = {0, 1};
 //   relpos::CompareResult r = relpos::RunCompare(spec, {.out_dir = "cmp"});
 //
-// The score of a length is the per-token accuracy for the synthetic tasks
-// and the held-out bits per byte for `lm` (lower is better).
+// The score of a length is the per-token accuracy for the synthetic tasks,
+// the held-out bits per byte for `lm` (lower is better), and for
+// `translate` the BLEU of beam-4 translations of the held-out pairs per
+// source-length bucket: the training lengths lo-hi, hi+1 to 2 hi and
+// 2 hi + 1 to 4 hi words, reported at lengths hi, 2 hi and 4 hi
+// (EvaluateTranslation, docs/translation.md).
 #ifndef RELPOS_LAB_COMPARE_H_
 #define RELPOS_LAB_COMPARE_H_
 
@@ -42,8 +46,12 @@ struct CompareSpec {
   std::vector<std::string> positions;  // values of the model's `position`
   std::vector<uint64_t> seeds;
   // Evaluated besides the defaults (up to 3 lengths spread over the training
-  // range, 2x and 4x the longest training length).
+  // range, 2x and 4x the longest training length). Not for translate, whose
+  // lengths are its three buckets.
   std::vector<int64_t> extra_lengths;
+  // Held-out sequences per length; for translate, the held-out pairs
+  // translated in all (spread over the split as EvaluateTranslation's
+  // max_sentences takes them).
   int64_t sequences_per_length = 128;
 };
 
@@ -81,7 +89,7 @@ struct CompareRow {
 
 struct CompareTask {
   std::string task;
-  std::string metric;  // "per-token accuracy" or "bits per byte"
+  std::string metric;  // "per-token accuracy", "bits per byte" or "BLEU"
   bool lower_is_better = false;
   std::string data;    // DataInfo::source (the corpus summary for lm)
   int64_t train_min_length = 0, train_max_length = 0;

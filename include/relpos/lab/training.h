@@ -105,6 +105,12 @@ struct LengthMetrics {
   // the held-out bits per byte.
   double bits_per_token = 0;
   int64_t tokens = 0, sequences = 0;
+  // Task translate in a compare grid (RunCompare): BLEU and chrF of the
+  // beam-4 translations of the held-out pairs whose source has
+  // (previous length, length] words (EvaluateTranslation's buckets);
+  // `sequences` counts them and `sequence_length` is `length`. 0
+  // elsewhere.
+  double bleu = 0, chrf = 0;
 };
 
 // Accuracy of `model` at each length on held-out examples of its data.

@@ -21,6 +21,7 @@
 #include "api/internal.h"
 #include "model/transformer.h"
 #include "relpos/lab/model.h"
+#include "relpos/lab/translation.h"
 #include "train/memory_plan.h"
 
 namespace relpos {
@@ -31,10 +32,45 @@ using Json = nlohmann::ordered_json;
 constexpr const char* kFileName = "compare.json";
 
 bool IsLm(const std::string& task) { return task == "lm"; }
+bool IsTranslate(const std::string& task) { return task == "translate"; }
 
-// The score of one length: bits per byte for lm, else accuracy.
+// The score of one length: bits per byte for lm, BLEU for translate, else
+// accuracy.
 double Score(const std::string& task, const LengthMetrics& m) {
-  return IsLm(task) ? m.bits_per_token : m.token_accuracy;
+  if (IsLm(task)) return m.bits_per_token;
+  return IsTranslate(task) ? m.bleu : m.token_accuracy;
+}
+
+// translate's lengths: the upper ends of EvaluateTranslation's buckets
+// inside the training lengths, at 2x and at 4x.
+std::vector<int64_t> TranslateLengths(int64_t train_max) {
+  return {train_max, 2 * train_max, 4 * train_max};
+}
+
+// A translate cell's scores: EvaluateTranslation's buckets lo-hi,
+// hi+1..2hi and 2hi+1..4hi at lengths hi, 2hi and 4hi (a bucket without a
+// held-out pair has sequences 0 and is left out of the rows).
+std::vector<LengthMetrics> EvaluateTranslationCell(
+    Model& model, const std::vector<int64_t>& lengths, int64_t sentences) {
+  TranslationEvalOptions options;
+  options.max_sentences = sentences;
+  options.progress.out = nullptr;
+  const TranslationEvalResult r = EvaluateTranslation(model, options);
+  std::vector<LengthMetrics> out;
+  for (int64_t length : lengths) {
+    LengthMetrics m;
+    m.length = length;
+    m.sequence_length = length;  // the bucket's longest source, in words
+    for (const TranslationScores& b : r.scores) {
+      if (b.max_words == length && b.label != "all") {
+        m.bleu = b.bleu;
+        m.chrf = b.chrf;
+        m.sequences = b.sentences;
+      }
+    }
+    out.push_back(m);
+  }
+  return out;
 }
 
 SeedStats Stats(const std::vector<double>& xs) {
@@ -209,12 +245,17 @@ bool PlanGrid(const CompareSpec& spec, const CompareOptions& options,
     t.task = task;
     t.lower_is_better = IsLm(task);
     t.metric = IsLm(task) ? "bits per byte (held-out)"
-                          : "per-token accuracy on the output positions";
+               : IsTranslate(task)
+                   ? "BLEU of beam-4 translations (held-out pairs, by "
+                     "source words)"
+                   : "per-token accuracy on the output positions";
     t.data = DescribeData(first).source;
     t.train_min_length = std::stoll(first.Get("train", "train_min_length"));
     t.train_max_length = std::stoll(first.Get("train", "train_max_length"));
-    t.lengths = CompareLengths(t.train_min_length, t.train_max_length,
-                               spec.extra_lengths);
+    t.lengths = IsTranslate(task)
+                    ? TranslateLengths(t.train_max_length)
+                    : CompareLengths(t.train_min_length, t.train_max_length,
+                                     spec.extra_lengths);
     g->tasks.push_back(t);
     for (const std::string& position : spec.positions) {
       for (uint64_t seed : spec.seeds) {
@@ -224,8 +265,12 @@ bool PlanGrid(const CompareSpec& spec, const CompareOptions& options,
                   .seed = seed,
                   .config = CompareCellConfig(spec, task, position, seed),
                   .key = {}};
-        CheckEvalLengths(p.config, t.lengths);
-        CheckCellFits(p.config, t.lengths.back(), spec.sequences_per_length);
+        // translate's buckets take whatever sources the split has; its
+        // search checks its own memory (Model::Translate).
+        if (!IsTranslate(task)) CheckEvalLengths(p.config, t.lengths);
+        CheckCellFits(p.config,
+                      IsTranslate(task) ? t.train_max_length : t.lengths.back(),
+                      spec.sequences_per_length);
         p.key.config = Json::parse(p.config.ToJson());
         p.key.lengths = t.lengths;
         p.key.sequences = spec.sequences_per_length;
@@ -253,7 +298,10 @@ bool Reusable(const CompareCell& c, const Planned& p) {
   }
   if (c.parameters != parameters) return false;
   for (const LengthMetrics& m : c.by_length) {
-    if (m.sequence_length != SequenceLength(p.config, m.length)) return false;
+    const int64_t want = c.task == "translate"
+                             ? m.length
+                             : SequenceLength(p.config, m.length);
+    if (m.sequence_length != want) return false;
   }
   return true;
 }
@@ -282,8 +330,8 @@ ExperimentConfig CompareCellConfig(const CompareSpec& spec,
   c.Set("train", "task", task, "tasks");
   c.Set("model", "position", position, "positions");
   c.Set("train", "seed", std::to_string(seed), "seeds");
-  // The corpus belongs to lm; the other tasks refuse one.
-  if (!IsLm(task)) c.Set("train", "corpus_path", "");
+  // The corpus belongs to lm and translate; the other tasks refuse one.
+  if (!IsLm(task) && !IsTranslate(task)) c.Set("train", "corpus_path", "");
   c.Resolve();
   // A learned table long enough for the longest evaluation (its rows past
   // the training lengths stay untrained: that is what is measured).
@@ -327,6 +375,7 @@ std::vector<CompareRow> AggregateCells(const std::vector<CompareTask>& tasks,
         double in_sum = 0;
         int in_n = 0;
         for (const LengthMetrics& m : c.by_length) {
+          if (IsTranslate(t.task) && m.sequences == 0) continue;  // no pair
           const double s = Score(t.task, m);
           if (m.length >= t.train_min_length && m.length <= t.train_max_length) {
             in_sum += s;
@@ -558,11 +607,14 @@ CompareResult RunCompare(const CompareSpec& spec,
         break;
       }
       const auto eval_start = std::chrono::steady_clock::now();
-      cell.by_length = Evaluate(
-          training.model(),
-          {.lengths = t.lengths,
-           .sequences_per_length = spec.sequences_per_length,
-           .progress = {.out = nullptr}});
+      cell.by_length =
+          IsTranslate(t.task)
+              ? EvaluateTranslationCell(training.model(), t.lengths,
+                                        spec.sequences_per_length)
+              : Evaluate(training.model(),
+                         {.lengths = t.lengths,
+                          .sequences_per_length = spec.sequences_per_length,
+                          .progress = {.out = nullptr}});
       cell.eval_seconds = std::chrono::duration<double>(
                               std::chrono::steady_clock::now() - eval_start)
                               .count();

@@ -58,7 +58,9 @@ Json MetricsJson(const LengthMetrics& m) {
           {"loss", m.loss},
           {"bits_per_token", m.bits_per_token},
           {"tokens", m.tokens},
-          {"sequences", m.sequences}};
+          {"sequences", m.sequences},
+          {"bleu", m.bleu},
+          {"chrf", m.chrf}};
 }
 
 LengthMetrics MetricsFromJson(const nlohmann::json& j, int64_t sequences) {
@@ -71,6 +73,9 @@ LengthMetrics MetricsFromJson(const nlohmann::json& j, int64_t sequences) {
   m.bits_per_token = Number(j, "bits_per_token", 0);
   m.tokens = Integer(j, "tokens", 0);
   m.sequences = Integer(j, "sequences", 0);
+  // Written since compare grids score translation; absent in older files.
+  if (j.contains("bleu")) m.bleu = Number(j, "bleu", 0, 100);
+  if (j.contains("chrf")) m.chrf = Number(j, "chrf", 0, 100);
   // bits = loss / ln 2 (as Evaluate computes it), counts within the
   // evaluation's size.
   const double bits = m.loss / std::log(2.0);
@@ -113,6 +118,9 @@ CompareCell CellFromJson(const nlohmann::json& c) {
   const nlohmann::json& by_length = Field(c, "by_length");
   if (!by_length.is_array() || by_length.empty()) throw BadCell{"by_length"};
   for (const nlohmann::json& m : by_length) {
+    // A translate cell of a file from before BLEU scoring was scored by
+    // accuracy: trained again.
+    if (cell.task == "translate" && !m.contains("bleu")) throw BadCell{"bleu"};
     cell.by_length.push_back(MetricsFromJson(m, cell.sequences_per_length));
     if (cell.by_length.size() > 1 &&
         cell.by_length.back().length <=

@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "relpos/error.h"
+#include "relpos/lab/translation.h"
 #include "relpos/schemes.h"
+#include "support/gettext_files.h"
 #include "support/subprocess.h"
 
 namespace relpos {
@@ -270,6 +272,93 @@ TEST(RunCompare, LmCellsScoreBitsPerByteAndTheCorpusStaysWithLm) {
   EXPECT_EQ(CompareCellConfig(spec, "lm", "none", 0).Get("train",
                                                          "corpus_path"),
             dir + "/a.txt");
+  fs::remove_all(dir);
+}
+
+// translate cells score BLEU per source-length bucket, exactly as
+// EvaluateTranslation gives it for the same model: the toy corpus has
+// sources of 4, 9 and 14 words, so trained on 1-4 the buckets are 1-4
+// (inside), 5-8 (empty: left out of the rows) and 9-16 (4x).
+TEST(RunCompare, TranslateCellsScoreBleuPerSourceLengthBucket) {
+  const std::string dir = TempDir("translate");
+  std::ofstream(dir + "/toy.tsv") << testing::ToyCorpus(1, 300);
+  CompareSpec spec;
+  ExperimentConfig& c = spec.base;
+  c.Set("train", "task", "translate");
+  c.Set("train", "corpus_path", dir + "/toy.tsv");
+  c.Set("train", "sentencepiece_size", "48");
+  c.Set("train", "--train-lengths", "1-4");
+  c.Set("train", "steps", "40");
+  c.Set("train", "batch_size", "16");
+  c.Set("train", "lr", "3e-3");
+  c.Set("train", "checkpoint_every", "0");
+  c.Set("model", "d_model", "16");
+  c.Set("model", "heads", "2");
+  c.Set("model", "layers", "1");
+  c.Set("model", "d_ff", "32");
+  spec.tasks = {"translate"};
+  spec.positions = {"shaw"};
+  spec.seeds = {0};
+  spec.sequences_per_length = 40;
+  const std::string out = dir + "/cmp";
+  const CompareResult r = RunCompare(spec, {.out_dir = out});
+  ASSERT_EQ(r.tasks.size(), 1u);
+  EXPECT_THAT(r.tasks[0].lengths, ElementsAre(4, 8, 16));
+  EXPECT_THAT(r.tasks[0].metric, HasSubstr("BLEU"));
+  EXPECT_FALSE(r.tasks[0].lower_is_better);
+  ASSERT_EQ(r.cells.size(), 1u);
+  const std::vector<LengthMetrics>& m = r.cells[0].by_length;
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_GT(m[0].sequences, 0);
+  EXPECT_EQ(m[1].sequences, 0);
+  EXPECT_GT(m[2].sequences, 0);
+  EXPECT_LE(m[0].sequences + m[2].sequences, 40);
+
+  // The same cell trained and evaluated by hand.
+  Training training(CompareCellConfig(spec, "translate", "shaw", 0));
+  training.Run({.progress = {}});
+  TranslationEvalOptions eval;
+  eval.max_sentences = 40;
+  eval.progress.out = nullptr;
+  const TranslationEvalResult want = EvaluateTranslation(training.model(), eval);
+  int checked = 0;
+  for (const TranslationScores& b : want.scores) {
+    if (b.label == "1-4 (inside)") {
+      EXPECT_EQ(m[0].bleu, b.bleu);
+      EXPECT_EQ(m[0].chrf, b.chrf);
+      EXPECT_EQ(m[0].sequences, b.sentences);
+      ++checked;
+    }
+    if (b.max_words == 16) {
+      EXPECT_EQ(m[2].bleu, b.bleu);
+      EXPECT_EQ(m[2].sequences, b.sentences);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2);
+  ASSERT_EQ(r.rows.size(), 1u);
+  EXPECT_EQ(r.rows[0].inside.mean, m[0].bleu);
+  EXPECT_EQ(r.rows[0].at_2x.n, 0);  // no source of 5-8 words
+  EXPECT_EQ(r.rows[0].at_4x.mean, m[2].bleu);
+
+  // compare.json keeps the scores: a rerun reuses the cell as it was.
+  nlohmann::json j = ReadJson(out + "/compare.json");
+  EXPECT_EQ(j["cells"][0]["by_length"][2]["bleu"].get<double>(), m[2].bleu);
+  const CompareResult again = RunCompare(spec, {.out_dir = out});
+  ASSERT_EQ(again.cells.size(), 1u);
+  EXPECT_TRUE(again.cells[0].reused);
+  EXPECT_EQ(again.cells[0].by_length[2].bleu, m[2].bleu);
+  // A translate cell without BLEU (a file from before compare scored
+  // translation) is trained again.
+  for (auto& x : j["cells"][0]["by_length"]) {
+    x.erase("bleu");
+    x.erase("chrf");
+  }
+  std::ofstream(out + "/compare.json") << j.dump();
+  const CompareResult old = RunCompare(spec, {.out_dir = out});
+  ASSERT_EQ(old.cells.size(), 1u);
+  EXPECT_FALSE(old.cells[0].reused);
+  EXPECT_EQ(old.cells[0].by_length[2].bleu, m[2].bleu);
   fs::remove_all(dir);
 }
 
