@@ -58,8 +58,8 @@ constexpr int64_t kSerialAttentionMacs = int64_t{1} << 17;
 //              cache (so the cache holds rotated keys and each step rotates
 //              one new row); Transformer-XL adds u to the queries.
 //   kAttention the options of AttentionOptionsFor over `capacity` keys (XL's
-//              unclipped table then covers every distance) with this group's
-//              query offset t and key lengths t + m; the tables, T5 bias and
+//              unclipped table then covers every distance) with per-row
+//              query offsets t[i] and key lengths t[i] + m; the tables, T5 bias and
 //              XL pb from nn::PositionInputs, as the layer passes them.
 enum class StepStage { kInput, kQueryKey, kAttention };
 
@@ -74,9 +74,10 @@ struct StepPositionArgs {
   const std::vector<T>* input_terms = nullptr;  // [capacity, d] or empty
   T* x = nullptr;                // kInput: [rows, d] token embeddings
   T *q = nullptr, *k = nullptr;  // kQueryKey: [rows, d], heads side by side
-  // kAttention: `count` sequences, each with m new queries at positions
-  // t .. t + m - 1 and keys [0, t + m) in the cache.
-  int64_t t = 0, m = 0, count = 0;
+  // kAttention: `count` sequences, sequence i with m new queries at
+  // positions t[i] .. t[i] + m - 1 and keys [0, t[i] + m) in the cache.
+  const int64_t* t = nullptr;
+  int64_t m = 0, count = 0;
   const nn::MhaWeights<T>* weights = nullptr;  // kQueryKey, kAttention
   const nn::MhaCache<T>* xl = nullptr;         // XL's tables of this layer
   AttentionInputs<T>* inputs = nullptr;        // q, k, v already set
@@ -111,8 +112,9 @@ void StepPositions(StepStage stage, const StepPositionArgs<T>& a) {
     case StepStage::kAttention: {
       AttentionOptions& o = *a.options;
       o = AttentionOptionsFor(c, a.capacity);
-      o.query_offset = a.t;
-      o.key_lengths.assign(a.count, a.t + a.m);
+      o.query_offsets.assign(a.t, a.t + a.count);
+      o.key_lengths.resize(static_cast<size_t>(a.count));
+      for (int64_t i = 0; i < a.count; ++i) o.key_lengths[i] = a.t[i] + a.m;
       nn::PositionInputs<T>(*a.weights, *a.xl, H, dh, o, p, a.inputs);
       return;
     }
@@ -493,27 +495,29 @@ void BasicDecoderSession<T>::SelfAttention(int64_t l, const BlockWeights<T>& w,
     }
   }
   // One attention call per run of consecutive sequences with the same
-  // length and the same number of new tokens (a decoding step with equal
-  // lengths: one call for the whole batch, Nq = 1).
+  // number of new tokens, each at its own query offset (its length) with
+  // its own key length: a decoding step is one call for the whole batch,
+  // Nq = 1, whatever the prompts' lengths.
   for (int64_t b0 = 0; b0 < B;) {
     int64_t b1 = b0 + 1;
-    while (b1 < B && lengths_[b1] == lengths_[b0] && count(b1) == count(b0)) {
-      ++b1;
-    }
+    while (b1 < B && count(b1) == count(b0)) ++b1;
     const int64_t n = b1 - b0, m = count(b0);
     AttentionInputs<T> in;
     in.q = ConstView<T>(r.heads_q.data() + first[b0] * d, {n, H, m, dh});
     in.k = ConstView<T>(Keys(l, b0), {n, H, cap, dh});
     in.v = ConstView<T>(Values(l, b0), {n, H, cap, dh});
     AttentionOptions options;
-    pos_args.t = lengths_[b0];
+    pos_args.t = lengths_.data() + b0;
     pos_args.m = m;
     pos_args.count = n;
     pos_args.inputs = &in;
     pos_args.options = &options;
     StepPositions(StepStage::kAttention, pos_args);
-    // q.k and p.v for every query over its keys: 2 n H m (t + m) dh.
-    if (2 * n * H * m * (lengths_[b0] + m) * dh < kSerialAttentionMacs) {
+    // q.k and p.v for every query over its keys: 2 H m (t_b + m) dh per
+    // sequence.
+    int64_t keys = 0;
+    for (int64_t b = b0; b < b1; ++b) keys += lengths_[b] + m;
+    if (2 * H * m * keys * dh < kSerialAttentionMacs) {
       options.num_threads = 1;
     }
     AttentionForward<T>(
