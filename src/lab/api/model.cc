@@ -327,7 +327,8 @@ std::vector<Translation> Model::Translate(
                        << options.max_batch_size << ")");
   // The sentences searched at once: every one, or a batch per thread.
   int64_t at_once = static_cast<int64_t>(sources.size());
-  if (options.max_batch_size > 0) {
+  if (options.max_batch_size > 0 && options.max_batch_size < at_once) {
+    // max_batch_size < sentences and threads <= 1024: no overflow.
     at_once = std::min<int64_t>(
         at_once, options.max_batch_size * static_cast<int64_t>(threads));
   }

@@ -209,9 +209,12 @@ TranslationEvalResult EvaluateTranslation(
   // A batch per thread at a time (the threads take the batches in turn).
   const int workers = decode.threads > 0 ? decode.threads : tc.threads;
   decode.max_batch_size = options.batch_size;
-  const int64_t group = options.batch_size * std::max(1, workers);
-  std::unique_ptr<train::Progress> progress;
   const int64_t total = static_cast<int64_t>(pairs.size());
+  const int64_t group =
+      options.batch_size >= total
+          ? total
+          : std::min<int64_t>(total, options.batch_size * std::max(1, workers));
+  std::unique_ptr<train::Progress> progress;
   if (options.progress.out) {
     progress = std::make_unique<train::Progress>(
         *options.progress.out, options.progress.label, total,
