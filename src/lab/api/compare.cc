@@ -246,8 +246,8 @@ bool PlanGrid(const CompareSpec& spec, const CompareOptions& options,
     t.lower_is_better = IsLm(task);
     t.metric = IsLm(task) ? "bits per byte (held-out)"
                : IsTranslate(task)
-                   ? "BLEU of beam-4 translations (held-out pairs, by "
-                     "source words)"
+                   ? "BLEU of beam-4 translations of held-out pairs, by "
+                     "source words"
                    : "per-token accuracy on the output positions";
     t.data = DescribeData(first).source;
     t.train_min_length = std::stoll(first.Get("train", "train_min_length"));
