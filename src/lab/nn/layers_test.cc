@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/rng.h"
+#include "hwy/targets.h"
 #include "nn/cross_entropy.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
@@ -380,6 +382,34 @@ TEST(DropoutTest, KeepRateScaleAndBackwardMask) {
   EXPECT_EQ(y1, x);
 }
 
+TEST(DropoutTest, SimdMaskEqualsTheScalarDefinitionAtEverySize) {
+  // The float path hashes a vector of indices at a time; every element
+  // must get exactly DropoutKeep's mask and in * scale, whatever the size
+  // (tails), the index offset (packed rows) and p.
+  for (const double p : {1e-12, 0.1, 0.5, 0.999}) {
+    for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{17},
+                            int64_t{63}, int64_t{4096 * 3 + 5}}) {
+      const DropoutOptions o{p, 0x9e3779b9ULL * 77, 12345};
+      std::vector<float> x(n), y(n);
+      std::vector<double> xd(n), yd(n);
+      for (int64_t i = 0; i < n; ++i) {
+        x[i] = static_cast<float>(i % 13) - 6.25f;
+        xd[i] = x[i];
+      }
+      DropoutForward<float>(x.data(), y.data(), n, o);
+      DropoutForward<double>(xd.data(), yd.data(), n, o);
+      const float scale = static_cast<float>(1.0 / (1.0 - p));
+      for (int64_t i = 0; i < n; ++i) {
+        const bool keep = DropoutKeep(o.seed, o.index_offset + i, p);
+        ASSERT_EQ(y[i], keep ? x[i] * scale : 0.0f)
+            << "p " << p << " n " << n << " i " << i;
+        ASSERT_EQ(yd[i], keep ? xd[i] * (1.0 / (1.0 - p)) : 0.0)
+            << "p " << p << " n " << n << " i " << i;
+      }
+    }
+  }
+}
+
 TEST(CrossEntropyTest, LossPredictionsAndGradient) {
   Rng rng(8);
   const CrossEntropyShape s{4, 5};
@@ -461,6 +491,126 @@ TEST(CrossEntropyTest, LabelSmoothingMatchesPyTorch) {
                      .smoothed_sum;
   };
   CheckGradient("dlogits", &logits, d, loss);
+}
+
+TEST(CrossEntropyTest, FloatSimdMatchesDoubleAtAwkwardVocabularies) {
+  // The float path computes e = exp(z - max) in float (Highway's Exp, 1 ulp)
+  // after the float subtraction z - max (rounding <= 2^-24 |z - max|), sums
+  // e in double, and forms scale (e / sum - eps / V) with one fused
+  // multiply-add and a multiply. So per row, with gap = max_v |z_v - max|:
+  //   |lse_f - lse| <= (gap + 2) 2^-24,  and normwise over the row
+  //   ||d_f - d|| <= (gap + 8) 2^-24 ||d||   (+ eps / V's float rounding).
+  // Checked with a margin of 2 against the double path, on vocabularies that
+  // leave every SIMD tail and on rows offset by +-3000 (large logits).
+  Rng rng(11);
+  const double eps24 = std::ldexp(1.0, -24);
+  for (const int64_t vocab : {int64_t{1}, int64_t{5}, int64_t{17},
+                              int64_t{8003}}) {
+    for (const double smoothing : {0.0, 0.1}) {
+      const CrossEntropyShape s{6, vocab};
+      std::vector<float> logits(s.rows * vocab);
+      std::vector<int32_t> targets(s.rows);
+      for (int64_t r = 0; r < s.rows; ++r) {
+        const double offset = r == 2 ? 3000.0 : r == 3 ? -3000.0 : 0.0;
+        for (int64_t v = 0; v < vocab; ++v) {
+          logits[r * vocab + v] =
+              static_cast<float>(offset + 4.0 * rng.Normal());
+        }
+        targets[r] = r == 4 ? -1 : static_cast<int32_t>(rng.Below(vocab));
+      }
+      const std::vector<double> logits_d(logits.begin(), logits.end());
+      const CrossEntropyOptions o{.label_smoothing = smoothing};
+      std::vector<int32_t> pred_f(s.rows), pred_d(s.rows);
+      const CrossEntropyResult f = CrossEntropyForward<float>(
+          logits.data(), targets.data(), pred_f.data(), s, o);
+      const CrossEntropyResult d = CrossEntropyForward<double>(
+          logits_d.data(), targets.data(), pred_d.data(), s, o);
+      EXPECT_EQ(pred_f, pred_d);
+      EXPECT_EQ(f.count, d.count);
+      EXPECT_EQ(f.correct, d.correct);
+      std::vector<float> grad_f(logits.size());
+      std::vector<double> grad_d(logits.size());
+      CrossEntropyBackward<float>(logits.data(), targets.data(), 0.5f,
+                                  grad_f.data(), s, o);
+      CrossEntropyBackward<double>(logits_d.data(), targets.data(), 0.5,
+                                   grad_d.data(), s, o);
+      double loss_bound = 0.0;
+      for (int64_t r = 0; r < s.rows; ++r) {
+        const double* row = logits_d.data() + r * vocab;
+        double mx = row[0], mn = row[0];
+        for (int64_t v = 0; v < vocab; ++v) {
+          mx = std::max(mx, row[v]);
+          mn = std::min(mn, row[v]);
+        }
+        const double gap = mx - mn;
+        if (targets[r] >= 0) loss_bound += 2 * (gap + 2) * eps24;
+        double diff = 0.0, ref = 0.0;
+        for (int64_t v = 0; v < vocab; ++v) {
+          const double e = grad_f[r * vocab + v] - grad_d[r * vocab + v];
+          diff += e * e;
+          ref += grad_d[r * vocab + v] * grad_d[r * vocab + v];
+        }
+        EXPECT_LE(std::sqrt(diff),
+                  2 * (gap + 8) * eps24 * std::sqrt(ref) + 1e-12)
+            << "vocab " << vocab << " row " << r;
+      }
+      EXPECT_NEAR(f.loss_sum, d.loss_sum, loss_bound + 1e-12) << vocab;
+      EXPECT_NEAR(f.smoothed_sum, d.smoothed_sum, loss_bound + 1e-9) << vocab;
+    }
+  }
+}
+
+TEST(SimdTargetsTest, LossAndDropoutGiveTheSameBitsOnEveryTarget) {
+  // Run the float loss, its gradient and dropout on each SIMD target this
+  // CPU has (AVX-512 and AVX2 on an AVX-512 machine): dropout is integer
+  // hashing and one multiply, the same bits everywhere; the loss uses fused
+  // multiply-adds, so it is the same on the targets that have them (AVX2 and
+  // later: bits at or below HWY_AVX2) and within rounding on the others.
+  const CrossEntropyShape s{4, 8003};
+  Rng rng(5);
+  std::vector<float> logits(s.rows * s.vocab);
+  for (float& z : logits) z = static_cast<float>(4.0 * rng.Normal());
+  const std::vector<int32_t> targets = {3, -1, 8002, 17};
+  const int64_t n = 4099;
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(rng.Normal());
+  struct Result {
+    int64_t target;
+    double loss;
+    std::vector<float> grad, dropped;
+  };
+  std::vector<Result> results;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    Result r{target, 0.0, std::vector<float>(logits.size()),
+             std::vector<float>(n)};
+    r.loss = CrossEntropyForward<float>(logits.data(), targets.data(), nullptr,
+                                        s, {.label_smoothing = 0.1})
+                 .smoothed_sum;
+    CrossEntropyBackward<float>(logits.data(), targets.data(), 0.25f,
+                                r.grad.data(), s, {.label_smoothing = 0.1});
+    DropoutForward<float>(x.data(), r.dropped.data(), n, {0.1, 99, 7});
+    results.push_back(std::move(r));
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  ASSERT_FALSE(results.empty());
+  const Result* fma = nullptr;
+  for (const Result& r : results) {
+    if (r.target <= HWY_AVX2 && (fma == nullptr || r.target < fma->target)) {
+      fma = &r;
+    }
+  }
+  for (const Result& r : results) {
+    const char* name = hwy::TargetName(r.target);
+    EXPECT_EQ(r.dropped, results[0].dropped) << name;
+    if (fma != nullptr && r.target <= HWY_AVX2) {
+      EXPECT_EQ(r.loss, fma->loss) << name;
+      EXPECT_EQ(r.grad, fma->grad) << name;
+    } else {
+      EXPECT_NEAR(r.loss, results[0].loss, 1e-9 * std::abs(results[0].loss))
+          << name;
+    }
+  }
 }
 
 TEST(CrossEntropyTest, TiesGoToTheLowestIdAndLargeLogitsStayFinite) {

@@ -1,11 +1,13 @@
 #include "train/optimizer.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "hwy/targets.h"
 #include "relpos/error.h"
 
 namespace relpos::train {
@@ -107,6 +109,84 @@ TEST(AdamW, MatchesReferenceOnAQuadratic) {
   EXPECT_EQ(opt.step(), 300);
   // With decay the fixed point is slightly shrunk towards zero, but close.
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(w[i], c[i], 0.15) << i;
+}
+
+TEST(AdamW, SimdUpdateEqualsTheScalarFormBitForBit) {
+  // Tensors of awkward sizes (SIMD tails, several chunks), with and without
+  // decay, at one and two threads: every element must be exactly the
+  // scalar update in double, stored in float.
+  const AdamWConfig cfg{
+      .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9, .weight_decay = 0.01};
+  const std::vector<int64_t> sizes = {1, 7, 8192 * 2 + 37, 300};
+  for (const int threads : {1, 2}) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<std::vector<float>> w, g;
+    for (int64_t n : sizes) {
+      w.emplace_back(n);
+      g.emplace_back(n);
+      for (int64_t i = 0; i < n; ++i) {
+        w.back()[i] = std::sin(0.37f * static_cast<float>(i)) * 0.5f;
+        g.back()[i] = std::cos(1.3f * static_cast<float>(i + n)) * 1e-2f;
+      }
+    }
+    std::vector<std::vector<float>> wr = w, mr, vr;
+    for (int64_t n : sizes) {
+      mr.emplace_back(n, 0.0f);
+      vr.emplace_back(n, 0.0f);
+    }
+    AdamW opt(cfg, sizes);
+    for (int step = 0; step < 3; ++step) {
+      const double lr = 1e-3 * (step + 1), scale = 0.75;
+      std::vector<ParamSlot> slots;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        slots.push_back({w[k], g[k], k % 2 == 0});
+      }
+      opt.Step(slots, lr, scale);
+      const double t = step + 1.0;
+      const double c1 = 1.0 - std::pow(cfg.beta1, t);
+      const double c2 = 1.0 - std::pow(cfg.beta2, t);
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        for (int64_t i = 0; i < sizes[k]; ++i) {
+          const double gi = static_cast<double>(g[k][i]) * scale;
+          const double mi = cfg.beta1 * mr[k][i] + (1.0 - cfg.beta1) * gi;
+          const double vi = cfg.beta2 * vr[k][i] + (1.0 - cfg.beta2) * gi * gi;
+          mr[k][i] = static_cast<float>(mi);
+          vr[k][i] = static_cast<float>(vi);
+          double wi = wr[k][i];
+          if (k % 2 == 0) wi *= 1.0 - lr * cfg.weight_decay;
+          wi -= lr * (mi / c1) / (std::sqrt(vi / c2) + cfg.eps);
+          wr[k][i] = static_cast<float>(wi);
+        }
+        ASSERT_EQ(w[k], wr[k]) << "threads " << threads << " step " << step
+                               << " tensor " << k;
+        ASSERT_EQ(opt.m(k), mr[k]);
+        ASSERT_EQ(opt.v(k), vr[k]);
+      }
+    }
+    omp_set_num_threads(saved);
+  }
+}
+
+TEST(AdamW, EverySimdTargetGivesTheSameBits) {
+  // No fused multiply-adds in the update (optimizer.cc is compiled without
+  // contraction), so every target this CPU has gives the same bits.
+  const int64_t n = 1000;
+  std::vector<std::vector<float>> results;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::vector<float> w(n), g(n);
+    for (int64_t i = 0; i < n; ++i) {
+      w[i] = std::sin(0.1f * static_cast<float>(i));
+      g[i] = std::cos(0.7f * static_cast<float>(i)) * 1e-3f;
+    }
+    AdamW opt(AdamWConfig{.weight_decay = 0.1}, {n});
+    for (int step = 0; step < 3; ++step) opt.Step({{w, g, true}}, 1e-3, 0.5);
+    results.push_back(w);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  ASSERT_FALSE(results.empty());
+  for (const std::vector<float>& r : results) EXPECT_EQ(r, results[0]);
 }
 
 TEST(AdamW, FirstStepIsSignTimesLr) {
