@@ -279,12 +279,16 @@ BENCHMARK_CAPTURE(BM_TrainStep, xl, PositionScheme::kXl)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// CPU time: the whole process's (every thread), as the peers' side of
+// bench/train_step_seq2seq.py measures it.
 BENCHMARK_CAPTURE(BM_Seq2seqTrainStep, seq2seq_shaw, PositionScheme::kShaw)
     ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Seq2seqTrainStep, seq2seq_sinusoidal,
                   PositionScheme::kSinusoidal)
     ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
     ->UseRealTime();
 
 }  // namespace
