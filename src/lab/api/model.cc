@@ -230,6 +230,9 @@ void Model::SetParameter(const std::string& name,
 }
 
 ConstView<float> Model::Gradient(const std::string& name) const {
+  // Zeros before the first ForwardBackward (the model allocates its
+  // gradients lazily).
+  impl_->transformer->AllocateGradients();
   const model::Parameter& p = Find(*impl_->transformer, name);
   return ViewOf(p.grad.data(), p.shape);
 }

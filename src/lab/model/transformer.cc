@@ -655,7 +655,8 @@ BasicTransformer<T>::BasicTransformer(const ModelConfig& config)
     p.name = spec.name;
     p.shape = spec.shape;
     p.value.assign(init.begin(), init.end());
-    p.grad.assign(init.size(), T(0));
+    // p.grad stays empty until the first Backward (AllocateGradients): a
+    // model that only evaluates or decodes never holds a second copy.
     p.decay = spec.decay;
     params_.push_back(std::move(p));
   }
@@ -795,6 +796,13 @@ void BasicTransformer<T>::Predictions(std::vector<int32_t>* predictions) const {
   }
 }
 
+template <typename T>
+void BasicTransformer<T>::AllocateGradients() {
+  for (BasicParameter<T>& p : params_) {
+    if (p.grad.size() != p.value.size()) p.grad.assign(p.value.size(), T(0));
+  }
+}
+
 // dL/dlogits [rows, V] -> dL/dlnf [rows, d] -> (the stack, last block to
 // first) -> dL/dx_0 -> the embedding tables; seq2seq then runs the
 // encoder's stack backward from the memory's gradient. Every grad is
@@ -806,6 +814,7 @@ void BasicTransformer<T>::Backward() {
   RELPOS_CHECK_ARG(st.training,
                    "Backward needs a preceding Forward with "
                    "ForwardMode::kTraining");
+  AllocateGradients();
   const ModelConfig& c = config_;
   const ParamIndex& pi = st.index;
   const int64_t rows = st.main.rows;

@@ -143,8 +143,10 @@ struct Batch {
   std::vector<int64_t> source_lengths;  // [batch]
 };
 
-// One named tensor of the model. `grad` has value's size and is overwritten
-// by every Backward (and so every ForwardBackward).
+// One named tensor of the model. `grad` is empty until the model's first
+// Backward (or AllocateGradients), then has value's size and is overwritten
+// by every Backward (and so every ForwardBackward): a model that only
+// evaluates or decodes holds one copy of its weights, not two.
 template <typename T>
 struct BasicParameter {
   std::string name;  // e.g. "blocks.0.attn.q.weight" (docs/model.md)
@@ -244,6 +246,9 @@ class BasicTransformer {
   // (all zero when that batch had no target). InvalidArgument unless the
   // last Forward was kTraining.
   void Backward();
+  // Gives every parameter a zeroed grad of its value's size where it has
+  // none yet (Backward does this first).
+  void AllocateGradients();
 
   // ---- The passes composed ----
 

@@ -198,10 +198,16 @@ TEST(TransformerTest, ParameterNamesAndShapes) {
     int64_t n = 1;
     for (int64_t e : p.shape) n *= e;
     EXPECT_EQ(n, p.numel()) << p.name;
-    EXPECT_EQ(p.grad.size(), p.value.size()) << p.name;
+    // Gradients are allocated by the first Backward, not before: a model
+    // that only evaluates or decodes holds one copy of its weights.
+    EXPECT_TRUE(p.grad.empty()) << p.name;
     total += n;
   }
   EXPECT_EQ(m.NumParameters(), total);
+  m.AllocateGradients();
+  for (const auto& p : m.parameters()) {
+    EXPECT_EQ(p.grad, std::vector<float>(p.value.size(), 0.0f)) << p.name;
+  }
 
   // Learned positions add embed.position [max_len, d]; no relative tables.
   Transformer learned(Tiny(Arch::kDecoder, PositionScheme::kLearned));
