@@ -114,7 +114,8 @@ class Model {
   // numel); InvalidArgument for an unknown name or another size. For
   // importers of weights trained elsewhere (relpos.opennmt).
   void SetParameter(const std::string& name, std::span<const float> values);
-  // Gradient of the last ForwardBackward, same shape as Parameter(name).
+  // Gradient of the last ForwardBackward, same shape as Parameter(name);
+  // zeros before the first (the model allocates its gradients then).
   ConstView<float> Gradient(const std::string& name) const;
 
   // Evaluation: no dropout, no gradients. InvalidArgument for an
