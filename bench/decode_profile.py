@@ -21,6 +21,7 @@ the four projections and 4 d d_ff for the FFN, plus 2 d V for the head.
 """
 import argparse
 import collections
+import json
 import os
 import re
 import subprocess
@@ -86,7 +87,6 @@ def main():
             env=env, capture_output=True, text=True)
         if run.returncode != 0:
             sys.exit(f"decode_profile: perf record failed: {run.stderr.strip()}")
-        import json
         bench = [b for b in json.loads(run.stdout)["benchmarks"]
                  if b.get("run_type") == "iteration"][0]
         step_ms = bench["real_time"]
@@ -102,7 +102,7 @@ def main():
         top = frames[0] if frames else "?"
         if any("FewQueryForward" in f for f in frames):
             shares["attention (FewQueryForward)"] += 1
-        elif "[unknown]" in top or "unknown" in top:
+        elif "unknown" in top:
             shares["GEMV (oneDNN JIT)"] += 1
         else:
             name = top.split(None, 1)[1] if " " in top else top

@@ -40,42 +40,43 @@ float RowMaxF32(const float* row, int64_t n) {
   return out;
 }
 
-// out[v] = exp(row[v] - shift) for v in [0, n); the tail goes through a
-// padded buffer so every element sees the same vector code.
-void RowExpF32(const float* row, int64_t n, float shift, float* out) {
-  const hn::ScalableTag<float> d;
+// out[v] = f(in[v]) for v in [0, n), f a vector function; the tail goes
+// through a buffer padded with `pad`, so every element sees the same vector
+// code.
+template <class D, class F>
+HWY_INLINE void ForEachVector(D d, const float* in, int64_t n, float pad,
+                              float* out, F f) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const auto vshift = hn::Set(d, shift);
   int64_t v = 0;
   for (; v + lanes <= n; v += lanes) {
-    hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, row + v), vshift)), d, out + v);
+    hn::StoreU(f(hn::LoadU(d, in + v)), d, out + v);
   }
   if (v < n) {
     HWY_ALIGN float buf[hn::MaxLanes(d)];
-    for (int64_t j = 0; j < lanes; ++j) buf[j] = v + j < n ? row[v + j] : shift;
-    hn::Store(hn::Exp(d, hn::Sub(hn::Load(d, buf), vshift)), d, buf);
+    for (int64_t j = 0; j < lanes; ++j) buf[j] = v + j < n ? in[v + j] : pad;
+    hn::Store(f(hn::Load(d, buf)), d, buf);
     for (int64_t j = v; j < n; ++j) out[j] = buf[j - v];
   }
+}
+
+// out[v] = exp(row[v] - shift) for v in [0, n).
+void RowExpF32(const float* row, int64_t n, float shift, float* out) {
+  const hn::ScalableTag<float> d;
+  const auto vshift = hn::Set(d, shift);
+  ForEachVector(d, row, n, shift, out, [&](auto z) {
+    return hn::Exp(d, hn::Sub(z, vshift));
+  });
 }
 
 // d[v] = scale * (e[v] inv_sum - uniform), the multiply-add fused.
 void SoftmaxGradF32(const float* e, int64_t n, float inv_sum, float scale,
                     float uniform, float* out) {
   const hn::ScalableTag<float> d;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const auto vinv = hn::Set(d, inv_sum), vscale = hn::Set(d, scale),
              vneg = hn::Set(d, -uniform);
-  auto f = [&](auto x) { return hn::Mul(vscale, hn::MulAdd(x, vinv, vneg)); };
-  int64_t v = 0;
-  for (; v + lanes <= n; v += lanes) {
-    hn::StoreU(f(hn::LoadU(d, e + v)), d, out + v);
-  }
-  if (v < n) {
-    HWY_ALIGN float buf[hn::MaxLanes(d)] = {};
-    for (int64_t j = v; j < n; ++j) buf[j - v] = e[j];
-    hn::Store(f(hn::Load(d, buf)), d, buf);
-    for (int64_t j = v; j < n; ++j) out[j] = buf[j - v];
-  }
+  ForEachVector(d, e, n, 0.0f, out, [&](auto x) {
+    return hn::Mul(vscale, hn::MulAdd(x, vinv, vneg));
+  });
 }
 
 }  // namespace HWY_NAMESPACE
