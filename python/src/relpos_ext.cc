@@ -27,6 +27,7 @@
 #include "schemes_ext.h"
 #include "inspect_ext.h"
 #include "translate_ext.h"
+#include "experiment_ext.h"
 #include "array_view.h"
 
 namespace nb = nanobind;
@@ -291,4 +292,5 @@ NB_MODULE(_relpos_ext, m) {
   relpos::BindModel(m);
   relpos::BindInspect(m);
   relpos::BindTranslate(m);
+  relpos::BindExperiment(m);
 }

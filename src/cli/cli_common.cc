@@ -1,6 +1,7 @@
 #include "cli/cli_common.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -232,6 +233,51 @@ std::vector<std::string> ReadInputLines(const std::string& path,
   RELPOS_CLI_CHECK(!in.bad(), flag << " " << name << ": read error");
   RELPOS_CLI_CHECK(!lines.empty(), flag << " " << name << ": no line");
   return lines;
+}
+
+std::vector<std::string> SplitList(const std::string& text, char sep) {
+  std::vector<std::string> parts(1);
+  for (char c : text) {
+    if (c == sep) {
+      parts.emplace_back();
+    } else {
+      parts.back() += c;
+    }
+  }
+  return parts;
+}
+
+std::string FormatLengthRange(int64_t lo, int64_t hi) {
+  return lo == hi ? std::to_string(lo)
+                  : std::to_string(lo) + "-" + std::to_string(hi);
+}
+
+std::string LengthList(const std::vector<int64_t>& lengths) {
+  const size_t n = lengths.size();
+  // Evenly spaced but perhaps for the last one, which a spec always adds.
+  const int64_t step = n > 2 ? lengths[1] - lengths[0] : 0;
+  bool even = step > 0 && lengths[n - 1] - lengths[n - 2] <= step;
+  for (size_t i = 2; even && i + 1 < n; ++i) {
+    even = lengths[i] - lengths[i - 1] == step;
+  }
+  if (even) {
+    return FormatLengthRange(lengths.front(), lengths.back()) +
+           (step == 1 ? "" : ":" + std::to_string(step));
+  }
+  std::string text;
+  for (int64_t x : lengths) {
+    text += (text.empty() ? "" : ",") + std::to_string(x);
+  }
+  return text;
+}
+
+std::string FormatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = std::llround(seconds);
+  auto two = [](int64_t v) { return (v < 10 ? "0" : "") + std::to_string(v); };
+  if (s < 60) return std::to_string(s) + "s";
+  if (s < 3600) return std::to_string(s / 60) + "m" + two(s % 60) + "s";
+  return std::to_string(s / 3600) + "h" + two(s % 3600 / 60) + "m";
 }
 
 }  // namespace relpos::cli

@@ -3,6 +3,7 @@
 #ifndef RELPOS_SRC_CLI_CLI_COMMON_H_
 #define RELPOS_SRC_CLI_CLI_COMMON_H_
 
+#include <cstdint>
 #include <ostream>
 #include <sstream>
 #include <streambuf>
@@ -104,6 +105,19 @@ void CheckOutput(std::ostream& out);
 // that cannot be opened.
 std::vector<std::string> ReadInputLines(const std::string& path,
                                         const std::string& flag);
+
+// The command line's own text: lists, length ranges and durations in its
+// messages and tables.
+// "a,,b" -> {"a", "", "b"}.
+std::vector<std::string> SplitList(const std::string& text, char sep = ',');
+// "8-16", or "8" when lo == hi.
+std::string FormatLengthRange(int64_t lo, int64_t hi);
+// Sorted lengths as the spec that ParseLengths turns back into them:
+// "8-16:2", "17-48:8" (the last length may be off the step, as in a
+// spec), "4-8"; a comma list when they are not evenly spaced.
+std::string LengthList(const std::vector<int64_t>& lengths);
+// "12s", "3m05s", "1h02m"; "?" for a negative or non-finite time.
+std::string FormatDuration(double seconds);
 
 // Builds the whole command line, parses `args` (args[0] is the program name),
 // runs the chosen verb. Never throws: returns the exit code and prints the

@@ -269,8 +269,8 @@ TEST_F(VerbTrainTest, DemoWritesResultsAndPlot) {
   EXPECT_NE(r.out.find("longest training length"), std::string::npos) << r.out;
   std::ifstream in(fs::path(out) / "results.json");
   const auto j = nlohmann::json::parse(in);
-  ASSERT_EQ(j["models"].size(), 2u);
-  for (const auto& m : j["models"]) {
+  ASSERT_EQ(j["runs"].size(), 2u);
+  for (const auto& m : j["runs"]) {
     EXPECT_TRUE(m["name"].is_string());
     EXPECT_TRUE(m["position"] == "sinusoidal" || m["position"] == "shaw");
     // Lengths up to 4x the longest training length (16).
@@ -315,9 +315,11 @@ TEST_F(VerbTrainTest, SweepPrintsOneRowPerRun) {
   const auto j = nlohmann::json::parse(r.out);
   // k in {0, 2} with both terms, then key and neither at k = 2.
   ASSERT_EQ(j["runs"].size(), 4u);
-  EXPECT_EQ(j["runs"][0]["k"], 0);
-  EXPECT_EQ(j["runs"][2]["terms"], "key");
-  EXPECT_EQ(j["runs"][3]["terms"], "neither");
+  EXPECT_EQ(j["runs"][0]["max_distance"], 0);
+  EXPECT_EQ(j["runs"][0]["name"], "k=0 both");
+  EXPECT_EQ(j["runs"][2]["settings"]["--terms"], "key");
+  EXPECT_EQ(j["runs"][2]["max_distance"], 2);
+  EXPECT_EQ(j["runs"][3]["settings"]["--terms"], "neither");
 }
 
 // Starts the real binary (args[0]) with `args`; returns its pid, or -1.

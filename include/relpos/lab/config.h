@@ -79,11 +79,9 @@ class ExperimentConfig {
   // (InvalidArgument naming the setting).
   void Resolve();
 
-  struct Impl;  // defined in src/lab/api/
-  const Impl& impl() const { return *impl_; }
-  Impl& impl() { return *impl_; }
-
  private:
+  struct Impl;  // the lab's internal configs (src/lab/api/internal.h)
+  friend struct ApiAccess;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -12,34 +12,16 @@
 #include <utility>
 #include <vector>
 
+#include "relpos/lab/batch.h"
 #include "relpos/lab/config.h"
 #include "relpos/tensor_view.h"
 
 namespace relpos {
 
-// Token sequences, padded to `length`.
-struct TokenBatch {
-  int64_t batch = 0, length = 0;
-  std::vector<int32_t> tokens;   // [batch, length], ids < vocab_size
-  std::vector<int32_t> targets;  // [batch, length], -1 = no loss there
-  // Valid length of each sequence (positions beyond are padding, their
-  // targets must be -1); empty = every sequence is `length` long.
-  std::vector<int64_t> lengths;
-  // Seq2seq models only (empty for the others): each sequence's source
-  // sentence, padded to source_length, and their valid lengths (empty =
-  // every source is source_length long). The sequences above are then the
-  // decoder's: BOS y_1 .. y_m, targets y_1 .. y_m EOS.
-  int64_t source_length = 0;
-  std::vector<int32_t> source_tokens;   // [batch, source_length]
-  std::vector<int64_t> source_lengths;  // [batch]
-};
-
-// Sums over the batch (the loss is the mean over scored tokens).
-struct ForwardResult {
+// What Forward counts over a batch (BatchCounts: relpos/lab/batch.h), the
+// mean loss and the predictions.
+struct ForwardResult : BatchCounts {
   double loss = 0;  // mean cross-entropy (nats) over targets != -1
-  int64_t tokens = 0, correct_tokens = 0;
-  // A sequence with a target counts; it is correct when all its are.
-  int64_t sequences = 0, correct_sequences = 0;
   std::vector<int32_t> predictions;  // [batch, length] argmax, -1 at padding
 };
 
@@ -138,12 +120,10 @@ class Model {
   // Translate uses when the options give none); InvalidArgument otherwise.
   std::pair<int32_t, int32_t> BosEos() const;
 
-  struct Impl;  // defined in src/lab/api/
-  Impl& impl() { return *impl_; }
-  const Impl& impl() const { return *impl_; }
-  explicit Model(std::unique_ptr<Impl> impl);
-
  private:
+  struct Impl;  // the transformer it wraps (src/lab/api/internal.h)
+  friend struct ApiAccess;
+  explicit Model(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

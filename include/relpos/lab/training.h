@@ -138,16 +138,11 @@ int64_t SequenceLength(const ExperimentConfig& config, int64_t length);
 // Every accepted task name, "lm" included.
 std::vector<std::string> TaskNames();
 
-// Lengths as the command line spells them: "N", "A-B", "A-B:STEP", comma
+// Lengths as the settings spell them (train_lengths, and the evaluation
+// lengths of every verb): "N", "A-B", "A-B:STEP" (B always included), comma
 // lists of these; sorted, unique. InvalidArgument naming `name`.
 std::vector<int64_t> ParseLengths(const std::string& spec,
                                   const std::string& name);
-// "8-16", or "8" when lo == hi.
-std::string FormatLengthRange(int64_t lo, int64_t hi);
-// "a,,b" -> {"a", "", "b"}.
-std::vector<std::string> SplitList(const std::string& text, char sep = ',');
-// "12s", "3m05s", "1h02m".
-std::string FormatDuration(double seconds);
 
 }  // namespace relpos
 

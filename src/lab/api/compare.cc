@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "api/compare_file.h"
+#include "api/experiment_run.h"
 #include "core/check.h"
 #include "io/file_io.h"
 #include "io/path_text.h"
@@ -32,45 +33,18 @@ using Json = nlohmann::ordered_json;
 constexpr const char* kFileName = "compare.json";
 
 bool IsLm(const std::string& task) { return task == "lm"; }
-bool IsTranslate(const std::string& task) { return task == "translate"; }
 
 // The score of one length: bits per byte for lm, BLEU for translate, else
 // accuracy.
 double Score(const std::string& task, const LengthMetrics& m) {
   if (IsLm(task)) return m.bits_per_token;
-  return IsTranslate(task) ? m.bleu : m.token_accuracy;
+  return IsTranslateTask(task) ? m.bleu : m.token_accuracy;
 }
 
 // translate's lengths: the upper ends of EvaluateTranslation's buckets
 // inside the training lengths, at 2x and at 4x.
 std::vector<int64_t> TranslateLengths(int64_t train_max) {
   return {train_max, 2 * train_max, 4 * train_max};
-}
-
-// A translate cell's scores: EvaluateTranslation's buckets lo-hi,
-// hi+1..2hi and 2hi+1..4hi at lengths hi, 2hi and 4hi (a bucket without a
-// held-out pair has sequences 0 and is left out of the rows).
-std::vector<LengthMetrics> EvaluateTranslationCell(
-    Model& model, const std::vector<int64_t>& lengths, int64_t sentences) {
-  TranslationEvalOptions options;
-  options.max_sentences = sentences;
-  options.progress.out = nullptr;
-  const TranslationEvalResult r = EvaluateTranslation(model, options);
-  std::vector<LengthMetrics> out;
-  for (int64_t length : lengths) {
-    LengthMetrics m;
-    m.length = length;
-    m.sequence_length = length;  // the bucket's longest source, in words
-    for (const TranslationScores& b : r.scores) {
-      if (b.max_words == length && b.label != "all") {
-        m.bleu = b.bleu;
-        m.chrf = b.chrf;
-        m.sequences = b.sentences;
-      }
-    }
-    out.push_back(m);
-  }
-  return out;
 }
 
 SeedStats Stats(const std::vector<double>& xs) {
@@ -172,25 +146,6 @@ struct Grid {
   std::vector<Planned> cells;
 };
 
-// Whether one cell's training, and its evaluation at the longest length,
-// fit in memory (ResourceError naming the cell otherwise).
-void CheckCellFits(const ExperimentConfig& c, int64_t longest,
-                   int64_t sequences) {
-  const model::ModelConfig& m = c.impl().model;
-  const train::TrainConfig& t = c.impl().train;
-  try {
-    train::CheckMemory(train::PlanTraining(
-        m, t.batch_size, SequenceLength(c, t.train_max_length), t.threads));
-    train::CheckMemory(train::PlanInference(
-        m, std::min<int64_t>(64, sequences), SequenceLength(c, longest),
-        t.threads));
-  } catch (const ResourceError& e) {
-    RELPOS_THROW(ResourceError, "the cell " << c.Get("train", "task") << " "
-                                            << c.Get("model", "position")
-                                            << ": " << MessageBody(e));
-  }
-}
-
 // The grid's size, checked before anything of it is built: the caps of
 // compare.h.
 void CheckGridSize(const CompareSpec& spec) {
@@ -245,14 +200,14 @@ bool PlanGrid(const CompareSpec& spec, const CompareOptions& options,
     t.task = task;
     t.lower_is_better = IsLm(task);
     t.metric = IsLm(task) ? "bits per byte (held-out)"
-               : IsTranslate(task)
+               : IsTranslateTask(task)
                    ? "BLEU of beam-4 translations of held-out pairs, by "
                      "source words"
                    : "per-token accuracy on the output positions";
     t.data = DescribeData(first).source;
     t.train_min_length = std::stoll(first.Get("train", "train_min_length"));
     t.train_max_length = std::stoll(first.Get("train", "train_max_length"));
-    t.lengths = IsTranslate(task)
+    t.lengths = IsTranslateTask(task)
                     ? TranslateLengths(t.train_max_length)
                     : CompareLengths(t.train_min_length, t.train_max_length,
                                      spec.extra_lengths);
@@ -267,10 +222,12 @@ bool PlanGrid(const CompareSpec& spec, const CompareOptions& options,
                   .key = {}};
         // translate's buckets take whatever sources the split has; its
         // search checks its own memory (Model::Translate).
-        if (!IsTranslate(task)) CheckEvalLengths(p.config, t.lengths);
-        CheckCellFits(p.config,
-                      IsTranslate(task) ? t.train_max_length : t.lengths.back(),
-                      spec.sequences_per_length);
+        if (!IsTranslateTask(task)) CheckEvalLengths(p.config, t.lengths);
+        CheckRunFits(p.config,
+                     IsTranslateTask(task) ? t.train_max_length : t.lengths.back(),
+                     spec.sequences_per_length,
+                     "the cell " + task + " " +
+                         p.config.Get("model", "position"));
         p.key.config = Json::parse(p.config.ToJson());
         p.key.lengths = t.lengths;
         p.key.sequences = spec.sequences_per_length;
@@ -293,7 +250,7 @@ bool Reusable(const CompareCell& c, const Planned& p) {
   }
   int64_t parameters = 0;
   for (const model::ParameterShape& s :
-       model::ParameterShapes(p.config.impl().model)) {
+       model::ParameterShapes(Internals(p.config).model)) {
     parameters += s.numel();
   }
   if (c.parameters != parameters) return false;
@@ -331,7 +288,7 @@ ExperimentConfig CompareCellConfig(const CompareSpec& spec,
   c.Set("model", "position", position, "positions");
   c.Set("train", "seed", std::to_string(seed), "seeds");
   // The corpus belongs to lm and translate; the other tasks refuse one.
-  if (!IsLm(task) && !IsTranslate(task)) c.Set("train", "corpus_path", "");
+  if (!IsLm(task) && !IsTranslateTask(task)) c.Set("train", "corpus_path", "");
   c.Resolve();
   // A learned table long enough for the longest evaluation (its rows past
   // the training lengths stay untrained: that is what is measured).
@@ -375,7 +332,7 @@ std::vector<CompareRow> AggregateCells(const std::vector<CompareTask>& tasks,
         double in_sum = 0;
         int in_n = 0;
         for (const LengthMetrics& m : c.by_length) {
-          if (IsTranslate(t.task) && m.sequences == 0) continue;  // no pair
+          if (IsTranslateTask(t.task) && m.sequences == 0) continue;  // no pair
           const double s = Score(t.task, m);
           if (m.length >= t.train_min_length && m.length <= t.train_max_length) {
             in_sum += s;
@@ -443,42 +400,6 @@ std::string CompareResult::ToJson() const {
   j["cells"] = cs;
   return j.dump(2) + "\n";
 }
-
-namespace {
-
-// The output folder of a run: created if missing, locked for the run (one
-// writer per folder), the temporary files of killed writes removed; if this
-// run created it and wrote nothing into it, removed again.
-class OutFolder {
- public:
-  explicit OutFolder(const std::string& dir) : dir_(dir) {
-    std::error_code ec;
-    if (!std::filesystem::exists(dir, ec)) {
-      created_ = std::filesystem::create_directories(dir, ec);
-      if (ec) {
-        RELPOS_THROW(IoError, "cannot create the folder "
-                                  << io::QuotedPath(dir) << ": "
-                                  << ec.message());
-      }
-    }
-    lock_ = io::FolderLock(dir);
-    io::RemoveTemporaryFiles(dir, [](const std::string& target) {
-      return target == kFileName || target == "compare.svg";
-    });
-  }
-  ~OutFolder() {
-    std::error_code ec;
-    if (created_ && !kept_) std::filesystem::remove(dir_, ec);  // if empty
-  }
-  void Keep() { kept_ = true; }
-
- private:
-  std::string dir_;
-  bool created_ = false, kept_ = false;
-  io::FolderLock lock_;
-};
-
-}  // namespace
 
 CompareTimeEstimate::CompareTimeEstimate(const CompareSpec& spec)
     : tasks_(spec.tasks.size()),
@@ -552,7 +473,11 @@ CompareResult RunCompare(const CompareSpec& spec,
   result.cells_planned = static_cast<int64_t>(grid.cells.size());
   // Only a valid grid touches the output folder.
   std::optional<OutFolder> folder;
-  if (!options.out_dir.empty()) folder.emplace(options.out_dir);
+  if (!options.out_dir.empty()) {
+    folder.emplace(options.out_dir, [](const std::string& target) {
+      return target == kFileName || target == "compare.svg";
+    });
+  }
   const std::vector<CompareCell> previous =
       ReadPrevious(options.out_dir, &result.previous_note);
   if (options.on_start) options.on_start(result);
@@ -594,36 +519,29 @@ CompareResult RunCompare(const CompareSpec& spec,
       }
     }
     if (!reused) {
-      Training training(p.config);
       TrainOptions to;
       to.progress = options.progress;
       to.progress.label = "[" + std::to_string(i + 1) + "/" +
                           std::to_string(total) + "] " + t.task + " " +
                           p.position + " seed " + std::to_string(p.seed);
       to.stop_flag = options.stop_flag;
-      const TrainSummary summary = training.Run(to);
-      if (!summary.completed) {  // stopped mid-training: drop the cell
+      ExperimentRunResult run;
+      if (!TrainAndEvaluate(
+              p.config, to,
+              {.lengths = t.lengths,
+               .sequences_per_length = spec.sequences_per_length},
+              &run)) {  // stopped mid-training: drop the cell
         result.interrupted = true;
         break;
       }
-      const auto eval_start = std::chrono::steady_clock::now();
-      cell.by_length =
-          IsTranslate(t.task)
-              ? EvaluateTranslationCell(training.model(), t.lengths,
-                                        spec.sequences_per_length)
-              : Evaluate(training.model(),
-                         {.lengths = t.lengths,
-                          .sequences_per_length = spec.sequences_per_length,
-                          .progress = {.out = nullptr}});
-      cell.eval_seconds = std::chrono::duration<double>(
-                              std::chrono::steady_clock::now() - eval_start)
-                              .count();
+      cell.by_length = std::move(run.by_length);
+      cell.eval_seconds = run.eval_seconds;
       cell.task = t.task;
       cell.position = p.config.Get("model", "position");
       cell.seed = p.seed;
-      cell.parameters = training.model().NumParameters();
-      cell.train_seconds = summary.seconds;
-      cell.final_loss = summary.final_loss;
+      cell.parameters = run.parameters;
+      cell.train_seconds = run.train.seconds;
+      cell.final_loss = run.train.final_loss;
       cell.config_json = p.key.config.dump();
       cell.sequences_per_length = spec.sequences_per_length;
     }

@@ -78,10 +78,10 @@ std::string GetText(const std::vector<io::Setting<C>>& table,
 ExperimentConfig MakeConfig(const model::ModelConfig& model,
                             const train::TrainConfig& train) {
   ExperimentConfig c;
-  c.impl().model = model;
-  c.impl().train = train;
+  Internals(c).model = model;
+  Internals(c).train = train;
   for (const SettingInfo& s : ExperimentConfig::Settings()) {
-    c.impl().given.insert(s.section + "." +
+    Internals(c).given.insert(s.section + "." +
                           (s.key.empty() ? LongFlag(s.flag) : s.key));
   }
   return c;

@@ -85,7 +85,7 @@ int32_t ChooseByte(const float* logits, const GenerateOptions& o, Rng& r) {
 // model, and OpenMP set to it.
 void PrepareThreadsAndMemory(const Model& model, int64_t sequences,
                              int64_t capacity, const GenerateOptions& o) {
-  const model::Transformer& t = *model.impl().transformer;
+  const model::Transformer& t = *Internals(model).transformer;
   const int threads = o.threads > 0
                           ? o.threads
                           : std::stoi(model.config().Get("train", "threads"));
@@ -102,7 +102,7 @@ void PrepareThreadsAndMemory(const Model& model, int64_t sequences,
 
 GenerateResult Generate(Model& model, const std::string& prompt,
                         const GenerateOptions& options) {
-  model::Transformer& t = *model.impl().transformer;
+  model::Transformer& t = *Internals(model).transformer;
   CheckRequest(t, model.config(), prompt, options);
   const auto start = std::chrono::steady_clock::now();
   GenerateResult result;
@@ -152,7 +152,7 @@ GenerateResult Generate(Model& model, const std::string& prompt,
 std::vector<GenerateResult> GenerateBatch(
     Model& model, const std::vector<std::string>& prompts,
     const GenerateOptions& options) {
-  model::Transformer& t = *model.impl().transformer;
+  model::Transformer& t = *Internals(model).transformer;
   const int64_t B = static_cast<int64_t>(prompts.size());
   RELPOS_CHECK_ARG(B >= 1 && B <= kMaxGenerateBatch,
                    "prompts must hold 1 to " << kMaxGenerateBatch

@@ -192,10 +192,10 @@ Inspection Inspect(const std::string& dir, const InspectOptions& options) {
 }
 
 Inspection Inspect(const Model& model, const InspectOptions& options) {
-  const Model::Impl& m = model.impl();
+  const auto& m = Internals(model);
   std::optional<train::SignalStats> signal;
   if (m.signal) signal = *m.signal;
-  Inspection in = Describe(*m.transformer, m.config.impl().train, signal,
+  Inspection in = Describe(*m.transformer, Internals(m.config).train, signal,
                            model.step(), "(in memory)", options);
   if (!in.has_signal) {
     in.no_signal =

@@ -39,6 +39,27 @@ struct Model::Impl {
   const train::SignalStats* signal = nullptr;
 };
 
+// The api files' way into the public objects they implement (a friend of
+// ExperimentConfig and Model): Internals(config).model,
+// Internals(model).transformer.
+struct ApiAccess {
+  using ConfigImpl = ExperimentConfig::Impl;
+  using ModelImpl = Model::Impl;
+  static ExperimentConfig::Impl& Of(ExperimentConfig& c) { return *c.impl_; }
+  static const ExperimentConfig::Impl& Of(const ExperimentConfig& c) {
+    return *c.impl_;
+  }
+  static Model::Impl& Of(Model& m) { return *m.impl_; }
+  static const Model::Impl& Of(const Model& m) { return *m.impl_; }
+  static Model Make(std::unique_ptr<Model::Impl> impl) {
+    return Model(std::move(impl));
+  }
+};
+template <typename T>
+decltype(auto) Internals(T& object) {
+  return ApiAccess::Of(object);
+}
+
 // A view of a tensor of rank 1 to 4 held as data + shape (parameters).
 template <typename T>
 TensorView<T> ViewOf(T* data, const std::vector<int64_t>& shape) {

@@ -18,21 +18,15 @@
 namespace relpos {
 namespace {
 
+// The batch with the public API's empty defaults filled in (the model takes
+// every sequence's targets and lengths).
 model::Batch ToBatch(const TokenBatch& b) {
-  model::Batch out;
-  out.batch = b.batch;
-  out.length = b.length;
-  out.tokens = b.tokens;
-  out.targets = b.targets;
+  model::Batch out = b;
   if (out.targets.empty()) out.targets.assign(b.tokens.size(), -1);
-  out.lengths = b.lengths;
   if (out.lengths.empty()) {
     out.lengths.assign(static_cast<size_t>(std::max<int64_t>(b.batch, 0)),
                        b.length);
   }
-  out.source_length = b.source_length;
-  out.source_tokens = b.source_tokens;
-  out.source_lengths = b.source_lengths;
   if (out.source_lengths.empty() && !out.source_tokens.empty()) {
     out.source_lengths.assign(
         static_cast<size_t>(std::max<int64_t>(b.batch, 0)), b.source_length);
@@ -141,13 +135,13 @@ const model::Parameter& Find(const model::Transformer& t,
 }  // namespace
 
 Model BorrowModel(train::Trainer& trainer) {
-  auto impl = std::make_unique<Model::Impl>();
+  auto impl = std::make_unique<ApiAccess::ModelImpl>();
   impl->config = MakeConfig(trainer.model_config(), trainer.config());
   impl->transformer = std::shared_ptr<model::Transformer>(
       &trainer.model(), [](model::Transformer*) {});
   impl->state = &trainer.state();
   impl->signal = &trainer.signal();
-  return Model(std::move(impl));
+  return ApiAccess::Make(std::move(impl));
 }
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -156,9 +150,9 @@ Model::Model(const ExperimentConfig& config)
     : impl_(std::make_unique<Impl>()) {
   impl_->config = config;
   impl_->config.Resolve();
-  train::CheckMemory(train::PlanModel(impl_->config.impl().model));
+  train::CheckMemory(train::PlanModel(Internals(impl_->config).model));
   impl_->transformer =
-      std::make_shared<model::Transformer>(impl_->config.impl().model);
+      std::make_shared<model::Transformer>(Internals(impl_->config).model);
 }
 
 Model Model::Load(const std::string& dir) {
@@ -180,7 +174,7 @@ void Model::Save(const std::string& dir) const {
   const model::Transformer& t = *impl_->transformer;
   train::Checkpoint ck;
   ck.model_config = t.config();
-  ck.train_config = impl_->config.impl().train;
+  ck.train_config = Internals(impl_->config).train;
   ck.state.step = step();
   ck.parameters = train::GetParameters(t);
   // Fresh AdamW moments: a resumed run starts its optimiser from zero.
@@ -238,13 +232,8 @@ ConstView<float> Model::Gradient(const std::string& name) const {
 }
 
 ForwardResult Model::Forward(const TokenBatch& batch) {
-  model::Metrics m;
   ForwardResult r;
-  r.loss = impl_->transformer->Evaluate(ToBatch(batch), &m, &r.predictions);
-  r.tokens = m.tokens;
-  r.correct_tokens = m.correct_tokens;
-  r.sequences = m.sequences;
-  r.correct_sequences = m.correct_sequences;
+  r.loss = impl_->transformer->Evaluate(ToBatch(batch), &r, &r.predictions);
   return r;
 }
 
@@ -320,7 +309,7 @@ std::vector<Translation> Model::Translate(
                    "threads must be in [0, 1024] (got " << options.threads
                                                         << ")");
   const int threads = options.threads > 0 ? options.threads
-                                          : impl_->config.impl().train.threads;
+                                          : Internals(impl_->config).train.threads;
   int64_t longest = 0;
   for (const std::vector<int32_t>& s : sources) {
     longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
@@ -354,7 +343,7 @@ std::pair<int32_t, int32_t> Model::BosEos() const {
                    "BOS / EOS: this model's arch is "
                        << model::ToString(impl_->transformer->config().arch)
                        << ", not seq2seq");
-  const auto data = train::MakeDataSource(impl_->config.impl().train.data);
+  const auto data = train::MakeDataSource(Internals(impl_->config).train.data);
   RELPOS_CHECK_ARG(data->pairs() != nullptr,
                    "the model's data has no BOS / EOS; give them");
   return {data->pairs()->tokens().bos, data->pairs()->tokens().eos};

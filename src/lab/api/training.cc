@@ -27,7 +27,7 @@ train::ProgressMode ProgressModeOf(const std::string& mode) {
 namespace {
 
 std::unique_ptr<train::DataSource> DataOf(const ExperimentConfig& config) {
-  return train::MakeDataSource(config.impl().train.data);
+  return train::MakeDataSource(Internals(config).train.data);
 }
 
 }  // namespace
@@ -48,7 +48,7 @@ Training::Training(const ExperimentConfig& config) {
   ExperimentConfig c = config;
   c.Resolve();
   impl_ = std::make_unique<Impl>(
-      train::Trainer(c.impl().model, c.impl().train));
+      train::Trainer(Internals(c).model, Internals(c).train));
 }
 
 Training Training::Resume(const std::string& dir) {
@@ -78,7 +78,7 @@ void Training::Save(const std::string& dir) { impl_->trainer.Save(dir); }
 
 void Training::SetTotalSteps(int64_t steps) {
   impl_->trainer.set_total_steps(steps);
-  impl_->model.impl().config.impl().train = impl_->trainer.config();
+  Internals(Internals(impl_->model).config).train = impl_->trainer.config();
 }
 
 const ExperimentConfig& Training::config() const {
@@ -102,13 +102,13 @@ std::vector<LengthMetrics> Evaluate(Model& model, const EvalOptions& options) {
                    "sequences per length and batch size must be >= 1 (got "
                        << ec.sequences_per_length << ", " << ec.batch_size
                        << ")");
-  train::CheckEvalLengths(config.impl().model, *data, ec.lengths);
+  train::CheckEvalLengths(Internals(config).model, *data, ec.lengths);
   const int threads =
-      options.threads > 0 ? options.threads : config.impl().train.threads;
+      options.threads > 0 ? options.threads : Internals(config).train.threads;
   // One batch of the longest length must fit beside the model.
   int64_t longest = 0;
   for (int64_t n : ec.lengths) longest = std::max(longest, n);
-  const model::ModelConfig& mc = model.impl().transformer->config();
+  const model::ModelConfig& mc = Internals(model).transformer->config();
   train::MemoryPlan plan = train::PlanInference(
       mc, std::min(ec.batch_size, ec.sequences_per_length),
       data->SequenceLength(longest), threads);
@@ -125,7 +125,7 @@ std::vector<LengthMetrics> Evaluate(Model& model, const EvalOptions& options) {
         ProgressModeOf(options.progress.mode));
   }
   std::vector<LengthMetrics> results = train::EvaluateByLength(
-      *model.impl().transformer, *data, ec, progress.get());
+      *Internals(model).transformer, *data, ec, progress.get());
   if (progress) progress->Finish();
   return results;
 }
@@ -134,7 +134,7 @@ void CheckEvalLengths(const ExperimentConfig& config,
                       const std::vector<int64_t>& lengths) {
   ExperimentConfig c = config;
   c.Resolve();
-  train::CheckEvalLengths(c.impl().model, *DataOf(c), lengths);
+  train::CheckEvalLengths(Internals(c).model, *DataOf(c), lengths);
 }
 
 DataInfo DescribeData(const ExperimentConfig& config) {
@@ -156,18 +156,6 @@ std::vector<std::string> TaskNames() { return train::DataTaskNames(); }
 std::vector<int64_t> ParseLengths(const std::string& spec,
                                   const std::string& name) {
   return train::ParseLengths(spec, name);
-}
-
-std::string FormatLengthRange(int64_t lo, int64_t hi) {
-  return train::FormatLengthRange(lo, hi);
-}
-
-std::vector<std::string> SplitList(const std::string& text, char sep) {
-  return train::SplitList(text, sep);
-}
-
-std::string FormatDuration(double seconds) {
-  return train::FormatDuration(seconds);
 }
 
 }  // namespace relpos

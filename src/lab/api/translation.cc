@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "relpos/lab/metrics.h"
 #include "relpos/lab/parallel_text.h"
+#include "train/lengths.h"
 #include "train/progress.h"
 #include "translate/parallel_corpus.h"
 #include "translate/translation_task.h"
@@ -22,7 +23,7 @@ namespace {
 using translate::Vocabulary;
 
 Vocabulary VocabularyOf(const Model& model) {
-  const ExperimentConfig::Impl& c = model.config().impl();
+  const auto& c = Internals(model.config());
   RELPOS_CHECK_ARG(c.train.data.task == translate::kTranslateTask,
                    "not a translation checkpoint: its task is '"
                        << c.train.data.task << "' (translation needs task "
@@ -46,7 +47,7 @@ Vocabulary VocabularyOf(const Model& model) {
 }
 
 int64_t MaxSourceTokens(const Model& model) {
-  const model::ModelConfig& m = model.config().impl().model;
+  const model::ModelConfig& m = Internals(model.config()).model;
   return m.position == model::PositionScheme::kLearned
              ? m.max_len
              : kMaxTranslationSourceTokens;
@@ -153,7 +154,7 @@ std::vector<TranslationScores> Buckets(int64_t lo, int64_t hi) {
     if (z < 0) {
       label << '>' << a - 1;
     } else {
-      label << FormatLengthRange(a, z);
+      label << train::FormatLengthRange(a, z);
     }
     label << (inside ? " (inside)" : (a > hi ? " (beyond)" : " (shorter)"));
     b.push_back({.label = label.str(), .min_words = a, .max_words = z,
@@ -181,7 +182,7 @@ TranslationEvalResult EvaluateTranslation(
                    "batch size must be >= 1 and max sentences >= 0 (got "
                        << options.batch_size << ", " << options.max_sentences
                        << ")");
-  const train::TrainConfig& tc = model.config().impl().train;
+  const train::TrainConfig& tc = Internals(model.config()).train;
   const std::unique_ptr<train::DataSource> data =
       train::MakeDataSource(tc.data);
   const auto* task =

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "relpos/lab/batch.h"
 #include "relpos/schemes.h"
 
 namespace relpos::model {
@@ -125,23 +126,10 @@ std::vector<ParameterShape> ParameterShapes(const ModelConfig& config);
 // A batch of token sequences, padded to `length`. For a seq2seq model the
 // sequences are the decoder's (the target side: tokens = BOS y_1 .. y_m,
 // targets = y_1 .. y_m EOS under teacher forcing) and each has a source
-// sentence; the other architectures take no source.
-struct Batch {
-  int64_t batch = 0, length = 0;
-  std::vector<int32_t> tokens;   // [batch, length]
-  std::vector<int32_t> targets;  // [batch, length], -1 = no loss there
-  // Valid length of each sequence, in [0, length]. Positions >= lengths[b]
-  // are padding: invisible as keys, their tokens are ignored (any value), and
-  // their targets must be -1.
-  std::vector<int64_t> lengths;
-  // Seq2seq only (empty otherwise): the source sentences, padded to
-  // source_length >= 1, with their valid lengths in [0, source_length]
-  // (padding tokens ignored, as on the target side). Source and target
-  // lengths differ freely per sequence.
-  int64_t source_length = 0;
-  std::vector<int32_t> source_tokens;   // [batch, source_length]
-  std::vector<int64_t> source_lengths;  // [batch]
-};
+// sentence; the other architectures take no source. It is the public
+// TokenBatch (relpos/lab/batch.h), with every sequence's lengths and
+// targets given (the model has no empty defaults).
+using Batch = TokenBatch;
 
 // One named tensor of the model. `grad` is empty until the model's first
 // Backward (or AllocateGradients), then has value's size and is overwritten
@@ -163,13 +151,7 @@ using Parameter = BasicParameter<float>;
 
 // Counts accumulate over calls (the caller zeroes them); loss_sum is the sum
 // of per-token cross-entropies (natural log).
-struct Metrics {
-  double loss_sum = 0;
-  int64_t tokens = 0, correct_tokens = 0;
-  // A sequence with at least one target counts; it is correct when every
-  // target position is predicted right (argmax, ties to the lowest id).
-  int64_t sequences = 0, correct_sequences = 0;
-};
+using Metrics = BatchCounts;  // relpos/lab/batch.h
 
 // What Forward keeps: kTraining applies dropout and keeps every block's
 // activations for Backward; kInference applies no dropout and reuses one set
