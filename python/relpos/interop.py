@@ -474,6 +474,84 @@ _T5_BLOCK = re.compile(r"(^|.*\.)block\.(\d+)\.(.*)$")
 _T5_STACK = re.compile(r"(^|\.)(encoder|decoder)\.block\.\d+\.")
 
 
+def _t5_check_prefix(prefix):
+    """Refuses a prefix that is not a str or names cross-attention."""
+    if not isinstance(prefix, str):
+        raise TypeError(f"relpos.interop: prefix must be a str (got "
+                        f"{type(prefix).__name__})")
+    if "EncDecAttention" in prefix:
+        raise ValueError(
+            f"relpos.interop: prefix {prefix!r} is T5's cross-attention "
+            f"(EncDecAttention), which has no relative position bias; "
+            f"from_t5 loads self-attention layers (layer.0.SelfAttention)")
+
+
+def _t5_geometry(state_dict, config, prefix, num_heads, d_kv, source):
+    """num_heads, d_kv and d_model of a T5 layer: the keywords, else the
+    config, else (d_kv) the q rows / num_heads."""
+    if num_heads is None:
+        num_heads = _setting(config, "num_heads")
+    if num_heads is None:
+        raise ValueError("relpos.interop: from_t5 needs num_heads (a "
+                         "keyword, or a config with num_heads)")
+    num_heads = _positive("num_heads", num_heads)
+    inner, d_model = _rows(state_dict, prefix + "q.weight", source)
+    if d_kv is None:
+        d_kv = _setting(config, "d_kv")
+    if d_kv is None:
+        if inner % num_heads:
+            raise ValueError(
+                f"relpos.interop: {source} tensor '{prefix}q.weight' has "
+                f"{inner} rows, not divisible by num_heads = {num_heads}")
+        d_kv = inner // num_heads
+    return num_heads, _positive("d_kv", d_kv), d_model
+
+
+def _t5_is_decoder(config, prefix, is_decoder):
+    """is_decoder checked, or else the stack the prefix names, else
+    config.is_decoder, else False."""
+    if is_decoder is None:
+        stack = _T5_STACK.search(prefix)
+        is_decoder = (stack.group(2) == "decoder" if stack else
+                      bool(_setting(config, "is_decoder", False)))
+    elif not isinstance(is_decoder, (bool, np.bool_)):
+        raise TypeError(f"relpos.interop: is_decoder must be a bool (got "
+                        f"{type(is_decoder).__name__})")
+    return is_decoder
+
+
+def _t5_bias_prefix(prefix, bias_prefix):
+    """bias_prefix, or else the prefix with its block index replaced by 0
+    (the prefix itself if it names no block)."""
+    if bias_prefix is None:
+        block = _T5_BLOCK.match(prefix)
+        bias_prefix = (f"{block.group(1)}block.0.{block.group(3)}" if block
+                       else prefix)
+    return bias_prefix
+
+
+def _t5_buckets(state_dict, config, bias_name, num_buckets, max_distance,
+                is_decoder, source):
+    """The layer's T5Buckets (keywords, else config, else the bias table's
+    rows and max_distance 128), validated by relpos.t5_bucket."""
+    if num_buckets is None:
+        num_buckets = _setting(config, "relative_attention_num_buckets")
+    if num_buckets is None:
+        num_buckets = _rows(state_dict, bias_name, source)[0]
+    num_buckets = _positive("num_buckets", num_buckets)
+    max_distance = _positive("max_distance", max_distance
+                             if max_distance is not None else
+                             _setting(config,
+                                      "relative_attention_max_distance", 128))
+    buckets = T5Buckets(num_buckets, max_distance, not is_decoder)
+    try:  # relpos's validation of the bucket map, at load time
+        t5_bucket(np.zeros(1, np.int64), **buckets._asdict())
+    except ValueError as err:
+        raise ValueError(f"relpos.interop: {source} buckets {buckets}: "
+                         f"{str(err).removeprefix('relpos: ')}") from None
+    return buckets
+
+
 def from_t5(state_dict: Mapping, config=None, *,
             prefix: str = "encoder.block.0.layer.0.SelfAttention.",
             bias_prefix: Optional[str] = None,
@@ -515,63 +593,20 @@ def from_t5(state_dict: Mapping, config=None, *,
     is_decoder``.
     """
     source = "T5"
-    if not isinstance(prefix, str):
-        raise TypeError(f"relpos.interop: prefix must be a str (got "
-                        f"{type(prefix).__name__})")
-    if "EncDecAttention" in prefix:
-        raise ValueError(
-            f"relpos.interop: prefix {prefix!r} is T5's cross-attention "
-            f"(EncDecAttention), which has no relative position bias; "
-            f"from_t5 loads self-attention layers (layer.0.SelfAttention)")
-    if num_heads is None:
-        num_heads = _setting(config, "num_heads")
-    if num_heads is None:
-        raise ValueError("relpos.interop: from_t5 needs num_heads (a "
-                         "keyword, or a config with num_heads)")
-    num_heads = _positive("num_heads", num_heads)
-    inner, d_model = _rows(state_dict, prefix + "q.weight", source)
-    if d_kv is None:
-        d_kv = _setting(config, "d_kv")
-    if d_kv is None:
-        if inner % num_heads:
-            raise ValueError(
-                f"relpos.interop: {source} tensor '{prefix}q.weight' has "
-                f"{inner} rows, not divisible by num_heads = {num_heads}")
-        d_kv = inner // num_heads
-    d_kv = _positive("d_kv", d_kv)
+    _t5_check_prefix(prefix)
+    num_heads, d_kv, d_model = _t5_geometry(state_dict, config, prefix,
+                                            num_heads, d_kv, source)
     inner = num_heads * d_kv  # checked against every projection's shape
-
-    if is_decoder is None:
-        stack = _T5_STACK.search(prefix)
-        is_decoder = (stack.group(2) == "decoder" if stack else
-                      bool(_setting(config, "is_decoder", False)))
-    elif not isinstance(is_decoder, (bool, np.bool_)):
-        raise TypeError(f"relpos.interop: is_decoder must be a bool (got "
-                        f"{type(is_decoder).__name__})")
-    if bias_prefix is None:
-        block = _T5_BLOCK.match(prefix)
-        bias_prefix = (f"{block.group(1)}block.0.{block.group(3)}" if block
-                       else prefix)
-    bias_name = bias_prefix + "relative_attention_bias.weight"
-    if num_buckets is None:
-        num_buckets = _setting(config, "relative_attention_num_buckets")
-    if num_buckets is None:
-        num_buckets = _rows(state_dict, bias_name, source)[0]
-    num_buckets = _positive("num_buckets", num_buckets)
-    max_distance = _positive("max_distance", max_distance
-                             if max_distance is not None else
-                             _setting(config,
-                                      "relative_attention_max_distance", 128))
-    buckets = T5Buckets(num_buckets, max_distance, not is_decoder)
-    try:  # relpos's validation of the bucket map, at load time
-        t5_bucket(np.zeros(1, np.int64), **buckets._asdict())
-    except ValueError as err:
-        raise ValueError(f"relpos.interop: {source} buckets {buckets}: "
-                         f"{str(err).removeprefix('relpos: ')}") from None
+    is_decoder = _t5_is_decoder(config, prefix, is_decoder)
+    bias_name = (_t5_bias_prefix(prefix, bias_prefix) +
+                 "relative_attention_bias.weight")
+    buckets = _t5_buckets(state_dict, config, bias_name, num_buckets,
+                          max_distance, is_decoder, source)
 
     _, w = _projections(state_dict, prefix, source, d_model,
                         ("q", "k", "v", "o"), inner=inner, bias=False)
-    table = _array(state_dict, bias_name, (num_buckets, num_heads), source)
+    table = _array(state_dict, bias_name, (buckets.num_buckets, num_heads),
+                   source)
     return LoadedAttention(
         num_heads=num_heads, ak=None, av=None, buckets=buckets,
         source=source, score_bias=np.ascontiguousarray(table.T), scale=1.0,

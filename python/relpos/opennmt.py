@@ -154,6 +154,42 @@ def load_eole(model_dir: str) -> Dict:
         raise ImportError("relpos.opennmt: reading an eole model needs the "
                           "safetensors package: pip install safetensors") \
             from e
+    paths, config, vocab = _eole_files(model_dir)
+    model = config["model"]
+    sides = {side: {**_EOLE_DEFAULTS, **model, **(model.get(side) or {})}
+             for side in ("encoder", "decoder")}
+    _eole_check(model, sides)
+    enc, dec = sides["encoder"], sides["decoder"]
+    opt = _eole_options(model, enc, dec)
+    sd, generator = _eole_tensors(load_file(paths["model.00.safetensors"]))
+    # Tied tensors are stored once (safetensors keeps no aliases): the
+    # encoder's embedding stands for the decoder's and the generator's.
+    enc_emb = "encoder.embeddings.make_embedding.emb_luts.0.weight"
+    dec_emb = "decoder.embeddings.make_embedding.emb_luts.0.weight"
+    if opt["share_embeddings"] and dec_emb not in sd and enc_emb in sd:
+        sd[dec_emb] = sd[enc_emb]
+    if opt["share_decoder_embeddings"] and "weight" not in generator and \
+            dec_emb in sd:
+        generator["weight"] = sd[dec_emb]
+    return {"model": sd, "generator": generator,
+            "vocab": {"src": vocab["src"], "tgt": vocab["tgt"],
+                      "decoder_start_token": vocab.get(
+                          "decoder_start_token", "<s>")},
+            "opt": opt,
+            # eole adds q.a unscaled (module docstring).
+            "relative_key_scale": math.sqrt(enc["hidden_size"] /
+                                            enc["heads"])}
+
+
+def _eole_refuse(what):
+    """Raises UnsupportedModelError for an eole option relpos lacks."""
+    raise UnsupportedModelError(f"relpos.opennmt: eole {what} cannot be "
+                                "imported into relpos's seq2seq model")
+
+
+def _eole_files(model_dir):
+    """The paths of an eole folder's files, its config.json and its
+    vocab.json, checked to be there (one weight shard) and well formed."""
     paths = {n: os.path.join(os.fspath(model_dir), n)
              for n in ("config.json", "vocab.json", "model.00.safetensors")}
     for name, path in paths.items():
@@ -175,22 +211,20 @@ def load_eole(model_dir: str) -> Dict:
     if not isinstance(vocab, dict) or not {"src", "tgt"} <= set(vocab):
         raise ValueError(f"relpos.opennmt: {paths['vocab.json']} has no "
                          "src / tgt vocabulary")
-    model = config["model"]
-    sides = {side: {**_EOLE_DEFAULTS, **model, **(model.get(side) or {})}
-             for side in ("encoder", "decoder")}
+    return paths, config, vocab
 
-    def refuse(what):
-        raise UnsupportedModelError(f"relpos.opennmt: eole {what} cannot be "
-                                    "imported into relpos's seq2seq model")
 
+def _eole_check(model, sides):
+    """Refuses the eole options (each side's, with eole's defaults filled
+    in) that have no OpenNMT-py form relpos imports."""
     if model.get("architecture") != "transformer":
-        refuse(f"architecture = {model.get('architecture')!r} (only "
-               "'transformer')")
+        _eole_refuse(f"architecture = {model.get('architecture')!r} (only "
+                     "'transformer')")
     for side, m in sides.items():
         if m["position_encoding_type"] != "Relative":
-            refuse(f"{side} position_encoding_type = "
-                   f"{m['position_encoding_type']!r} (only 'Relative', "
-                   "Shaw's tables)")
+            _eole_refuse(f"{side} position_encoding_type = "
+                         f"{m['position_encoding_type']!r} (only 'Relative', "
+                         "Shaw's tables)")
         for key, want in (("encoder_layer_style", "standard"),
                           ("shared_layer_norm", False),
                           ("ffn_layernorm", False), ("head_dim", None),
@@ -200,12 +234,18 @@ def load_eole(model_dir: str) -> Dict:
                           ("add_estimator", False),
                           ("generator_function", "softmax")):
             if m.get(key, want) != want:
-                refuse(f"{side} {key} = {m.get(key)!r} (only {want!r})")
+                _eole_refuse(f"{side} {key} = {m.get(key)!r} (only "
+                             f"{want!r})")
     enc, dec = sides["encoder"], sides["decoder"]
     for key in ("n_positions", "heads", "hidden_size", "norm_eps"):
         if enc.get(key) != dec.get(key):
-            refuse(f"{key} differing between encoder ({enc.get(key)!r}) "
-                   f"and decoder ({dec.get(key)!r})")
+            _eole_refuse(f"{key} differing between encoder "
+                         f"({enc.get(key)!r}) and decoder ({dec.get(key)!r})")
+
+
+def _eole_options(model, enc, dec):
+    """OpenNMT-py's options (the checkpoint's ``opt``) for eole's model
+    section and its encoder / decoder settings."""
     emb = model.get("embeddings") or {}
     width = emb.get("word_vec_size", enc["hidden_size"])
     opt = {"encoder_type": enc.get("encoder_type", "transformer"),
@@ -226,15 +266,20 @@ def load_eole(model_dir: str) -> Dict:
                                                  False),
            "self_attn_type": "scaled-dot"}
     if dec["transformer_ff"] != enc["transformer_ff"]:
-        refuse("transformer_ff differing between encoder and decoder")
-    tensors = load_file(paths["model.00.safetensors"])
+        _eole_refuse("transformer_ff differing between encoder and decoder")
+    return opt
+
+
+def _eole_tensors(tensors):
+    """eole's tensors as float32 under OpenNMT-py's names: the model's
+    state dict and the generator's (layer scalars, all 1, dropped)."""
     sd, generator = {}, {}
     for name, value in tensors.items():
         value = np.asarray(value, dtype=np.float32)
         parts = name.split(".")
         if name.endswith(".layer_scalar"):
             if not np.all(value == 1):
-                refuse(f"{name} != 1 (a per-layer output scale)")
+                _eole_refuse(f"{name} != 1 (a per-layer output scale)")
             continue
         if parts[0] == "generator":
             generator[".".join(parts[1:])] = value
@@ -244,34 +289,23 @@ def load_eole(model_dir: str) -> Dict:
             sd[f"{side}.embeddings.make_embedding.emb_luts.0.weight"] = value
         elif parts[0] in _EOLE_BLOCK and len(parts) > 3 and parts[1] == \
                 "transformer_layers":
-            rest = ".".join(parts[3:])
-            for prefix, onmt in _EOLE_BLOCK[parts[0]].items():
-                if rest.startswith(prefix + "."):
-                    rest = onmt + rest[len(prefix):]
-            rest = rest.replace("mlp.gate_up_proj", "feed_forward.w_1")
-            rest = rest.replace("mlp.down_proj", "feed_forward.w_2")
-            block = "transformer" if parts[0] == "encoder" else \
-                "transformer_layers"
-            sd[f"{parts[0]}.{block}.{parts[2]}.{rest}"] = value
+            sd[_eole_block_name(parts)] = value
         else:
             sd[name] = value
-    # Tied tensors are stored once (safetensors keeps no aliases): the
-    # encoder's embedding stands for the decoder's and the generator's.
-    enc_emb = "encoder.embeddings.make_embedding.emb_luts.0.weight"
-    dec_emb = "decoder.embeddings.make_embedding.emb_luts.0.weight"
-    if opt["share_embeddings"] and dec_emb not in sd and enc_emb in sd:
-        sd[dec_emb] = sd[enc_emb]
-    if opt["share_decoder_embeddings"] and "weight" not in generator and \
-            dec_emb in sd:
-        generator["weight"] = sd[dec_emb]
-    return {"model": sd, "generator": generator,
-            "vocab": {"src": vocab["src"], "tgt": vocab["tgt"],
-                      "decoder_start_token": vocab.get(
-                          "decoder_start_token", "<s>")},
-            "opt": opt,
-            # eole adds q.a unscaled (module docstring).
-            "relative_key_scale": math.sqrt(enc["hidden_size"] /
-                                            enc["heads"])}
+    return sd, generator
+
+
+def _eole_block_name(parts):
+    """OpenNMT-py's name of an eole block tensor, from its name's parts
+    (``encoder`` / ``decoder``, ``transformer_layers``, index, rest)."""
+    rest = ".".join(parts[3:])
+    for prefix, onmt in _EOLE_BLOCK[parts[0]].items():
+        if rest.startswith(prefix + "."):
+            rest = onmt + rest[len(prefix):]
+    rest = rest.replace("mlp.gate_up_proj", "feed_forward.w_1")
+    rest = rest.replace("mlp.down_proj", "feed_forward.w_2")
+    block = "transformer" if parts[0] == "encoder" else "transformer_layers"
+    return f"{parts[0]}.{block}.{parts[2]}.{rest}"
 
 
 def _opt(opt: Mapping, key, default=None):
