@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "relpos/lab/bench.h"
+#include "cli/bench_timing.h"
 #include "cli/cli_common.h"
 #include "cli/experiment_flags.h"
 #include "relpos/error.h"
@@ -123,7 +124,7 @@ struct Row {
   // Relative rows: fwd+bwd time over the vanilla row's at the same n, minus
   // one, and the FLOP bound (2k+1)/Nk of docs/math.md section 4.
   // The overhead is the median of per-round ratios, the rows timed
-  // interleaved with vanilla (bench::InterleavedSeconds); min / max: the
+  // interleaved with vanilla (InterleavedSeconds); min / max: the
   // smallest and largest round's.
   std::optional<double> overhead_pct, flop_bound_pct;
   std::optional<double> overhead_min_pct, overhead_max_pct;
@@ -209,8 +210,8 @@ Row Measure(Variant variant, const bench::WorkloadShape& shape, int threads,
   Row row = AttentionRow(w, variant, shape);
   row.repeats = repeats;
   // The forward's warm-up also leaves out and lse for the backward.
-  row.fwd_s = bench::MedianSeconds([&w] { w.Forward(); }, repeats);
-  row.bwd_s = bench::MedianSeconds([&w] { w.Backward(); }, repeats);
+  row.fwd_s = MedianSeconds([&w] { w.Forward(); }, repeats);
+  row.bwd_s = MedianSeconds([&w] { w.Backward(); }, repeats);
   return row;
 }
 
@@ -238,14 +239,14 @@ std::vector<double> Totals(const std::vector<double>& fwd,
 // appends vanilla's samples to *vanilla.
 void TimeAgainstVanilla(const Calls& vanilla_calls, const Calls& row_calls,
                         int repeats, Row* row, Samples* vanilla) {
-  const std::vector<std::vector<double>> t = bench::InterleavedSeconds(
+  const std::vector<std::vector<double>> t = InterleavedSeconds(
       {vanilla_calls.fwd, vanilla_calls.bwd, row_calls.fwd, row_calls.bwd},
       repeats);
   row->repeats = static_cast<int>(t[2].size());
-  row->fwd_s = bench::Median(t[2]);
-  row->bwd_s = bench::Median(t[3]);
-  const bench::RatioSpread ratio =
-      bench::RoundRatios(Totals(t[2], t[3]), Totals(t[0], t[1]));
+  row->fwd_s = Median(t[2]);
+  row->bwd_s = Median(t[3]);
+  const RatioSpread ratio =
+      RoundRatios(Totals(t[2], t[3]), Totals(t[0], t[1]));
   row->overhead_pct = 100.0 * (ratio.median - 1.0);
   row->overhead_min_pct = 100.0 * (ratio.min - 1.0);
   row->overhead_max_pct = 100.0 * (ratio.max - 1.0);
@@ -259,12 +260,12 @@ void SetVanillaTimes(const Calls& calls, int repeats, Samples samples,
                      Row* row) {
   if (samples.fwd.empty()) {
     const std::vector<std::vector<double>> t =
-        bench::InterleavedSeconds({calls.fwd, calls.bwd}, repeats);
+        InterleavedSeconds({calls.fwd, calls.bwd}, repeats);
     samples = {t[0], t[1]};
   }
   row->repeats = static_cast<int>(samples.fwd.size());
-  row->fwd_s = bench::Median(samples.fwd);
-  row->bwd_s = bench::Median(samples.bwd);
+  row->fwd_s = Median(samples.fwd);
+  row->bwd_s = Median(samples.bwd);
 }
 
 std::string Percent(double pct) {
@@ -522,7 +523,7 @@ LayerRow MeasureLayer(const std::string& name, const bench::LayerShape& shape,
   row.name = name;
   row.shape = shape;
   row.repeats = repeats;
-  row.fwd_s = bench::MedianSeconds([&w] { w.Forward(); }, repeats);
+  row.fwd_s = MedianSeconds([&w] { w.Forward(); }, repeats);
   row.peak_bytes = w.PeakBytes();
   return row;
 }
@@ -597,14 +598,14 @@ std::vector<LayerRow> MeasureLayersAtN(const BenchFlags& f,
       continue;
     }
     bench::LayerWorkload w(s, threads);
-    const std::vector<std::vector<double>> t = bench::InterleavedSeconds(
+    const std::vector<std::vector<double>> t = InterleavedSeconds(
         {[&vanilla_w] { vanilla_w->Forward(); }, [&w] { w.Forward(); }},
         f.repeats);
-    const bench::RatioSpread ratio = bench::RoundRatios(t[1], t[0]);
+    const RatioSpread ratio = RoundRatios(t[1], t[0]);
     rows.push_back({.name = "shaw",
                     .shape = s,
                     .repeats = static_cast<int>(t[1].size()),
-                    .fwd_s = bench::Median(t[1]),
+                    .fwd_s = Median(t[1]),
                     .peak_bytes = w.PeakBytes(),
                     .overhead_pct = 100.0 * (ratio.median - 1.0),
                     .overhead_min_pct = 100.0 * (ratio.min - 1.0),
@@ -613,11 +614,11 @@ std::vector<LayerRow> MeasureLayersAtN(const BenchFlags& f,
   }
   if (vanilla_w) {
     if (vanilla_s.empty()) {
-      vanilla_s = bench::InterleavedSeconds(
+      vanilla_s = InterleavedSeconds(
           {[&vanilla_w] { vanilla_w->Forward(); }}, f.repeats)[0];
     }
     rows[0].repeats = static_cast<int>(vanilla_s.size());
-    rows[0].fwd_s = bench::Median(vanilla_s);
+    rows[0].fwd_s = Median(vanilla_s);
     rows[0].peak_bytes = vanilla_w->PeakBytes();
   }
   progress.Clear();
@@ -627,7 +628,7 @@ std::vector<LayerRow> MeasureLayersAtN(const BenchFlags& f,
 // Per n: vanilla (if listed) first, then shaw once per --k.
 void RunLayer(const BenchFlags& f, std::ostream& out) {
   ValidateLayer(f);
-  bench::ScopedOmpThreads omp(f.threads);
+  ScopedOmpThreads omp(f.threads);
   const int threads = omp.threads();
   const std::vector<std::string> positions = LayerPositions(f);
   if (!f.json) {
@@ -745,11 +746,11 @@ void RunBench(const BenchFlags& f, std::ostream& out) {
     return;
   }
   Validate(f);
-  bench::ScopedOmpThreads omp(f.threads);
+  ScopedOmpThreads omp(f.threads);
   const int threads = omp.threads();
   // SGEMM first, then the attention rows, all under the same thread count.
   const double sgemm_gflops =
-      bench::SgemmGflops(f.sgemm_size, std::max(f.repeats, 3));
+      SgemmGflops(f.sgemm_size, std::max(f.repeats, 3));
   if (!f.json) PrintHeader(f, threads, sgemm_gflops, out);
 
   BenchProgress progress(f.progress, PlannedMeasurements(f));

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "relpos/lab/bench.h"
+#include "cli/bench_timing.h"
 #include "cli/cli_test_util.h"
 #include "relpos/error.h"
 
@@ -214,23 +215,23 @@ TEST(BenchTiming, InterleavedRoundsAlternate) {
   std::string log;
   const std::vector<std::function<void()>> fns = {[&log] { log += 'a'; },
                                                   [&log] { log += 'b'; }};
-  std::vector<std::vector<double>> t = bench::InterleavedSeconds(fns, 3);
+  std::vector<std::vector<double>> t = InterleavedSeconds(fns, 3);
   EXPECT_EQ(log, "abababab");  // warm-up round, then three timed rounds
   ASSERT_EQ(t.size(), 2u);
   EXPECT_EQ(t[0].size(), 3u);
   EXPECT_EQ(t[1].size(), 3u);
   log.clear();
-  t = bench::InterleavedSeconds(fns, 2, /*self_warm_seconds=*/-1.0);
+  t = InterleavedSeconds(fns, 2, /*self_warm_seconds=*/-1.0);
   EXPECT_EQ(log, "abab");  // the warm-up round counts as the first
   EXPECT_EQ(t[0].size(), 2u);
-  EXPECT_THROW(bench::InterleavedSeconds(fns, 0), InvalidArgument);
+  EXPECT_THROW(InterleavedSeconds(fns, 0), InvalidArgument);
 
-  const bench::RatioSpread r = bench::RoundRatios({2, 9, 4}, {1, 3, 2});
+  const RatioSpread r = RoundRatios({2, 9, 4}, {1, 3, 2});
   EXPECT_EQ(r.median, 2.0);
   EXPECT_EQ(r.min, 2.0);
   EXPECT_EQ(r.max, 3.0);
-  EXPECT_EQ(bench::Median({3, 1, 4, 2}), 2.5);
-  EXPECT_THROW(bench::RoundRatios({1}, {1, 2}), InvalidArgument);
+  EXPECT_EQ(Median({3, 1, 4, 2}), 2.5);
+  EXPECT_THROW(RoundRatios({1}, {1, 2}), InvalidArgument);
 }
 
 TEST(BenchVerb, TextTable) {

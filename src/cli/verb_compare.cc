@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -243,7 +244,8 @@ decltype(auto) RunWithFlagNames(Fn&& fn) {
   }
 }
 
-void RunCompareVerb(CompareFlags& f, std::ostream& out) {
+// The grid the flags ask for (the defaults of --quick or of a full run).
+CompareSpec MakeCompareSpec(const CompareFlags& f) {
   using FlagPair = std::pair<const char*, const char*>;
   for (const auto& [flag, instead] :
        {FlagPair{"--task", "--tasks"}, FlagPair{"--position", "--positions"},
@@ -276,6 +278,40 @@ void RunCompareVerb(CompareFlags& f, std::ostream& out) {
     spec.extra_lengths = ParseLengths(f.eval_lengths, "--eval-lengths");
   }
   spec.sequences_per_length = f.sequences;
+  return spec;
+}
+
+// One line per finished cell, with the grid's time so far and an estimate
+// of what is left: each trained cell's wall time (from the end of the
+// previous cell: building the model, training, evaluating, saving), fitted
+// per task and scheme (CompareTimeEstimate).
+std::function<void(const CompareCell&, int64_t, int64_t)> CellReporter(
+    const CompareSpec& spec) {
+  const auto start = std::chrono::steady_clock::now();
+  auto estimate = std::make_shared<CompareTimeEstimate>(spec);
+  auto last_end = std::make_shared<double>(0);
+  return [start, estimate, last_end](const CompareCell& c, int64_t done,
+                                     int64_t total) {
+    const double elapsed = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+    if (!c.reused) estimate->Add(done - 1, elapsed - *last_end);
+    *last_end = elapsed;
+    const double left = estimate->SecondsLeft(done);
+    std::cerr << "compare: [" << done << "/" << total << "] " << c.task << " "
+              << c.position << " seed " << c.seed
+              << (c.reused ? ": reused from compare.json"
+                           : ": trained in " + FormatDuration(c.train_seconds))
+              << " (elapsed " << FormatDuration(elapsed);
+    if (std::isfinite(left) && done < total) {
+      std::cerr << ", about " << FormatDuration(left) << " left";
+    }
+    std::cerr << ")\n";
+  };
+}
+
+void RunCompareVerb(CompareFlags& f, std::ostream& out) {
+  const CompareSpec spec = MakeCompareSpec(f);
   // Nothing is created before the grid is known to be valid: RunCompare
   // creates --out once it is (and says so through on_start).
   CheckOutDir(f.out, /*refuse_checkpoint=*/false);
@@ -301,31 +337,7 @@ void RunCompareVerb(CompareFlags& f, std::ostream& out) {
   };
   options.progress = {.out = &std::cerr, .mode = f.exp.progress()};
   options.stop_flag = signals.flag();
-  // One line per finished cell, with the grid's time so far and an
-  // estimate of what is left: each trained cell's wall time (from the end
-  // of the previous cell: building the model, training, evaluating,
-  // saving), fitted per task and scheme (CompareTimeEstimate).
-  const auto start = std::chrono::steady_clock::now();
-  auto estimate = std::make_shared<CompareTimeEstimate>(spec);
-  auto last_end = std::make_shared<double>(0);
-  options.on_cell = [start, estimate, last_end](
-                        const CompareCell& c, int64_t done, int64_t total) {
-    const double elapsed = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - start)
-                               .count();
-    if (!c.reused) estimate->Add(done - 1, elapsed - *last_end);
-    *last_end = elapsed;
-    const double left = estimate->SecondsLeft(done);
-    std::cerr << "compare: [" << done << "/" << total << "] " << c.task << " "
-              << c.position << " seed " << c.seed
-              << (c.reused ? ": reused from compare.json"
-                           : ": trained in " + FormatDuration(c.train_seconds))
-              << " (elapsed " << FormatDuration(elapsed);
-    if (std::isfinite(left) && done < total) {
-      std::cerr << ", about " << FormatDuration(left) << " left";
-    }
-    std::cerr << ")\n";
-  };
+  options.on_cell = CellReporter(spec);
   const CompareResult r = RunWithFlagNames([&] {
     return RunCompare(spec, options);
   });

@@ -57,9 +57,82 @@ Setting<ModelConfig> PositionSetting() {
       });
 }
 
-std::vector<Setting<ModelConfig>> MakeModelSettings() {
+// Where the model reads positions from (docs/settings.md's position group,
+// in its order).
+std::vector<Setting<ModelConfig>> PositionSettings() {
   using C = ModelConfig;
-  const std::string pos = kPositionGroup;
+  std::vector<Setting<C>> settings = {
+      PositionSetting(),
+      Field<C>("max_distance", "--max-distance,-k",
+               "shaw: clipping distance k of relative positions",
+               &C::max_distance, Range{0, kMaxDistance}),
+      Field<C>("k_left", "--k-left",
+               "shaw-asym: distances r <= -k_left (the past) "
+               "share a row (w2v-BERT 2.0: 64)",
+               &C::k_left, Range{0, kMaxDistance}),
+      Field<C>("k_right", "--k-right",
+               "shaw-asym: distances r >= k_right (the future) "
+               "share a row (w2v-BERT 2.0: 8)",
+               &C::k_right, Range{0, kMaxDistance}),
+      Field<C>("num_buckets", "--num-buckets",
+               "t5, shaw-log: T5 buckets (Raffel et al.: 32); "
+               "bidirectional for encoders, causal for decoders",
+               &C::num_buckets, Range{2, kMaxBuckets}),
+      Field<C>("bucket_max_distance", "--bucket-max-distance",
+               "t5, shaw-log: distance where T5's logarithmic "
+               "buckets end (Raffel et al.: 128)",
+               &C::bucket_max_distance, Range{2, kMaxLen}),
+      Field<C>("rope_base", "--rope-base",
+               "rope: theta_t = base^(-2t/d_head) (Su et al.: "
+               "10000)",
+               &C::rope_base,
+               Range{.lo = 0, .hi = double(int64_t{1} << 40), .lo_open = true}),
+      Words<C>(
+          "rope_layout", "--rope-layout",
+          "rope: pairs (t, t + d/2) as GPT-NeoX / Hugging Face "
+          "Llama, or (2t, 2t+1) as the paper and GPT-J",
+          {RopeLayoutName(RopeLayout::kSplitHalves),
+           RopeLayoutName(RopeLayout::kInterleaved)},
+          [](const C& c) {
+            return std::string(RopeLayoutName(c.rope_interleaved
+                                                  ? RopeLayout::kInterleaved
+                                                  : RopeLayout::kSplitHalves));
+          },
+          [](C& c, const std::string& s, const std::string&) {
+            c.rope_interleaved =
+                ParseRopeLayout(s, "rope_layout") == RopeLayout::kInterleaved;
+          }),
+      Field<C>("key_term", "",
+               "Shaw's tables: relative term inside the "
+               "attention score",
+               &C::key_term),
+      Field<C>("value_term", "",
+               "Shaw's tables: relative term inside the "
+               "attention output",
+               &C::value_term),
+      Words<C>("", "--terms",
+               "Relative terms: both|key|value|neither (Shaw et al.'s "
+               "ablation); sets key_term and value_term",
+               {"both", "key", "value", "neither"}, TermsName,
+               [](C& c, const std::string& s, const std::string&) {
+                 ApplyTerms(s, &c);
+               }),
+      Field<C>("per_head_tables", "--per-head-tables",
+               "Shaw's tables: one table pair per head "
+               "(default: shared per layer)",
+               &C::per_head_tables),
+      Field<C>("rel_init_scale", "--rel-init-scale",
+               "Multiplier on the Xavier std of the relative "
+               "tables",
+               &C::rel_init_scale, Range{.lo = 0}),
+  };
+  for (Setting<C>& s : settings) s = io::InGroup(std::move(s), kPositionGroup);
+  return settings;
+}
+
+// The model's size and architecture.
+std::vector<Setting<ModelConfig>> ShapeSettings() {
+  using C = ModelConfig;
   return {
       io::WithDefaultNote(
           Words<C>("arch", "--arch",
@@ -94,94 +167,23 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
       Field<C>("max_len", "--max-len",
                "Rows of the learned absolute position table", &C::max_len,
                Range{1, kMaxLen}),
-      io::InGroup(PositionSetting(), pos),
-      io::InGroup(Field<C>("max_distance", "--max-distance,-k",
-                           "shaw: clipping distance k of relative positions",
-                           &C::max_distance, Range{0, kMaxDistance}),
-                  pos),
-      io::InGroup(Field<C>("k_left", "--k-left",
-                           "shaw-asym: distances r <= -k_left (the past) "
-                           "share a row (w2v-BERT 2.0: 64)",
-                           &C::k_left, Range{0, kMaxDistance}),
-                  pos),
-      io::InGroup(Field<C>("k_right", "--k-right",
-                           "shaw-asym: distances r >= k_right (the future) "
-                           "share a row (w2v-BERT 2.0: 8)",
-                           &C::k_right, Range{0, kMaxDistance}),
-                  pos),
-      io::InGroup(Field<C>("num_buckets", "--num-buckets",
-                           "t5, shaw-log: T5 buckets (Raffel et al.: 32); "
-                           "bidirectional for encoders, causal for decoders",
-                           &C::num_buckets, Range{2, kMaxBuckets}),
-                  pos),
-      io::InGroup(Field<C>("bucket_max_distance", "--bucket-max-distance",
-                           "t5, shaw-log: distance where T5's logarithmic "
-                           "buckets end (Raffel et al.: 128)",
-                           &C::bucket_max_distance, Range{2, kMaxLen}),
-                  pos),
-      io::InGroup(
-          Field<C>(
-              "rope_base", "--rope-base",
-              "rope: theta_t = base^(-2t/d_head) (Su et al.: "
-              "10000)",
-              &C::rope_base,
-              Range{.lo = 0, .hi = double(int64_t{1} << 40), .lo_open = true}),
-          pos),
-      io::InGroup(Words<C>(
-                      "rope_layout", "--rope-layout",
-                      "rope: pairs (t, t + d/2) as GPT-NeoX / Hugging Face "
-                      "Llama, or (2t, 2t+1) as the paper and GPT-J",
-                      {RopeLayoutName(RopeLayout::kSplitHalves),
-                       RopeLayoutName(RopeLayout::kInterleaved)},
-                      [](const C& c) {
-                        return std::string(RopeLayoutName(
-                            c.rope_interleaved ? RopeLayout::kInterleaved
-                                               : RopeLayout::kSplitHalves));
-                      },
-                      [](C& c, const std::string& s, const std::string&) {
-                        c.rope_interleaved =
-                            ParseRopeLayout(s, "rope_layout") ==
-                            RopeLayout::kInterleaved;
-                      }),
-                  pos),
-      io::InGroup(Field<C>("key_term", "",
-                           "Shaw's tables: relative term inside the "
-                           "attention score",
-                           &C::key_term),
-                  pos),
-      io::InGroup(Field<C>("value_term", "",
-                           "Shaw's tables: relative term inside the "
-                           "attention output",
-                           &C::value_term),
-                  pos),
-      io::InGroup(
-          Words<C>("", "--terms",
-                   "Relative terms: both|key|value|neither (Shaw et al.'s "
-                   "ablation); sets key_term and value_term",
-                   {"both", "key", "value", "neither"}, TermsName,
-                   [](C& c, const std::string& s, const std::string&) {
-                     ApplyTerms(s, &c);
-                   }),
-          pos),
-      io::InGroup(Field<C>("per_head_tables", "--per-head-tables",
-                           "Shaw's tables: one table pair per head "
-                           "(default: shared per layer)",
-                           &C::per_head_tables),
-                  pos),
-      io::InGroup(Field<C>("rel_init_scale", "--rel-init-scale",
-                           "Multiplier on the Xavier std of the relative "
-                           "tables",
-                           &C::rel_init_scale, Range{.lo = 0}),
-                  pos),
-      Field<C>("dropout", "--dropout", "Dropout probability", &C::dropout,
-               Range{.lo = 0, .hi = 1, .hi_open = true}),
-      io::WithDefaultNote(
-          Field<C>("seed", "",
-                   "Initialisation seed (the trainer derives it from the "
-                   "train seed)",
-                   &C::seed),
-          "from the train seed"),
   };
+}
+
+std::vector<Setting<ModelConfig>> MakeModelSettings() {
+  using C = ModelConfig;
+  std::vector<Setting<C>> settings = ShapeSettings();
+  for (Setting<C>& s : PositionSettings()) settings.push_back(std::move(s));
+  settings.push_back(Field<C>("dropout", "--dropout", "Dropout probability",
+                              &C::dropout,
+                              Range{.lo = 0, .hi = 1, .hi_open = true}));
+  settings.push_back(io::WithDefaultNote(
+      Field<C>("seed", "",
+               "Initialisation seed (the trainer derives it from the train "
+               "seed)",
+               &C::seed),
+      "from the train seed"));
+  return settings;
 }
 
 }  // namespace

@@ -206,14 +206,23 @@ TextCorpus TextCorpus::FromPath(const std::string& path,
   return corpus;
 }
 
-TextCorpus TextCorpus::FromDirectory(const std::string& path,
-                                     const CorpusOptions& options) {
-  namespace fs = std::filesystem;
-  struct Entry {
-    uint64_t hash;
-    std::string relative;  // '/'-separated
-  };
-  std::vector<Entry> files;
+namespace {
+
+namespace fs = std::filesystem;
+
+// A matching file of a directory corpus.
+struct CorpusFile {
+  uint64_t hash;
+  std::string relative;  // '/'-separated
+};
+
+// The regular files under `path` (and links to them) whose name matches
+// `pattern`, sorted by path hash (a spread sample when the cap cuts the
+// list short); ties by path. IoError / FormatError / InvalidArgument for an
+// unreadable tree, no files, no match or more than kMaxFiles files.
+std::vector<CorpusFile> ListCorpusFiles(const std::string& path,
+                                        const std::string& pattern) {
+  std::vector<CorpusFile> files;
   int64_t seen = 0;
   std::error_code ec;
   // Not following directory links: a link loop cannot recur. An unreadable
@@ -234,16 +243,16 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
     const bool dangling = e.is_symlink(type_ec) && !fs::exists(e.path(), type_ec);
     if (!dangling && !e.is_regular_file(type_ec)) continue;
     ++seen;
-    RELPOS_CHECK_ARG(seen <= kMaxFiles,
+    RELPOS_CHECK_ARG(seen <= TextCorpus::kMaxFiles,
                      "text corpus: directory " << io::QuotedPath(path)
                                                 << " holds more than "
-                                                << kMaxFiles
+                                                << TextCorpus::kMaxFiles
                                                 << " files; point --corpus at "
                                                    "a smaller tree");
     const std::string name = e.path().filename().string();
-    if (::fnmatch(options.pattern.c_str(), name.c_str(), 0) != 0) continue;
+    if (::fnmatch(pattern.c_str(), name.c_str(), 0) != 0) continue;
     std::string rel = e.path().lexically_relative(path).generic_string();
-    files.push_back({PathHash(rel), std::move(rel)});
+    files.push_back({TextCorpus::PathHash(rel), std::move(rel)});
   }
   if (ec) {
     RELPOS_THROW(IoError, "text corpus: cannot walk directory "
@@ -258,45 +267,55 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
     RELPOS_THROW(FormatError, "text corpus: no file under "
                                   << io::QuotedPath(path)
                                   << " matches corpus_pattern "
-                                  << io::QuotedPath(options.pattern) << " ("
-                                  << seen
+                                  << io::QuotedPath(pattern) << " (" << seen
                                   << " files seen)");
   }
-  // Read in hash order (a spread sample when capped); ties by path.
-  std::sort(files.begin(), files.end(), [](const Entry& a, const Entry& b) {
-    return a.hash != b.hash ? a.hash < b.hash : a.relative < b.relative;
-  });
-  // The split: hash % 10 == 0 is held out. If no file is, the one with the
-  // smallest hash (read first) is; if every file is, the one with the
-  // largest hash trains.
+  std::sort(files.begin(), files.end(),
+            [](const CorpusFile& a, const CorpusFile& b) {
+              return a.hash != b.hash ? a.hash < b.hash
+                                      : a.relative < b.relative;
+            });
+  return files;
+}
+
+// The split: hash % 10 == 0 is held out. If no file is, the one with the
+// smallest hash (read first) is; if every file is, the one with the largest
+// hash trains. One file is split by position later (false here).
+std::vector<bool> HeldOutFiles(const std::vector<CorpusFile>& files) {
   std::vector<bool> held(files.size());
   size_t n_held = 0;
   for (size_t i = 0; i < files.size(); ++i) {
-    held[i] = HeldOutByHash(files[i].hash);
+    held[i] = TextCorpus::HeldOutByHash(files[i].hash);
     n_held += held[i];
   }
   if (files.size() >= 2) {
     if (n_held == 0) held.front() = true;
     if (n_held == files.size()) held.back() = false;
   }
-  if (files.size() == 1) held.front() = false;  // split by position below
+  if (files.size() == 1) held.front() = false;
+  return held;
+}
 
-  // The cap is shared 90 / 10 by the splits, so that a capped corpus keeps
-  // a held-out split of its usual share. Each split takes files in hash
-  // order until its share is full (its last file may be cut short).
+// Reads the files into the two splits. The cap is shared 90 / 10 by the
+// splits, so that a capped corpus keeps a held-out split of its usual
+// share. Each split takes files in hash order until its share is full (its
+// last file may be cut short); files with NUL bytes are skipped as binary.
+CorpusStats ReadSplits(const std::string& path,
+                       const std::vector<CorpusFile>& files,
+                       const std::vector<bool>& held, int64_t max_bytes,
+                       std::string* train, std::string* held_out) {
   CorpusStats stats;
   stats.files_matched = static_cast<int64_t>(files.size());
-  std::string train, held_out;
-  int64_t budget[2] = {options.max_bytes - options.max_bytes / 10,
-                       options.max_bytes / 10};  // train, held-out
-  if (files.size() == 1) budget[0] = options.max_bytes;
+  int64_t budget[2] = {max_bytes - max_bytes / 10,
+                       max_bytes / 10};  // train, held-out
+  if (files.size() == 1) budget[0] = max_bytes;
   for (size_t i = 0; i < files.size(); ++i) {
     const int split = held[i] ? 1 : 0;
     if (budget[split] == 0) {
       ++stats.files_not_read;
       continue;
     }
-    std::string& dest = split ? held_out : train;
+    std::string& dest = split ? *held_out : *train;
     const size_t start = dest.size();
     bool whole = false;
     AppendFilePrefix((fs::path(path) / files[i].relative).string(),
@@ -311,15 +330,23 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
     ++(split ? stats.held_out_files : stats.train_files);
     if (!whole) stats.truncated = true;
   }
-  const int64_t kept = static_cast<int64_t>(train.size() + held_out.size());
+  return stats;
+}
+
+// What a directory corpus read, for its source description.
+std::string DescribeDirectory(const std::string& path,
+                              const CorpusOptions& options,
+                              const CorpusStats& stats, size_t train_bytes,
+                              size_t held_out_bytes) {
+  const auto kept = static_cast<int64_t>(train_bytes + held_out_bytes);
   std::ostringstream source;
   source << io::PathText(path) << " (" << io::PathText(options.pattern)
          << "): " << stats.files_read
          << " of " << stats.files_matched << " matching files, "
          << MiB(kept) << "; train " << stats.train_files << " files "
-         << MiB(static_cast<int64_t>(train.size())) << ", held-out "
+         << MiB(static_cast<int64_t>(train_bytes)) << ", held-out "
          << stats.held_out_files << " files "
-         << MiB(static_cast<int64_t>(held_out.size()));
+         << MiB(static_cast<int64_t>(held_out_bytes));
   if (stats.skipped_binary > 0) {
     source << "; skipped " << stats.skipped_binary << " binary";
   }
@@ -327,6 +354,19 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
     source << "; capped at corpus_max_bytes " << options.max_bytes << " ("
            << stats.files_not_read << " files not read)";
   }
+  return source.str();
+}
+
+}  // namespace
+
+TextCorpus TextCorpus::FromDirectory(const std::string& path,
+                                     const CorpusOptions& options) {
+  const std::vector<CorpusFile> files = ListCorpusFiles(path, options.pattern);
+  std::string train, held_out;
+  const CorpusStats stats = ReadSplits(path, files, HeldOutFiles(files),
+                                       options.max_bytes, &train, &held_out);
+  const std::string source =
+      DescribeDirectory(path, options, stats, train.size(), held_out.size());
   if (stats.files_read == 0) {
     RELPOS_THROW(FormatError, "text corpus: every one of the "
                                   << stats.files_matched
@@ -338,7 +378,7 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
   if (files.size() == 1 || stats.files_read == 1) {
     // One text file: split it by position like a single file.
     std::string bytes = train.empty() ? std::move(held_out) : std::move(train);
-    TextCorpus corpus = FromBytes(std::move(bytes), source.str());
+    TextCorpus corpus = FromBytes(std::move(bytes), source);
     corpus.stats_ = stats;
     return corpus;
   }
@@ -347,7 +387,7 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
         std::pair<const char*, size_t>{"held-out", held_out.size()}}) {
     if (static_cast<int64_t>(size) < kMinSplitBytes) {
       RELPOS_THROW(FormatError,
-                   "text corpus: the " << split << " split of " << source.str()
+                   "text corpus: the " << split << " split of " << source
                                        << " holds " << size
                                        << " bytes; it needs at least "
                                        << kMinSplitBytes
@@ -358,7 +398,7 @@ TextCorpus TextCorpus::FromDirectory(const std::string& path,
   const int64_t train_size = static_cast<int64_t>(train.size());
   train += held_out;
   held_out = std::string();
-  TextCorpus corpus(std::move(train), source.str(), train_size);
+  TextCorpus corpus(std::move(train), source, train_size);
   corpus.stats_ = stats;
   return corpus;
 }

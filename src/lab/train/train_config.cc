@@ -18,7 +18,8 @@ using io::Field;
 using io::Range;
 using io::Setting;
 
-std::vector<Setting<TrainConfig>> MakeTrainSettings() {
+// What the run trains on: the task or corpus and the training lengths.
+std::vector<Setting<TrainConfig>> DataSettings() {
   using C = TrainConfig;
   const double max_size = static_cast<double>(kMaxTaskSize);
   return {
@@ -81,6 +82,13 @@ std::vector<Setting<TrainConfig>> MakeTrainSettings() {
             c.train_min_length = lo;
             c.train_max_length = hi;
           }),
+  };
+}
+
+// How the run trains: the updates, AdamW, seeds, threads, checkpoints.
+std::vector<Setting<TrainConfig>> OptimiserSettings() {
+  using C = TrainConfig;
+  return {
       Field<C>("steps", "--steps", "Optimiser updates", &C::steps,
                Range{1, kMaxSteps}),
       Field<C>("batch_size", "--batch-size", "Sequences per update",
@@ -129,6 +137,14 @@ std::vector<Setting<TrainConfig>> MakeTrainSettings() {
                "Updates between checkpoints (0: only at the end)",
                &C::checkpoint_every, Range{0, kMaxSteps}),
   };
+}
+
+std::vector<Setting<TrainConfig>> MakeTrainSettings() {
+  std::vector<Setting<TrainConfig>> settings = DataSettings();
+  for (Setting<TrainConfig>& s : OptimiserSettings()) {
+    settings.push_back(std::move(s));
+  }
+  return settings;
 }
 
 }  // namespace

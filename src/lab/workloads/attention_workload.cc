@@ -1,9 +1,7 @@
 #include "relpos/lab/bench.h"
 
-#include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 
 #include "core/attention_problem.h"
 #include "core/check.h"
@@ -161,84 +159,23 @@ std::string AttentionWorkload::ExtraBytesSource() const {
                                          : "FusedExtraBytes";
 }
 
-double MedianSeconds(const std::function<void()>& fn, int repeats,
-                     double self_warm_seconds) {
-  return Median(InterleavedSeconds({fn}, repeats, self_warm_seconds)[0]);
+SgemmWorkload::SgemmWorkload(int64_t size, uint64_t seed) : size_(size) {
+  RELPOS_CHECK_ARG(size >= 1 && size <= 65536,
+                   "SGEMM size must be in [1, 65536] (got " << size << ")");
+  Rng rng(seed);
+  a_ = Normal(rng, size * size, 1.0f);
+  b_ = Normal(rng, size * size, 1.0f);
+  c_.resize(static_cast<size_t>(size * size));
 }
 
-std::vector<std::vector<double>> InterleavedSeconds(
-    const std::vector<std::function<void()>>& fns, int repeats,
-    double self_warm_seconds) {
-  RELPOS_CHECK_ARG(repeats >= 1, "repeats must be >= 1 (got " << repeats
-                                                              << ")");
-  RELPOS_CHECK_ARG(!fns.empty(), "nothing to time");
-  using Clock = std::chrono::steady_clock;
-  auto round = [&fns] {
-    std::vector<double> t;
-    for (const std::function<void()>& fn : fns) {
-      const auto start = Clock::now();
-      fn();
-      t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    }
-    return t;
-  };
-  std::vector<std::vector<double>> seconds(fns.size());
-  auto keep = [&seconds](const std::vector<double>& t) {
-    for (size_t f = 0; f < t.size(); ++f) seconds[f].push_back(t[f]);
-  };
-  const std::vector<double> warm = round();
-  if (*std::max_element(warm.begin(), warm.end()) > self_warm_seconds) {
-    keep(warm);
-  }
-  while (static_cast<int>(seconds[0].size()) < repeats) keep(round());
-  return seconds;
+void SgemmWorkload::Run() {
+  Sgemm(Trans::kNo, Trans::kNo, size_, size_, size_, 1.0f, a_.data(), size_,
+        b_.data(), size_, 0.0f, c_.data(), size_);
 }
 
-double Median(std::vector<double> x) {
-  RELPOS_CHECK_ARG(!x.empty(), "median of nothing");
-  std::sort(x.begin(), x.end());
-  const size_t m = x.size() / 2;
-  return x.size() % 2 ? x[m] : 0.5 * (x[m - 1] + x[m]);
+double SgemmWorkload::Flops() const {
+  const auto n = static_cast<double>(size_);
+  return 2.0 * n * n * n;
 }
-
-RatioSpread RoundRatios(const std::vector<double>& num,
-                        const std::vector<double>& den) {
-  RELPOS_CHECK_ARG(!num.empty() && num.size() == den.size(),
-                   "ratios need two series of the same non-zero length (got "
-                       << num.size() << " and " << den.size() << ")");
-  std::vector<double> r;
-  for (size_t i = 0; i < num.size(); ++i) r.push_back(num[i] / den[i]);
-  const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
-  return {.median = Median(r), .min = *lo, .max = *hi};
-}
-
-double SgemmGflops(int64_t size, int repeats) {
-  RELPOS_CHECK_ARG(size >= 1, "SGEMM size must be >= 1 (got " << size << ")");
-  Rng rng(7);
-  const std::vector<float> a = Normal(rng, size * size, 1.0f);
-  const std::vector<float> b = Normal(rng, size * size, 1.0f);
-  std::vector<float> c(static_cast<size_t>(size * size));
-  const double seconds = MedianSeconds(
-      [&] {
-        Sgemm(Trans::kNo, Trans::kNo, size, size, size, 1.0f, a.data(), size,
-              b.data(), size, 0.0f, c.data(), size);
-      },
-      repeats);
-  const double flops = 2.0 * static_cast<double>(size) *
-                       static_cast<double>(size) * static_cast<double>(size);
-  return flops / seconds * 1e-9;
-}
-
-ScopedOmpThreads::ScopedOmpThreads(int threads)
-    : saved_(omp_get_max_threads()), threads_(saved_) {
-  RELPOS_CHECK_ARG(threads >= 0, "threads must be >= 0 (got " << threads
-                                                              << ")");
-  if (threads > 0) {
-    omp_set_num_threads(threads);
-    threads_ = threads;
-  }
-}
-
-ScopedOmpThreads::~ScopedOmpThreads() { omp_set_num_threads(saved_); }
 
 }  // namespace relpos::bench
