@@ -1,6 +1,6 @@
 // How `relpos bench` times the workloads of relpos/lab/bench.h: medians,
 // interleaved rounds and their ratios, the SGEMM baseline, a scoped OpenMP
-// thread count (docs/benchmarks.md, "How figures are taken").
+// thread count (docs/benchmarks.md, "Conventions").
 #ifndef RELPOS_SRC_CLI_BENCH_TIMING_H_
 #define RELPOS_SRC_CLI_BENCH_TIMING_H_
 
