@@ -24,7 +24,9 @@ Functions:
 
 Translation data and scores (BLEU / chrF as sacrebleu computes them, gettext
 catalogs, the parallel corpus) are in the submodule ``relpos.translate``
-(docs/translation.md).
+(docs/translation.md); training and comparing models with the runner of
+``relpos demo``, ``sweep`` and ``compare`` in ``relpos.experiment``
+(docs/training.md).
 
 float32 arrays run on relpos's fast path (the fused kernel where it is
 built), float64 arrays on the reference path (used for gradient checks).
@@ -447,3 +449,6 @@ __all__ += ["inspect"]
 
 # Translation data and scores (relpos/translate.py, docs/translation.md).
 from . import translate  # noqa: E402
+
+# The experiment runner (relpos/experiment.py, docs/training.md).
+from . import experiment  # noqa: E402
