@@ -96,13 +96,15 @@ void FillMeans(int64_t hi, ExperimentRunResult* r) {
   r->sequence_accuracy_longer_lengths = mean(sums[3], n_out);
 }
 
-// A checkpoint folder's name: one path component.
-void CheckFolderName(const std::string& name, const std::string& run) {
+// A name inside the output folder: one path component. `what` names it in
+// the error ("run 'k=4': checkpoint").
+void CheckFolderName(const std::string& name, const std::string& what) {
   RELPOS_CHECK_ARG(
-      name != "." && name != ".." && name.find('/') == std::string::npos &&
+      !name.empty() && name != "." && name != ".." &&
+          name.find('/') == std::string::npos &&
           name.find('\0') == std::string::npos,
-      "run '" << run << "': checkpoint must name one folder (got "
-              << io::QuotedPath(name) << ")");
+      what << " must name one file or folder inside the output folder (got "
+           << io::QuotedPath(name) << ")");
 }
 
 // The names and folders of the runs: present, unique, within the cap.
@@ -118,7 +120,7 @@ void CheckRuns(const ExperimentSpec& spec, const ExperimentOptions& options) {
     RELPOS_CHECK_ARG(names.insert(run.name).second,
                      "runs names '" << run.name << "' twice");
     if (run.checkpoint.empty()) continue;
-    CheckFolderName(run.checkpoint, run.name);
+    CheckFolderName(run.checkpoint, "run '" + run.name + "': checkpoint");
     RELPOS_CHECK_ARG(run.checkpoint != options.json_file,
                      "run '" << run.name << "': its checkpoint folder is the "
                              << "result file's name");
@@ -128,7 +130,9 @@ void CheckRuns(const ExperimentSpec& spec, const ExperimentOptions& options) {
   }
   RELPOS_CHECK_ARG(folders.empty() || !options.out_dir.empty(),
                    "runs with a checkpoint folder need an output folder");
-  if (!options.json_file.empty()) CheckFolderName(options.json_file, "-");
+  if (!options.json_file.empty()) {
+    CheckFolderName(options.json_file, "the result file");
+  }
   RELPOS_CHECK_ARG(!spec.lengths.empty(),
                    "an experiment needs at least one evaluation length");
   RELPOS_CHECK_ARG(spec.sequences_per_length >= 1 &&

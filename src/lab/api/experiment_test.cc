@@ -148,7 +148,9 @@ TEST(ExperimentTest, ChecksEveryRunFirst) {
   refused(s, "max_distance", {});
   s = TinySpec();
   s.runs[1].checkpoint = "../k3";
-  refused(s, "one folder", {});
+  refused(s, "must name one file or folder", {});
+  s = TinySpec();
+  refused(s, "the result file", {.out_dir = out, .json_file = "a/b"});
   s = TinySpec();
   s.runs[0].checkpoint = "k3";
   refused(s, "twice", {});
