@@ -17,8 +17,12 @@
 //      also what the reference Rust implementation enforces).
 #include "io/safetensors.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -267,28 +271,33 @@ void WriteSafetensors(const std::string& path,
   AtomicWriteFile(path, EncodeSafetensors(tensors, metadata));
 }
 
-SafetensorsFile ParseSafetensors(std::string_view bytes,
-                                 const std::string& source) {
-  // Rule 1: the length prefix, checked against the cap and the input size
-  // before anything is read from the header.
-  RELPOS_FORMAT_CHECK(bytes.size() >= 8, source,
-                      "file is " << bytes.size()
-                                 << " bytes, too short for the 8-byte header "
-                                    "length");
-  const uint64_t header_size = LoadU64Le(bytes.data());
+namespace {
+
+// Rule 1 for a file of `total` bytes whose first 8 hold `header_size`.
+void CheckHeaderLength(uint64_t total, uint64_t header_size,
+                       const std::string& source) {
   RELPOS_FORMAT_CHECK(header_size <= kMaxSafetensorsHeaderBytes, source,
                       "header length " << header_size << " exceeds the limit of "
                                        << kMaxSafetensorsHeaderBytes << " bytes");
-  RELPOS_FORMAT_CHECK(header_size <= bytes.size() - 8, source,
+  RELPOS_FORMAT_CHECK(header_size <= total - 8, source,
                       "header length " << header_size << " exceeds the "
-                                       << bytes.size() - 8
+                                       << total - 8
                                        << " bytes after the length prefix");
-  const std::string_view header_text = bytes.substr(8, header_size);
-  const std::string_view data = bytes.substr(8 + header_size);
+}
 
-  // Rules 2-4.
+void CheckLengthPrefix(uint64_t total, const std::string& source) {
+  RELPOS_FORMAT_CHECK(total >= 8, source,
+                      "file is " << total
+                                 << " bytes, too short for the 8-byte header "
+                                    "length");
+}
+
+// Rules 2-6: the header, against a data section of `data_size` bytes.
+SafetensorsLayout ParseLayout(std::string_view header_text, uint64_t data_size,
+                              const std::string& source) {
   const json header = ParseHeaderJson(header_text, source);
-  SafetensorsFile file;
+  SafetensorsLayout layout;
+  layout.data_offset = 8 + header_text.size();
   std::vector<Entry> entries;
   for (const auto& [key, value] : header.items()) {
     if (key == kMetadataKey) {
@@ -299,11 +308,11 @@ SafetensorsFile ParseSafetensors(std::string_view bytes,
                             "__metadata__ value of '"
                                 << meta_key << "' must be a string (got "
                                 << meta_value.type_name() << ")");
-        file.metadata.emplace(meta_key, meta_value.get<std::string>());
+        layout.metadata.emplace(meta_key, meta_value.get<std::string>());
       }
       continue;
     }
-    entries.push_back(ParseEntry(key, value, data.size(), source));
+    entries.push_back(ParseEntry(key, value, data_size, source));
   }
 
   // Rule 6: sorted by (begin, end), the ranges must tile the data section.
@@ -323,18 +332,63 @@ SafetensorsFile ParseSafetensors(std::string_view bytes,
                             << e.begin << ") belong to no tensor)");
     expected = e.end;
   }
-  RELPOS_FORMAT_CHECK(expected == data.size(), source,
-                      "the data section has " << data.size() - expected
+  RELPOS_FORMAT_CHECK(expected == data_size, source,
+                      "the data section has " << data_size - expected
                                               << " trailing bytes that belong "
                                                  "to no tensor");
+  layout.tensors.reserve(entries.size());
+  for (Entry& e : entries) {
+    layout.tensors.push_back({.name = std::move(e.name),
+                              .shape = std::move(e.shape),
+                              .begin = e.begin,
+                              .end = e.end});
+  }
+  return layout;
+}
+
+// Reads exactly `n` bytes at `offset` of `fd` into `dst`; FormatError when
+// the file ends first (it shrank since its size was taken).
+void ReadAt(int fd, uint64_t offset, size_t n, char* dst,
+            const std::string& source) {
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, dst, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      RELPOS_THROW(IoError, "cannot read " << QuotedPath(source) << ": "
+                                           << std::strerror(errno));
+    }
+    RELPOS_FORMAT_CHECK(got > 0, source,
+                        "the file ended at byte " << offset
+                                                  << " while it was read (it "
+                                                     "changed meanwhile)");
+    dst += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<size_t>(got);
+  }
+}
+
+}  // namespace
+
+SafetensorsFile ParseSafetensors(std::string_view bytes,
+                                 const std::string& source) {
+  // Rule 1: the length prefix, checked against the cap and the input size
+  // before anything is read from the header.
+  CheckLengthPrefix(bytes.size(), source);
+  const uint64_t header_size = LoadU64Le(bytes.data());
+  CheckHeaderLength(bytes.size(), header_size, source);
+  const std::string_view data = bytes.substr(8 + header_size);
+  SafetensorsLayout layout =
+      ParseLayout(bytes.substr(8, header_size), data.size(), source);
 
   // Everything is consistent: the total allocation is bounded by the input.
-  file.tensors.reserve(entries.size());
-  for (Entry& e : entries) {
+  SafetensorsFile file;
+  file.metadata = std::move(layout.metadata);
+  file.tensors.reserve(layout.tensors.size());
+  for (TensorEntry& e : layout.tensors) {
     NamedTensor t;
     t.name = std::move(e.name);
     t.shape = std::move(e.shape);
-    t.data.resize((e.end - e.begin) / kF32Bytes);
+    t.data.resize(e.numel());
     LoadF32Le(data.data() + e.begin, t.data.size(), t.data.data());
     file.tensors.push_back(std::move(t));
   }
@@ -343,6 +397,44 @@ SafetensorsFile ParseSafetensors(std::string_view bytes,
 
 SafetensorsFile ReadSafetensors(const std::string& path) {
   return ParseSafetensors(ReadFileBounded(path, kMaxSafetensorsFileBytes), path);
+}
+
+SafetensorsReader::SafetensorsReader(const std::string& path)
+    : path_(path), file_(OpenRegularFile(path)) {
+  struct stat st {};
+  if (::fstat(file_.get(), &st) != 0) {
+    RELPOS_THROW(IoError, "cannot read " << QuotedPath(path) << ": "
+                                         << std::strerror(errno));
+  }
+  const auto total = static_cast<uint64_t>(st.st_size);
+  if (st.st_size > kMaxSafetensorsFileBytes) {
+    RELPOS_THROW(IoError, QuotedPath(path)
+                              << " is too large: " << st.st_size
+                              << " bytes (limit " << kMaxSafetensorsFileBytes
+                              << ")");
+  }
+  CheckLengthPrefix(total, path);
+  char prefix[8];
+  ReadAt(file_.get(), 0, 8, prefix, path);
+  const uint64_t header_size = LoadU64Le(prefix);
+  CheckHeaderLength(total, header_size, path);
+  std::string header(header_size, '\0');
+  ReadAt(file_.get(), 8, header.size(), header.data(), path);
+  layout_ = ParseLayout(header, total - 8 - header_size, path);
+}
+
+void SafetensorsReader::Read(size_t i, float* dst) {
+  const TensorEntry& e = layout_.tensors.at(i);
+  // In pieces of at most 1 MiB: no second copy of a large tensor.
+  constexpr uint64_t kPiece = uint64_t{1} << 20;
+  std::string piece;
+  for (uint64_t at = e.begin; at < e.end;) {
+    const uint64_t n = std::min(kPiece, e.end - at);
+    piece.resize(n);
+    ReadAt(file_.get(), layout_.data_offset + at, n, piece.data(), path_);
+    LoadF32Le(piece.data(), n / kF32Bytes, dst + (at - e.begin) / kF32Bytes);
+    at += n;
+  }
 }
 
 }  // namespace relpos::io

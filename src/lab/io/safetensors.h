@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "io/file_io.h"
+
 namespace relpos::io {
 
 // A named F32 tensor; data.size() == product of shape (1 for shape []).
@@ -62,6 +64,37 @@ SafetensorsFile ParseSafetensors(std::string_view bytes,
 
 // ReadFileBounded(path, kMaxSafetensorsFileBytes) + ParseSafetensors.
 SafetensorsFile ReadSafetensors(const std::string& path);
+
+// A tensor of a checked header: where its bytes are, not read yet.
+struct TensorEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // in the data section
+  size_t numel() const { return static_cast<size_t>((end - begin) / 4); }
+};
+struct SafetensorsLayout {
+  std::vector<TensorEntry> tensors;  // in data-offset order
+  std::map<std::string, std::string> metadata;
+  uint64_t data_offset = 0;  // where the data section starts in the file
+};
+
+// A safetensors file read tensor by tensor into the caller's buffers, so
+// that loading a model holds one copy of its weights: the constructor reads
+// only the length prefix and the header and checks them by the rules of
+// ParseSafetensors against the file's size (FormatError, IoError as
+// ReadSafetensors); Read(i, dst) then reads tensor i's numel() floats.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);
+  const SafetensorsLayout& layout() const { return layout_; }
+  // FormatError if the file ended early (it changed since it was opened).
+  void Read(size_t i, float* dst);
+
+ private:
+  std::string path_;
+  FileDescriptor file_;
+  SafetensorsLayout layout_;
+};
 
 }  // namespace relpos::io
 

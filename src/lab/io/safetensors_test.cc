@@ -332,3 +332,108 @@ TEST(SafetensorsTest, FileRoundTripAndErrorsNameThePath) {
 
 }  // namespace
 }  // namespace relpos::io
+
+namespace relpos::io {
+namespace {
+
+// The reader gives what ParseSafetensors gives: the same tensors from a
+// valid file, the same error from every hostile case and every truncation
+// (the header checks are one code path), and a FormatError when the file
+// shrinks after its header was read.
+class SafetensorsReaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("relpos_safetensors_reader_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Write(const std::string& bytes) {
+    const std::string path = (dir_ / "t.safetensors").string();
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    return path;
+  }
+  // The reader's verdict on `bytes`: "" or the error's text after the path.
+  std::string ReaderVerdict(const std::string& bytes,
+                            std::vector<NamedTensor>* out = nullptr) {
+    const std::string path = Write(bytes);
+    try {
+      SafetensorsReader r(path);
+      for (size_t i = 0; i < r.layout().tensors.size(); ++i) {
+        const TensorEntry& e = r.layout().tensors[i];
+        NamedTensor t{e.name, e.shape, std::vector<float>(e.numel())};
+        r.Read(i, t.data.data());
+        if (out) out->push_back(std::move(t));
+      }
+      return "";
+    } catch (const FormatError& e) {
+      const std::string what = e.what();
+      return what.substr(what.find(path) + path.size());
+    }
+  }
+  static std::string ParseVerdict(const std::string& bytes) {
+    try {
+      ParseSafetensors(bytes, "X");
+      return "";
+    } catch (const FormatError& e) {
+      const std::string what = e.what();
+      return what.substr(what.find("X") + 1);
+    }
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(SafetensorsReaderTest, ReadsWhatTheParserReads) {
+  const std::string good = EncodeSafetensors(SampleTensors(), {{"k", "v"}});
+  std::vector<NamedTensor> got;
+  ASSERT_EQ(ReaderVerdict(good, &got), "");
+  const SafetensorsFile want = ParseSafetensors(good, "X");
+  ASSERT_EQ(got.size(), want.tensors.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].name, want.tensors[i].name);
+    EXPECT_EQ(got[i].shape, want.tensors[i].shape);
+    ASSERT_EQ(got[i].data.size(), want.tensors[i].data.size());
+    for (size_t k = 0; k < got[i].data.size(); ++k) {
+      EXPECT_TRUE(SameBits(got[i].data[k], want.tensors[i].data[k]));
+    }
+  }
+  // A tensor larger than the reader's 1 MiB pieces.
+  std::vector<float> big(300'001);
+  for (size_t k = 0; k < big.size(); ++k) big[k] = 0.25f * float(k);
+  got.clear();
+  ASSERT_EQ(ReaderVerdict(EncodeSafetensors({{"big", {300'001}, big}}, {}),
+                          &got),
+            "");
+  EXPECT_EQ(got.at(0).data, big);
+}
+
+TEST_F(SafetensorsReaderTest, RefusesWhatTheParserRefuses) {
+  for (const HostileCase& c : HostileCases()) {
+    SCOPED_TRACE(c.label);
+    EXPECT_EQ(ReaderVerdict(c.bytes), ParseVerdict(c.bytes));
+    EXPECT_NE(ParseVerdict(c.bytes), "");
+  }
+  const std::string good = EncodeSafetensors(SampleTensors(), {{"k", "v"}});
+  for (size_t n = 0; n < good.size(); n += 7) {
+    SCOPED_TRACE(n);
+    EXPECT_EQ(ReaderVerdict(good.substr(0, n)), ParseVerdict(good.substr(0, n)));
+  }
+}
+
+TEST_F(SafetensorsReaderTest, AFileThatShrinksIsAFormatError) {
+  const std::string good =
+      EncodeSafetensors({{"w", {1000}, std::vector<float>(1000, 1.0f)}}, {});
+  const std::string path = Write(good);
+  SafetensorsReader r(path);
+  std::filesystem::resize_file(path, good.size() - 100);
+  std::vector<float> dst(1000);
+  try {
+    r.Read(0, dst.data());
+    FAIL() << "read past the end";
+  } catch (const FormatError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("changed meanwhile"));
+  }
+}
+
+}  // namespace
+}  // namespace relpos::io

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -89,9 +90,12 @@ std::set<std::string> ReferencedFiles(const std::string& dir) {
 
 using io::ThrowBadDocument;
 
-void CheckTensors(const std::vector<io::NamedTensor>& got,
-                  const std::vector<model::ParameterShape>& want,
-                  const std::string& source) {
+// The names and shapes of `got` (NamedTensor or TensorEntry) are those of
+// `want`, in order.
+template <typename Tensor>
+void CheckNamesAndShapes(const std::vector<Tensor>& got,
+                         const std::vector<model::ParameterShape>& want,
+                         const std::string& source) {
   if (got.size() != want.size()) {
     ThrowBadDocument(source, "holds " + std::to_string(got.size()) +
                     " tensors, the model config implies " +
@@ -113,21 +117,33 @@ void CheckTensors(const std::vector<io::NamedTensor>& got,
                       fmt(got[i].shape) + ", the model config implies " +
                       fmt(want[i].shape));
     }
-    for (float x : got[i].data) {
-      if (!std::isfinite(x))
-        ThrowBadDocument(source, "tensor '" + got[i].name + "' holds NaN or Inf");
-    }
   }
 }
 
-void CheckStepMetadata(const io::SafetensorsFile& f, const char* format,
-                       int64_t step, const std::string& source) {
-  auto it = f.metadata.find("format");
-  if (it == f.metadata.end() || it->second != format) {
+void CheckFinite(const std::string& name, const std::vector<float>& values,
+                 const std::string& source) {
+  for (float x : values) {
+    if (!std::isfinite(x))
+      ThrowBadDocument(source, "tensor '" + name + "' holds NaN or Inf");
+  }
+}
+
+void CheckTensors(const std::vector<io::NamedTensor>& got,
+                  const std::vector<model::ParameterShape>& want,
+                  const std::string& source) {
+  CheckNamesAndShapes(got, want, source);
+  for (const io::NamedTensor& t : got) CheckFinite(t.name, t.data, source);
+}
+
+void CheckStepMetadata(const std::map<std::string, std::string>& metadata,
+                       const char* format, int64_t step,
+                       const std::string& source) {
+  auto it = metadata.find("format");
+  if (it == metadata.end() || it->second != format) {
     ThrowBadDocument(source, std::string("metadata 'format' must be '") + format + "'");
   }
-  it = f.metadata.find("step");
-  if (it == f.metadata.end() || it->second != std::to_string(step)) {
+  it = metadata.find("step");
+  if (it == metadata.end() || it->second != std::to_string(step)) {
     ThrowBadDocument(source, "metadata 'step' does not match config.json's step " +
                     std::to_string(step) + " (files from different saves?)");
   }
@@ -368,10 +384,10 @@ CheckpointHead ReadHead(const std::string& dir) {
 // Reads the tensor file `name` of `dir` after checking that its size can
 // hold what `want` implies (the header is checked against the config before
 // any tensor is read or any model built).
-std::vector<io::NamedTensor> ReadTensorFile(
-    const fs::path& dir, const std::string& name, const char* format,
-    const std::vector<model::ParameterShape>& want, int64_t step) {
-  const std::string path = (dir / name).string();
+// FormatError unless the file at `path` can hold the tensors of `want`
+// (checked on its size before its header is read).
+void CheckFileCanHold(const std::string& path,
+                      const std::vector<model::ParameterShape>& want) {
   double data_bytes = 0;
   for (const model::ParameterShape& p : want) {
     data_bytes += 4.0 * static_cast<double>(p.numel());
@@ -384,8 +400,15 @@ std::vector<io::NamedTensor> ReadTensorFile(
                                std::to_string(static_cast<int64_t>(data_bytes)) +
                                " bytes of tensors the model config implies");
   }
+}
+
+std::vector<io::NamedTensor> ReadTensorFile(
+    const fs::path& dir, const std::string& name, const char* format,
+    const std::vector<model::ParameterShape>& want, int64_t step) {
+  const std::string path = (dir / name).string();
+  CheckFileCanHold(path, want);
   io::SafetensorsFile f = io::ReadSafetensors(path);
-  CheckStepMetadata(f, format, step, path);
+  CheckStepMetadata(f.metadata, format, step, path);
   CheckTensors(f.tensors, want, path);
   return std::move(f.tensors);
 }
@@ -439,9 +462,26 @@ Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer,
 
 model::Transformer LoadModel(const std::string& dir, TrainConfig* train_config,
                              TrainState* state) {
-  Checkpoint ck = ReadCheckpoint(dir, /*with_optimizer=*/false);
+  CheckpointHead h = ReadHead(dir);
+  const Checkpoint& ck = h.ck;
+  CheckMemory(PlanCheckpointLoad(ck.model_config, /*with_optimizer=*/false));
+  // ReadTensorFile's checks, all before the model is built; then each tensor
+  // is read straight into its parameter's values (one copy of the weights in
+  // memory, not three).
+  const std::vector<model::ParameterShape> want =
+      model::ParameterShapes(ck.model_config);
+  const std::string path = (fs::path(dir) / h.model_file).string();
+  CheckFileCanHold(path, want);
+  io::SafetensorsReader reader(path);
+  CheckStepMetadata(reader.layout().metadata, "relpos-model", ck.state.step,
+                    path);
+  CheckNamesAndShapes(reader.layout().tensors, want, path);
   model::Transformer model(ck.model_config);
-  SetParameters(ck.parameters, dir, model);
+  auto& params = model.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    reader.Read(i, params[i].value.data());
+    CheckFinite(params[i].name, params[i].value, path);
+  }
   if (train_config) *train_config = ck.train_config;
   if (state) *state = ck.state;
   return model;
