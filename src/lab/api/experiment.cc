@@ -206,9 +206,8 @@ bool TrainAndEvaluate(const ExperimentConfig& config, const TrainOptions& train,
   Training training(config);
   const TrainSummary summary = training.Run(train);
   if (!summary.completed) return false;  // stopped mid-training
-  ExperimentRunResult r;
   const auto eval_start = std::chrono::steady_clock::now();
-  r.by_length =
+  out->by_length =
       IsTranslateTask(config.Get("train", "task"))
           ? EvaluateTranslationBuckets(training.model(), eval.lengths,
                                        eval.sequences_per_length)
@@ -218,16 +217,12 @@ bool TrainAndEvaluate(const ExperimentConfig& config, const TrainOptions& train,
                       .batch_size = eval.batch_size,
                       .threads = eval.threads,
                       .progress = eval.progress});
-  r.eval_seconds = Seconds(eval_start);
-  r.config = training.config();
-  r.parameters = training.model().NumParameters();
-  r.train = summary;
-  FillMeans(std::stoll(r.config.Get("train", "train_max_length")), &r);
-  if (eval.inspect) r.untrained_row_share = UntrainedShare(training.model());
-  r.name = std::move(out->name);
-  r.checkpoint = std::move(out->checkpoint);
-  r.settings = std::move(out->settings);
-  *out = std::move(r);
+  out->eval_seconds = Seconds(eval_start);
+  out->config = training.config();
+  out->parameters = training.model().NumParameters();
+  out->train = summary;
+  FillMeans(std::stoll(out->config.Get("train", "train_max_length")), out);
+  if (eval.inspect) out->untrained_row_share = UntrainedShare(training.model());
   return true;
 }
 
@@ -364,13 +359,14 @@ ExperimentResult RunExperiment(const ExperimentSpec& spec,
 std::string ExperimentResult::ToJson() const {
   Json runs_json = Json::array();
   for (const ExperimentRunResult& r : runs) runs_json.push_back(RunJson(r));
+  const Json config = Json::parse(base.ToJson());
   const Json j = {{"task", task},
                   {"metric", metric},
                   {"train_lengths", {train_min_length, train_max_length}},
                   {"eval_lengths", lengths},
                   {"sequences_per_length", sequences_per_length},
-                  {"train_config", Section(base, "train")},
-                  {"model_config", Section(base, "model")},
+                  {"train_config", config["train"]},
+                  {"model_config", config["model"]},
                   {"runs", runs_json},
                   {"interrupted", interrupted},
                   {"wall_seconds", seconds}};
