@@ -162,6 +162,20 @@ TEST(ExperimentTest, ChecksEveryRunFirst) {
   refused(s, ">= 1", {});
   s = TinySpec();
   refused(s, "result file", {.out_dir = out, .json_file = "k3"});
+  s = TinySpec();
+  s.runs[0].name.clear();
+  refused(s, "needs a name", {});
+  s = TinySpec();
+  s.runs.resize(kMaxExperimentRuns + 1);
+  refused(s, "at most", {});
+  // An output folder that is a file is refused before any training.
+  {
+    std::ofstream(out + ".file") << "x";
+    ExperimentSpec one = TinySpec();
+    one.runs.resize(1);
+    EXPECT_THROW(RunExperiment(one, {.out_dir = out + ".file"}), IoError);
+    fs::remove(out + ".file");
+  }
   // A checkpoint folder needs somewhere to go.
   try {
     RunExperiment(TinySpec(), {});
