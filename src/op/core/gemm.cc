@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/check.h"
+#include "kernels/gemv.h"
 
 namespace relpos {
 namespace {
@@ -43,6 +44,11 @@ void Sgemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
         c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
       }
     }
+    return;
+  }
+  if (m == 1 && trans_b == Trans::kYes && (trans_a == Trans::kNo || lda == 1)) {
+    // One row through a linear layer: a matrix-vector product over B's rows.
+    Gemv(n, k, alpha, b, ldb, a, beta, c, omp_get_max_threads());
     return;
   }
   std::optional<ScopedOmpThreads> serial;

@@ -3,6 +3,9 @@
 // Backed by oneDNN's dnnl_sgemm (JIT kernels for AVX2/AVX-512, threaded with
 // the same OpenMP runtime as relpos's own kernels, so no second thread pool
 // competes for the cores). Results are deterministic for a fixed thread count.
+// A single row times a transposed B (M = 1, op(B) = B^T: one input row through
+// a linear layer) goes to relpos's own matrix-vector loop, kernels/gemv.h,
+// which streams B at close to the memory's bandwidth.
 #ifndef RELPOS_SRC_OP_CORE_GEMM_H_
 #define RELPOS_SRC_OP_CORE_GEMM_H_
 
