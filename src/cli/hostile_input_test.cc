@@ -491,14 +491,17 @@ TEST_F(HostileInput, ThreadsAndTheWaitPolicy) {
                 .code,
             0);
   // libgomp prints its settings at start: the process that runs has a spin
-  // count of 0 (passive), or the user's choice.
+  // count of 1000 (a short spin, then sleep), or the user's choice.
   ChildResult r = Relpos({"--version"}, {.env = {"OMP_DISPLAY_ENV=verbose"}});
-  EXPECT_THAT(r.err, HasSubstr("GOMP_SPINCOUNT = '0'"));
+  EXPECT_THAT(r.err, HasSubstr("GOMP_SPINCOUNT = '1000'"));
   EXPECT_EQ(r.out, std::string(RELPOS_VERSION_STRING) + "\n");
   r = Relpos({"--version"},
              {.env = {"OMP_DISPLAY_ENV=verbose", "OMP_WAIT_POLICY=active"}});
   EXPECT_THAT(r.err, HasSubstr("OMP_WAIT_POLICY = 'ACTIVE'"));
-  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("GOMP_SPINCOUNT = '0'")));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("GOMP_SPINCOUNT = '1000'")));
+  r = Relpos({"--version"},
+             {.env = {"OMP_DISPLAY_ENV=verbose", "OMP_WAIT_POLICY=passive"}});
+  EXPECT_THAT(r.err, HasSubstr("GOMP_SPINCOUNT = '0'"));
 }
 
 }  // namespace
