@@ -8,8 +8,9 @@ last --window seconds (the benchmark's final timed loop, after its model
 construction and prefill), and sorts them:
 
 - attention: `relpos::FewQueryForward` is on the sample's stack;
-- GEMV: the sample's top frame is oneDNN's JIT code (it has no symbols and
-  the DWARF unwinder cannot leave it): the projections, the FFN, the head;
+- GEMV: `relpos::Gemv` (the one-row product kernel) is on the stack, or the
+  top frame is oneDNN's JIT code (it has no symbols and the DWARF unwinder
+  cannot leave it): the projections, the FFN, the head;
 - everything else, by the top frame's function.
 
 It prints each share next to attention's share of the step's FLOPs: per
@@ -102,6 +103,8 @@ def main():
         top = frames[0] if frames else "?"
         if any("FewQueryForward" in f for f in frames):
             shares["attention (FewQueryForward)"] += 1
+        elif any("Gemv" in f for f in frames):
+            shares["GEMV (relpos::Gemv)"] += 1
         elif "unknown" in top:
             shares["GEMV (oneDNN JIT)"] += 1
         else:

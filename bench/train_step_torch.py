@@ -43,6 +43,13 @@ median of --repeats timed steps after warm-up); the report gives each side's
 median over rounds and the median of the per-round ratios torch / relpos, the
 figure to read on a shared machine.
 
+--max-isa avx2 runs both sides as an AVX2 machine would, on a machine with
+AVX-512: relpos's Highway kernels and oneDNN are capped at AVX2
+(RELPOS_BENCH_MAX_ISA=avx2, ONEDNN_MAX_CPU_ISA=AVX2), and so are PyTorch's
+own kernels, its oneDNN and its MKL (ATEN_CPU_CAPABILITY=avx2,
+ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2). It is the same
+instruction set as an AVX2 machine, not the same microarchitecture.
+
 Exit status: 0 on success, and also 0 (message on stderr) when PyTorch is
 not installed; 1 if relpos's benchmark fails. Debian: python3-torch, run with
 /usr/bin/python3.
@@ -198,11 +205,14 @@ def time_relpos(binary, cfg, threads, repeats):
     if run.returncode != 0:
         sys.stderr.write(run.stderr)
         raise SystemExit(1)
-    runs = [b for b in json.loads(run.stdout)["benchmarks"]
+    report = json.loads(run.stdout)
+    runs = [b for b in report["benchmarks"]
             if b.get("run_type") == "iteration"]
     unit = {"ms": 1.0, "us": 1e-3, "ns": 1e-6}
+    isa = (f"Highway {report['context'].get('hwy_target', '?')}, oneDNN "
+           f"{report['context'].get('onednn_max_isa', '?')}")
     return statistics.median(b["real_time"] * unit[b["time_unit"]]
-                             for b in runs)
+                             for b in runs), isa
 
 
 def main(argv):
@@ -217,7 +227,15 @@ def main(argv):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--torch-batching", default="both",
                     choices=["both", "same-length", "padded"])
+    ap.add_argument("--max-isa", default="native", choices=["native", "avx2"],
+                    help="cap both sides' instruction set (see above)")
     args = ap.parse_args(argv)
+    if args.max_isa == "avx2":
+        # Read once, when the libraries load: set before importing torch.
+        os.environ.update({"RELPOS_BENCH_MAX_ISA": "avx2",
+                           "ONEDNN_MAX_CPU_ISA": "AVX2",
+                           "ATEN_CPU_CAPABILITY": "avx2",
+                           "MKL_ENABLE_INSTRUCTIONS": "AVX2"})
     try:
         import torch
     except ImportError:
@@ -236,7 +254,9 @@ def main(argv):
           f"heads {cfg['heads']} d_ff {cfg['ff']} vocab {cfg['vocab']} "
           f"k {cfg['k']} {'decoder' if cfg['decoder'] else 'encoder'}; "
           f"batch {len(lengths)} sequences, {sum(lengths)} valid tokens "
-          f"(longest {max(lengths)}); torch {torch.__version__}; PyTorch "
+          f"(longest {max(lengths)}); torch {torch.__version__} "
+          f"(CPU capability {torch.backends.cpu.get_cpu_capability()}); "
+          f"--max-isa {args.max_isa}; PyTorch "
           + ", ".join(f"{name} ({len(b)} forward call(s) per step)"
                       for name, b in forms.items()))
     for threads in [int(t) for t in args.threads.split(",")]:
@@ -247,7 +267,8 @@ def main(argv):
             times = {name: time_torch(torch, model, b, args.repeats,
                                       args.warmup)
                      for name, b in forms.items()}
-            r = time_relpos(args.relpos_bench, cfg, threads, args.repeats)
+            r, isa = time_relpos(args.relpos_bench, cfg, threads,
+                                 args.repeats)
             for name, t in times.items():
                 t_ms[name].append(t)
             fastest = min(times, key=times.get)
@@ -259,7 +280,8 @@ def main(argv):
         print(f"threads {threads}: {torch_part}  "
               f"relpos {statistics.median(r_ms):8.2f} ms  "
               f"torch (faster form) / relpos {statistics.median(ratios):5.2f}x  "
-              f"(rounds: {', '.join(f'{x:.2f} {n}' for x, n in zip(ratios, best))})",
+              f"(rounds: {', '.join(f'{x:.2f} {n}' for x, n in zip(ratios, best))}; "
+              f"relpos: {isa})",
               flush=True)
     return 0
 

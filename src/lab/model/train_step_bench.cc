@@ -20,10 +20,17 @@
 // RELPOS_BENCH_S2S_OPTIMIZER (1: each step also clips and takes the trainer's
 // AdamW update); bench/train_step_seq2seq.py drives it that way next to
 // OpenNMT-py and eole.
+// RELPOS_BENCH_MAX_ISA=avx2 runs the step as an AVX2 machine would: Highway's
+// AVX-512 targets are disabled before anything dispatches, and oneDNN is
+// capped with ONEDNN_MAX_CPU_ISA=AVX2 unless that is already set. The
+// targets used are printed in the benchmark's context (hwy_target,
+// onednn_max_isa).
 #include <benchmark/benchmark.h>
+#include <hwy/targets.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <span>
 #include <sstream>
@@ -291,7 +298,38 @@ BENCHMARK_CAPTURE(BM_Seq2seqTrainStep, seq2seq_sinusoidal,
     ->MeasureProcessCPUTime()
     ->UseRealTime();
 
+// RELPOS_BENCH_MAX_ISA: "avx2" or unset (every target the CPU has).
+// Returns false on any other value.
+bool ApplyMaxIsa() {
+  const char* isa = std::getenv("RELPOS_BENCH_MAX_ISA");
+  if (isa != nullptr && std::string(isa) == "avx2") {
+    hwy::DisableTargets(HWY_AVX3 | HWY_AVX3_DL);
+    ::setenv("ONEDNN_MAX_CPU_ISA", "AVX2", /*overwrite=*/0);
+  } else if (isa != nullptr && *isa != '\0') {
+    return false;
+  }
+  // The best target left that this binary was built for.
+  benchmark::AddCustomContext(
+      "hwy_target", hwy::TargetName(hwy::SupportedAndGeneratedTargets()[0]));
+  const char* onednn = std::getenv("ONEDNN_MAX_CPU_ISA");
+  benchmark::AddCustomContext("onednn_max_isa",
+                              onednn == nullptr ? "(all)" : onednn);
+  return true;
+}
+
 }  // namespace
 }  // namespace relpos::model
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (!relpos::model::ApplyMaxIsa()) {
+    std::fprintf(stderr,
+                 "train_step_bench: RELPOS_BENCH_MAX_ISA must be avx2 or "
+                 "unset\n");
+    return 2;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
