@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/fused_attention.h"
 #include "model/transformer.h"
 #include "relpos/attention.h"
 #include "train/optimizer.h"
@@ -308,9 +309,12 @@ bool ApplyMaxIsa() {
   } else if (isa != nullptr && *isa != '\0') {
     return false;
   }
-  // The best target left that this binary was built for.
-  benchmark::AddCustomContext(
-      "hwy_target", hwy::TargetName(hwy::SupportedAndGeneratedTargets()[0]));
+  // Highway 1.0's SupportedTargets() points the dispatch at every target the
+  // CPU has before it applies DisableTargets' mask, so the masked set is
+  // given to the dispatch again afterwards.
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  // The target the fused attention kernel dispatches to.
+  benchmark::AddCustomContext("hwy_target", FusedTargetName());
   const char* onednn = std::getenv("ONEDNN_MAX_CPU_ISA");
   benchmark::AddCustomContext("onednn_max_isa",
                               onednn == nullptr ? "(all)" : onednn);
