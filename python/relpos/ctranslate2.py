@@ -1,8 +1,10 @@
 """Export a relpos checkpoint to a CTranslate2 model directory.
 
-    python -m relpos.ctranslate2 CHECKPOINT_DIR OUTPUT_DIR [--force]
+    python -m relpos.ctranslate2 CHECKPOINT_DIR OUTPUT_DIR [--force] \
+        [--quantization int8|int8_float32|...]
 
-or from Python ``relpos.ctranslate2.export(checkpoint_dir, output_dir)``.
+or from Python ``relpos.ctranslate2.export(checkpoint_dir, output_dir,
+quantization=None)``.
 Needs the optional dependency ``ctranslate2`` (``pip install ctranslate2``,
 or ``pip install relpos[ctranslate2]``). The checkpoint is read by relpos's
 own C++ reader (``relpos.Model.load`` through the extension); the model is
@@ -51,6 +53,18 @@ What maps to what (docs/interop.md has the tensor-by-tensor table):
   sinusoid uses another layout and it would add one where relpos has none;
   such an export accepts at most ``max_len`` positions.
 
+Quantization (``quantization=`` / ``--quantization``, default None: float32
+weights as relpos holds them): one of CTranslate2's weight types
+(:data:`QUANTIZATIONS`, the names its converters take as
+``--quantization``), applied by CTranslate2's own
+``ModelSpec.optimize(quantization=...)`` as its converters do, so an
+``int8`` export is what ``ct2-*-converter --quantization int8`` writes: the
+linear layers' weights (and the embeddings) as int8 with one float scale
+per output row, the rest float32. ``int8`` and ``int8_float32`` write the
+same file; on a CPU CTranslate2 runs both as its ``int8_float32`` compute
+type. A name outside the list is a ValueError before anything is read or
+written.
+
 Refused with :class:`UnsupportedModelError` (a ``ValueError``) naming the
 setting: per-head relative tables (CTranslate2 has one table per layer),
 shaw-asym with a value table, shaw-asym in seq2seq, a model without blocks (CTranslate2's layer
@@ -73,7 +87,8 @@ import numpy as np
 from . import _registry
 from . import _relpos_ext as _ext
 
-__all__ = ["UnsupportedModelError", "build_spec", "export", "main",
+__all__ = ["QUANTIZATIONS", "UnsupportedModelError", "build_spec", "export",
+           "main",
            "seq2seq_spec", "seq2seq_vocabulary", "spec_from_parameters"]
 
 LAYER_NORM_EPS = 1e-5  # relpos's LayerNorm (docs/model.md)
@@ -90,6 +105,12 @@ _KNOWN_MODEL_KEYS = _MODEL_KEYS | set(_registry.SETTING_DEFAULTS)
 # The schemes CTranslate2's Transformer specs represent as relpos computes
 # them (each checked against CTranslate2 in python/tests/test_ctranslate2.py).
 _POSITIONS = ("none", "sinusoidal", "learned", "shaw", "shaw-asym")
+
+# CTranslate2's weight types (ctranslate2.specs.model_spec.
+# ACCEPTED_MODEL_TYPES in CTranslate2 4.x): what export(quantization=) and
+# --quantization take.
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16",
+                 "int16", "float16", "bfloat16", "float32")
 
 
 class UnsupportedModelError(ValueError):
@@ -392,16 +413,35 @@ def spec_from_parameters(mc: Dict, P):
     return spec
 
 
-def export(checkpoint_dir: str, output_dir: str, force: bool = False) -> str:
+def _check_quantization(quantization: Optional[str]) -> Optional[str]:
+    if quantization is not None and (not isinstance(quantization, str) or
+                                     quantization not in QUANTIZATIONS):
+        raise ValueError(
+            f"relpos.ctranslate2: quantization must be None or one of "
+            f"{', '.join(QUANTIZATIONS)} (got {quantization!r})")
+    return quantization
+
+
+def export(checkpoint_dir: str, output_dir: str, force: bool = False,
+           quantization: Optional[str] = None) -> str:
     """Writes the CTranslate2 model of `checkpoint_dir` into `output_dir`
-    (float32 weights) and returns output_dir. An existing non-empty
-    output_dir is an error unless force is true."""
+    and returns output_dir. quantization None writes float32 weights; a
+    name of :data:`QUANTIZATIONS` ("int8", "int8_float32", ...) quantizes
+    them with CTranslate2's ``spec.optimize(quantization=...)`` as its
+    converters' ``--quantization`` does. A bad quantization is a ValueError
+    and an existing non-empty output_dir an error unless force is true,
+    both before anything is written."""
+    quantization = _check_quantization(quantization)
     out = os.fspath(output_dir)
     if os.path.isdir(out) and os.listdir(out) and not force:
         raise FileExistsError(
             f"relpos.ctranslate2: output_dir '{out}' exists and is not empty "
             "(pass force=True / --force to overwrite)")
     spec, spm = _load(checkpoint_dir)
+    if quantization is not None:
+        # Aliases shared tensors, then quantizes, in memory (before the
+        # folder is made).
+        spec.optimize(quantization=quantization)
     os.makedirs(out, exist_ok=True)
     spec.save(out)
     if spm is not None:  # beside the model, for the caller's tokenisation
@@ -418,9 +458,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("output_dir")
     parser.add_argument("--force", action="store_true",
                         help="overwrite a non-empty output directory")
+    parser.add_argument("--quantization", choices=QUANTIZATIONS,
+                        help="weight type, as CTranslate2's converters take "
+                             "it (default: float32 weights as relpos holds "
+                             "them)")
     args = parser.parse_args(argv)
     try:
-        out = export(args.checkpoint_dir, args.output_dir, force=args.force)
+        out = export(args.checkpoint_dir, args.output_dir, force=args.force,
+                     quantization=args.quantization)
     except (ValueError, OSError, RuntimeError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
