@@ -52,6 +52,22 @@ def name(variant):
     return f"{SIDE_NAMES[variant[0]]} {variant[1]}"
 
 
+def label(variant, compute_type):
+    """The variant's name, with the compute type CTranslate2 resolved when
+    it is another (CTranslate2's int8 runs as int8_float32 on a CPU)."""
+    out = name(variant)
+    if variant[0] == "ct2" and compute_type != variant[1]:
+        out += f" (runs {compute_type})"
+    return out
+
+
+def share_text(variant, ref, share, digits=0):
+    """A share of outputs equal to the float model's, as printed."""
+    if variant == ref:
+        return "reference"
+    return "-" if share is None else f"{100 * share:.{digits}f}%"
+
+
 def reference(variants):
     """The float model whose outputs the others are compared with: relpos
     float32, else CTranslate2 float32, else None."""

@@ -244,12 +244,8 @@ def _print_case(row, variants, reference):
           f"{PREFIX_BYTES} bytes = float")
     for v in variants:
         x = row["variants"][cv.key(v)]
-        label = cv.name(v)
-        if v[0] == "ct2" and x["compute_type"] != v[1]:
-            label += f" (runs {x['compute_type']})"
-        share = ("reference" if v == reference else "-"
-                 if x["first64_equal_share"] is None
-                 else f"{100 * x['first64_equal_share']:.0f}%")
+        label = cv.label(v, x["compute_type"])
+        share = cv.share_text(v, reference, x["first64_equal_share"])
         print(f"  {label:<38} {x['tokens_per_s']:9.0f} "
               f"{x['peak_mib']:9.1f}  {share}")
     cv.print_ratios(row["ratios"])
