@@ -1,43 +1,55 @@
-// One token through a decoder's weights at batch 1: every matrix-vector
-// product of a byte LM's decode step (per layer the q, k, v and output
+// One token through a decoder's weights at batch 1 (or one token for each of
+// `rows` sequences): every product of a byte LM's decode step (per layer the q, k, v and output
 // projections [d, d], the FFN's [4d, d] and [d, 4d]; then the head [256, d]),
 // each weight matrix stored [n, k] row-major and read once, as a step of
-// `relpos generate` does. Two ways to compute them:
+// `relpos generate` does. Four ways to compute them:
 //   gemv        relpos::Gemv (src/op/kernels/gemv.h), the path Sgemm takes
-//               for one row;
-//   dnnl_sgemm  oneDNN's dnnl_sgemm('N', 'T', 1, n, k, ...), the path every
-//               other product takes.
+//               for one row (rows = 1 only);
+//   dnnl_sgemm  oneDNN's dnnl_sgemm('N', 'T', rows, n, k, ...), the path
+//               every other float product takes;
+//   int8        relpos::Int8Linear (src/op/kernels/int8_linear.h): int8
+//               weights, the activations quantized per row inside the call;
+//   dnnl_u8s8   oneDNN's int8 GEMM, dnnl_gemm_u8s8s32 (the activations
+//               quantized per row to u8 with a zero point of 128, as
+//               CTranslate2 feeds it, timed with the quantization and the
+//               int32 -> float scaling).
 // Arguments: d_model, layers (256 x 4 and 512 x 6, the models of
-// docs/benchmarks.md "Generation vs CTranslate2's Generator"). bytes_per_second
-// is the weights' bytes over the time. OMP_NUM_THREADS sets the threads. The
-// two variants are meant to be interleaved:
+// docs/benchmarks.md "Generation vs CTranslate2's Generator"), rows.
+// bytes_per_second is the weights' bytes (float32 or int8, as the variant
+// reads them) over the time. OMP_NUM_THREADS sets the threads. The variants
+// are meant to be interleaved:
 //   gemv_bench --benchmark_repetitions=9 --benchmark_enable_random_interleaving
 //              --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
 
 #include "kernels/gemv.h"
+#include "kernels/int8_linear.h"
 
 namespace {
 
 struct Product {
   int64_t n, k;
   std::vector<float> w;
+  relpos::Int8Matrix q;  // w quantized per row (kernels/int8_linear.h)
 };
 
 // The decode step's weight matrices, filled with small deterministic values.
 std::vector<Product> DecoderWeights(int64_t d, int64_t layers) {
   std::vector<Product> out;
   auto add = [&](int64_t n, int64_t k) {
-    Product p{n, k, std::vector<float>(static_cast<size_t>(n * k))};
+    Product p{n, k, std::vector<float>(static_cast<size_t>(n * k)), {}};
     for (size_t i = 0; i < p.w.size(); ++i) {
       p.w[i] = static_cast<float>(static_cast<int64_t>(i % 97) - 48) / 512.0f;
     }
+    p.q = relpos::QuantizeRows(p.w.data(), n, k, k);
     out.push_back(std::move(p));
   };
   for (int64_t l = 0; l < layers; ++l) {
@@ -49,27 +61,85 @@ std::vector<Product> DecoderWeights(int64_t d, int64_t layers) {
   return out;
 }
 
-enum class Path { kGemv, kDnnlSgemm };
+enum class Path { kGemv, kDnnlSgemm, kInt8, kDnnlU8S8 };
+
+// y [m, n] = x [m, k] W^T through oneDNN's int8 GEMM: x quantized per row
+// to u8 (zero point 128), W's int8 rows (the Int8Matrix's, row stride
+// q.stride), int32 sums scaled back to float.
+bool DnnlU8S8(int64_t m, const float* x, const relpos::Int8Matrix& q,
+              std::vector<uint8_t>* qx, std::vector<float>* sx,
+              std::vector<int32_t>* acc, float* y) {
+  const int64_t k = q.cols, n = q.rows;
+  qx->resize(static_cast<size_t>(m * k));
+  sx->resize(static_cast<size_t>(m));
+  acc->resize(static_cast<size_t>(m * n));
+  for (int64_t r = 0; r < m; ++r) {
+    float amax = 0;
+    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::abs(x[r * k + c]));
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    (*sx)[r] = amax / 127.0f;
+    for (int64_t c = 0; c < k; ++c) {
+      (*qx)[r * k + c] =
+          static_cast<uint8_t>(std::nearbyint(x[r * k + c] * inv) + 128.0f);
+    }
+  }
+  const int32_t co = 0;
+  if (dnnl_gemm_u8s8s32('N', 'T', 'F', m, n, k, 1.0f, qx->data(), k, 128,
+                        q.values.data(), q.stride, 0, 0.0f, acc->data(), n,
+                        &co) != dnnl_success) {
+    return false;
+  }
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      y[r * n + j] = static_cast<float>((*acc)[r * n + j]) * ((*sx)[r] * q.scales[j]);
+    }
+  }
+  return true;
+}
 
 void BM_DecodeWeights(benchmark::State& state, Path path) {
   const int64_t d = state.range(0), layers = state.range(1);
+  const int64_t m = state.range(2);
   const std::vector<Product> weights = DecoderWeights(d, layers);
-  std::vector<float> x(static_cast<size_t>(4 * d), 0.5f);
-  std::vector<float> y(static_cast<size_t>(4 * d), 0.0f);
+  std::vector<float> x(static_cast<size_t>(m * 4 * d), 0.5f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f + 0.001f * (i % 13);
+  std::vector<float> y(static_cast<size_t>(m * 4 * d), 0.0f);
+  std::vector<uint8_t> qx;
+  std::vector<float> sx;
+  std::vector<int32_t> acc;
+  const bool int8 = path == Path::kInt8 || path == Path::kDnnlU8S8;
   int64_t bytes = 0;
   for (const Product& p : weights) {
-    bytes += p.n * p.k * static_cast<int64_t>(sizeof(float));
+    bytes += p.n * p.k * (int8 ? 1 : static_cast<int64_t>(sizeof(float)));
   }
   const int threads = omp_get_max_threads();
+  if (path == Path::kGemv && m != 1) {
+    state.SkipWithError("gemv is the one-row path");
+    return;
+  }
   for (auto _ : state) {
     for (const Product& p : weights) {
-      if (path == Path::kGemv) {
-        relpos::Gemv(p.n, p.k, 1.0f, p.w.data(), p.k, x.data(), 0.0f,
-                     y.data(), threads);
-      } else if (dnnl_sgemm('N', 'T', 1, p.n, p.k, 1.0f, x.data(), p.k,
-                            p.w.data(), p.k, 0.0f, y.data(),
-                            p.n) != dnnl_success) {
-        state.SkipWithError("dnnl_sgemm failed");
+      bool ok = true;
+      switch (path) {
+        case Path::kGemv:
+          relpos::Gemv(p.n, p.k, 1.0f, p.w.data(), p.k, x.data(), 0.0f,
+                       y.data(), threads);
+          break;
+        case Path::kDnnlSgemm:
+          ok = dnnl_sgemm('N', 'T', m, p.n, p.k, 1.0f, x.data(), p.k,
+                          p.w.data(), p.k, 0.0f, y.data(),
+                          p.n) == dnnl_success;
+          break;
+        case Path::kInt8:
+          relpos::Int8Linear(m, x.data(), p.k, p.q, nullptr, y.data(), p.n,
+                             threads);
+          break;
+        case Path::kDnnlU8S8:
+          ok = DnnlU8S8(m, x.data(), p.q, &qx, &sx, &acc, y.data());
+          break;
+      }
+      if (!ok) {
+        state.SkipWithError("oneDNN failed");
         return;
       }
     }
@@ -78,19 +148,26 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
   }
   state.SetBytesProcessed(state.iterations() * bytes);
   state.counters["threads"] = threads;
-  state.SetLabel(path == Path::kGemv ? relpos::GemvTargetName() : "oneDNN");
+  state.SetLabel(path == Path::kGemv   ? relpos::GemvTargetName()
+                 : path == Path::kInt8 ? relpos::Int8LinearTargetName()
+                                       : "oneDNN");
 }
 
-BENCHMARK_CAPTURE(BM_DecodeWeights, gemv, Path::kGemv)
-    ->Args({256, 4})
-    ->Args({512, 6})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_DecodeWeights, dnnl_sgemm, Path::kDnnlSgemm)
-    ->Args({256, 4})
-    ->Args({512, 6})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+#define RELPOS_DECODE_SIZES(variant, path, ...)          \
+  BENCHMARK_CAPTURE(BM_DecodeWeights, variant, path)     \
+      __VA_ARGS__->Unit(benchmark::kMillisecond)         \
+      ->UseRealTime()
+
+RELPOS_DECODE_SIZES(gemv, Path::kGemv, ->Args({256, 4, 1})->Args({512, 6, 1}));
+RELPOS_DECODE_SIZES(dnnl_sgemm, Path::kDnnlSgemm,
+                    ->ArgsProduct({{256}, {4}, {1, 4, 16}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
+RELPOS_DECODE_SIZES(int8, Path::kInt8,
+                    ->ArgsProduct({{256}, {4}, {1, 4, 16}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
+RELPOS_DECODE_SIZES(dnnl_u8s8, Path::kDnnlU8S8,
+                    ->ArgsProduct({{256}, {4}, {1, 4, 16}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
 
 }  // namespace
 

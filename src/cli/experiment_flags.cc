@@ -71,6 +71,16 @@ uint64_t ParseSeed(const std::string& text, const std::string& flag) {
   return std::stoull(scratch.Get("train", "seed"));
 }
 
+CLI::Option* AddComputeTypeOption(CLI::App* sub, std::string* compute_type) {
+  return sub
+      ->add_option("--compute-type", *compute_type,
+                   "float32, or int8: the decoder's linear layers with int8 "
+                   "weights per output channel (docs/generate.md, "
+                   "\"Quantized inference\")")
+      ->check(CLI::IsMember({"float32", "int8"}))
+      ->capture_default_str();
+}
+
 CLI::Option* AddSeedOption(CLI::App* sub, const std::string& flag,
                            uint64_t* seed, const std::string& help) {
   CLI::Option* option = sub->add_option_function<std::string>(

@@ -30,6 +30,10 @@ uint64_t ParseSeed(const std::string& text, const std::string& flag);
 CLI::Option* AddSeedOption(CLI::App* sub, const std::string& flag,
                            uint64_t* seed, const std::string& help);
 
+// The --compute-type option of the decoding verbs (generate, translate,
+// eval): float32 or int8 (relpos/lab/model.h, DecodeOptions::compute_type).
+CLI::Option* AddComputeTypeOption(CLI::App* sub, std::string* compute_type);
+
 // Which groups of flags a verb takes.
 struct FlagGroups {
   bool position = true;  // --position, --max-distance, --terms, ...

@@ -28,6 +28,7 @@ struct EvalFlags {
   double max_len_ratio = 2.0;
   uint64_t seed = kDefaultEvalSeed;
   int threads = 0;
+  std::string compute_type = "float32";
   std::string progress = "auto";
 };
 
@@ -52,6 +53,7 @@ void RunTranslationEval(const EvalFlags& f, Model& model, std::ostream& out) {
   TranslationEvalOptions options;
   options.decode.beam_size = f.beam;
   options.decode.max_length_ratio = f.max_len_ratio;
+  options.decode.compute_type = f.compute_type;
   options.max_sentences = f.max_sentences;
   options.batch_size = f.batch_size;
   options.threads = f.threads;
@@ -110,6 +112,11 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
     RunTranslationEval(f, model, out);
     return;
   }
+  RELPOS_CLI_CHECK(f.compute_type == "float32",
+                   "--compute-type int8 applies to decoding: a translation "
+                   "checkpoint's beam search; this checkpoint's task is "
+                       << c.Get("train", "task")
+                       << " (its metrics come from the float32 forward pass)");
   RELPOS_CLI_CHECK(!lengths.empty(), "--lengths is required");
   const std::vector<LengthMetrics> results =
       AsFlag("--lengths", "lengths", [&] {
@@ -195,6 +202,7 @@ void AddEvalVerb(CLI::App& app, std::ostream& out) {
                   "OpenMP threads")
       ->check(CLI::Range(1, 1024))
       ->default_str("the checkpoint's");
+  AddComputeTypeOption(sub, &flags->compute_type);
   sub->add_option("--beam", flags->beam,
                   "Translation: beam size (1: greedy)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))

@@ -28,6 +28,7 @@ struct GenerateFlags {
   double temperature = 1.0;
   uint64_t seed = 0;
   int threads = 0;
+  std::string compute_type = "float32";
   bool no_cache = false, json = false;
 };
 
@@ -42,6 +43,7 @@ auto AsFlags(const GenerateFlags& f, Call call) {
          {std::pair<std::string, std::string>{"max_new_tokens", "--max-new"},
           {"temperature", "--temperature"},
           {"top_k", "--top-k"},
+          {"compute_type", "--compute-type"},
           {"prompt", "--prompt"}}) {
       if (message.rfind(field, 0) == 0) {
         message.replace(0, field.size(), flag);
@@ -132,6 +134,7 @@ void RunGenerate(const GenerateFlags& f, std::ostream& out) {
   options.seed = f.seed;
   options.use_cache = !f.no_cache;
   options.threads = f.threads;
+  options.compute_type = f.compute_type;
   if (!f.batch.empty()) {
     RunBatch(model, f, options, out);
     return;
@@ -196,6 +199,7 @@ void AddGenerateVerb(CLI::App& app, std::ostream& out) {
                   "OpenMP threads (one is fastest for small models)")
       ->check(CLI::Range(1, 1024))
       ->default_str("the checkpoint's, 1 unless it was trained with more");
+  AddComputeTypeOption(sub, &flags->compute_type);
   sub->add_flag("--no-cache", flags->no_cache,
                 "Recompute the whole prefix for every byte (no key/value "
                 "cache; slow, for comparison)");

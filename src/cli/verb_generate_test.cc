@@ -235,5 +235,36 @@ TEST_F(VerbGenerateTest, Errors) {
   ExpectError({"generate", P("damaged"), "--prompt", "a"}, {"config.json"});
 }
 
+// --compute-type int8: the same kind of output, deterministic, for one
+// prompt and a batch; a batch's prompt gets the bytes it gets alone (each
+// row's activations are quantized on their own). Whether int8 picks the
+// float model's bytes depends on how near the model's ties are: measured
+// on trained models (docs/benchmarks.md), not asserted here.
+TEST_F(VerbGenerateTest, Int8ComputeType) {
+  const std::vector<std::string> greedy = {
+      "generate", P("lm_relative"), "--prompt", "the ", "--max-new", "20",
+      "--temperature", "0", "--compute-type", "int8", "--json"};
+  const nlohmann::json a = Json(greedy), b = Json(greedy);
+  EXPECT_EQ(a["text"], b["text"]);
+  EXPECT_EQ(a["tokens"], 20);
+  const fs::path prompts = root_ / "int8_prompts.txt";
+  std::ofstream(prompts) << "the \nab\n";
+  const CliResult batch = RunRelpos(
+      {"generate", P("lm_relative"), "--batch", prompts.string(),
+       "--max-new", "20", "--temperature", "0", "--compute-type", "int8",
+       "--json"});
+  ASSERT_EQ(batch.code, 0) << batch.err;
+  std::istringstream lines(batch.out);
+  std::string first;
+  std::getline(lines, first);
+  EXPECT_EQ(nlohmann::json::parse(first)["text"], a["text"]);
+  ExpectError({"generate", P("lm_relative"), "--prompt", "a",
+               "--compute-type", "int4"},
+              {"--compute-type", "int4"});
+  ExpectError({"generate", P("lm_relative"), "--prompt", "a",
+               "--compute-type", "int8", "--no-cache"},
+              {"--compute-type int8", "cached decoder"});
+}
+
 }  // namespace
 }  // namespace relpos::cli

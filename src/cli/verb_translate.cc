@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/cli_common.h"
+#include "cli/experiment_flags.h"
 #include "relpos/lab/files.h"
 #include "relpos/lab/model.h"
 #include "relpos/lab/translation.h"
@@ -21,6 +22,7 @@ struct TranslateFlags {
   int64_t beam = 4, batch_size = 16;
   double max_len_ratio = 2.0, alpha = 0.6;
   int threads = 0;
+  std::string compute_type = "float32";
   bool json = false;
 };
 
@@ -59,6 +61,7 @@ void RunTranslate(const TranslateFlags& f, std::ostream& out) {
   options.alpha = f.alpha;
   options.max_length_ratio = f.max_len_ratio;
   options.threads = f.threads;
+  options.compute_type = f.compute_type;
   const auto start = std::chrono::steady_clock::now();
   for (size_t b = 0; b < sources.size(); b += f.batch_size) {
     const size_t e = std::min(sources.size(), b + f.batch_size);
@@ -124,6 +127,7 @@ void AddTranslateVerb(CLI::App& app, std::ostream& out) {
                   "OpenMP threads (0: the checkpoint's training threads)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  AddComputeTypeOption(sub, &flags->compute_type);
   sub->add_flag("--json", flags->json,
                 "One JSON object per line: translation, tokens, scores, "
                 "timings");

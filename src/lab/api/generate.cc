@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "relpos/error.h"
 #include "model/decoder_session.h"
 #include "model/positions.h"
+#include "model/quantized_linears.h"
 #include "train/determinism.h"
 #include "train/memory_plan.h"
 
@@ -52,6 +54,12 @@ void CheckRequest(const model::Transformer& t, const ExperimentConfig& config,
   RELPOS_CHECK_ARG(o.top_k >= 0, "top_k must be >= 0 (got " << o.top_k << ")");
   RELPOS_CHECK_ARG(o.threads >= 0 && o.threads <= 1024,
                    "threads must be in [0, 1024] (got " << o.threads << ")");
+  RELPOS_CHECK_ARG(
+      model::ParseComputeType(o.compute_type, "compute_type") ==
+              model::ComputeType::kFloat32 ||
+          o.use_cache,
+      "compute_type int8 runs the cached decoder only (use_cache = true; the "
+      "uncached reference is float32)");
   const int64_t n = static_cast<int64_t>(prompt.size());
   RELPOS_CHECK_ARG(n > 0,
                    "prompt is empty: a byte-level LM has no "
@@ -98,6 +106,17 @@ void PrepareThreadsAndMemory(const Model& model, int64_t sequences,
   train::SetThreads(threads);
 }
 
+// The int8 copies of the model's linear layers when `o` asks for int8.
+std::optional<model::QuantizedLinears> QuantizedFor(const model::Transformer& t,
+                                                    const GenerateOptions& o) {
+  std::optional<model::QuantizedLinears> q;
+  if (model::ParseComputeType(o.compute_type, "compute_type") ==
+      model::ComputeType::kInt8) {
+    q.emplace(t);
+  }
+  return q;
+}
+
 }  // namespace
 
 GenerateResult Generate(Model& model, const std::string& prompt,
@@ -119,7 +138,10 @@ GenerateResult Generate(Model& model, const std::string& prompt,
   const int64_t total = result.prompt_tokens + options.max_new_tokens;
   PrepareThreadsAndMemory(model, 1, total, options);
   if (options.use_cache && options.max_new_tokens > 0) {
-    model::DecoderSession session(t, 1, total);
+    const std::optional<model::QuantizedLinears> quantized =
+        QuantizedFor(t, options);
+    model::DecoderSession session(t, 1, total,
+                                  quantized ? &*quantized : nullptr);
     std::vector<float> logits;
     session.Append({tokens}, &logits);
     for (int64_t i = 0; i < options.max_new_tokens; ++i) {
@@ -197,7 +219,10 @@ std::vector<GenerateResult> GenerateBatch(
     }
   }
   if (options.max_new_tokens > 0) {
-    model::DecoderSession session(t, B, total);
+    const std::optional<model::QuantizedLinears> quantized =
+        QuantizedFor(t, options);
+    model::DecoderSession session(t, B, total,
+                                  quantized ? &*quantized : nullptr);
     std::vector<float> logits;
     session.Append(tokens, &logits);
     std::vector<int32_t> last(static_cast<size_t>(B));

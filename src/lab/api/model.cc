@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <optional>
 #include <thread>
 
 #include "api/internal.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "model/beam_search.h"
+#include "model/quantized_linears.h"
 #include "train/checkpoint.h"
 #include "train/data_source.h"
 #include "train/determinism.h"
@@ -288,6 +290,8 @@ std::vector<Translation> Model::Translate(
                          << options.length_penalty << "')");
     o.length_penalty = model::LengthPenalty::kNone;
   }
+  const model::ComputeType compute =
+      model::ParseComputeType(options.compute_type, "compute_type");
   o.alpha = options.alpha;
   o.max_length_ratio = options.max_length_ratio;
   o.max_length = options.max_length;
@@ -329,6 +333,11 @@ std::vector<Translation> Model::Translate(
       model::MaxDecodingSteps(longest, o), threads);
   plan.resident = train::PlanModel(t.config()).total();
   train::CheckMemory(plan);
+  std::optional<model::QuantizedLinears> quantized;
+  if (compute == model::ComputeType::kInt8) {
+    quantized.emplace(t);
+    o.quantized = &*quantized;
+  }
   std::vector<model::Hypothesis> best =
       TranslateBatches(t, sources, o, threads, options.max_batch_size);
   std::vector<Translation> out;

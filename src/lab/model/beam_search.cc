@@ -285,7 +285,7 @@ std::vector<Hypothesis> Translate(
     steps.push_back(n);
     capacity = std::max(capacity, n);
   }
-  BasicDecoderSession<T> session(model, sources, capacity);
+  BasicDecoderSession<T> session(model, sources, capacity, o.quantized);
   SessionSteps<T> steps_model(&session, c.vocab_size);
   return BeamSearch<T>(steps_model, steps, o);
 }

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/quantized_linears.h"
 #include "model/transformer.h"
 
 namespace relpos::model {
@@ -50,6 +51,9 @@ struct BeamSearchOptions {
   double max_length_ratio = 2.0;
   int64_t max_length = 1024;
   int32_t bos = -1, eos = -1;  // the vocabulary's (PairSource::tokens())
+  // Int8 copies of the decoder's linear layers (compute type int8), or
+  // nullptr for float; they must outlive the search.
+  const QuantizedLinears* quantized = nullptr;
 };
 
 // InvalidArgument naming the option: beam_size >= 1, alpha >= 0 and finite,

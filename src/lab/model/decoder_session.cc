@@ -150,15 +150,16 @@ void SplitSequences(const T* rows, const std::vector<int64_t>& lengths,
   }
 }
 
-// The [rows, d] output of the model's Linear layers in one call.
-template <typename T>
-void Linear(const std::vector<T>& x, const T* w, const T* b, std::vector<T>* y,
-            int64_t rows, int64_t in, int64_t out) {
-  Resize(y, rows * out);
-  nn::LinearForward<T>(x.data(), w, b, y->data(), {rows, in, out});
-}
-
 }  // namespace
+
+template <typename T>
+void BasicDecoderSession<T>::Linear(const std::vector<T>& x, const T* w,
+                                    const T* b, std::vector<T>* y,
+                                    int64_t rows, int64_t in,
+                                    int64_t out) const {
+  Resize(y, rows * out);
+  LinearMaybeInt8(quantized_, x.data(), w, b, y->data(), rows, in, out);
+}
 
 
 template <typename T>
@@ -208,8 +209,10 @@ void BasicDecoderSession<T>::Init(int64_t batch) {
 
 template <typename T>
 BasicDecoderSession<T>::BasicDecoderSession(const BasicTransformer<T>& model,
-                                            int64_t batch, int64_t capacity)
-    : model_(&model), side_(DecoderSide(model.config())), batch_(0),
+                                            int64_t batch, int64_t capacity,
+                                            const QuantizedLinears* quantized)
+    : model_(&model), quantized_(quantized),
+      side_(DecoderSide(model.config())), batch_(0),
       capacity_(capacity) {
   const ModelConfig& c = model.config();
   RELPOS_CHECK_ARG(c.arch == Arch::kDecoder,
@@ -226,8 +229,10 @@ BasicDecoderSession<T>::BasicDecoderSession(const BasicTransformer<T>& model,
 template <typename T>
 BasicDecoderSession<T>::BasicDecoderSession(
     const BasicTransformer<T>& model,
-    const std::vector<std::vector<int32_t>>& sources, int64_t capacity)
-    : model_(&model), side_(DecoderSide(model.config())), batch_(0),
+    const std::vector<std::vector<int32_t>>& sources, int64_t capacity,
+    const QuantizedLinears* quantized)
+    : model_(&model), quantized_(quantized),
+      side_(DecoderSide(model.config())), batch_(0),
       capacity_(capacity) {
   const ModelConfig& c = model.config();
   RELPOS_CHECK_ARG(c.arch == Arch::kSeq2seq,
@@ -271,10 +276,12 @@ void BasicDecoderSession<T>::CacheSources(
   cross_v_.assign(side_.layers, std::vector<T>(S * source_pad_ * d, T(0)));
   for (int64_t l = 0; l < side_.layers; ++l) {
     const nn::MhaWeights<T>& cw = dw.blocks[l].cross;
-    nn::LinearForward<T>(memory.data(), cw.wk, cw.bk, proj.data(), {rows, d, d});
+    LinearMaybeInt8(quantized_, memory.data(), cw.wk, cw.bk, proj.data(), rows,
+                    d, d);
     SplitSequences(proj.data(), source_lengths_, source_pad_, H, dh,
                    cross_k_[l].data());
-    nn::LinearForward<T>(memory.data(), cw.wv, cw.bv, proj.data(), {rows, d, d});
+    LinearMaybeInt8(quantized_, memory.data(), cw.wv, cw.bv, proj.data(), rows,
+                    d, d);
     SplitSequences(proj.data(), source_lengths_, source_pad_, H, dh,
                    cross_v_[l].data());
   }
@@ -469,9 +476,9 @@ void BasicDecoderSession<T>::SelfAttention(int64_t l, const BlockWeights<T>& w,
   pos_args.input_terms = &input_terms_;
   nn::LayerNormForward<T>(r.x.data(), w.ln1_gamma, w.ln1_beta, r.ln.data(),
                           r.mean.data(), r.rstd.data(), {rows, d});
-  Linear<T>(r.ln, w.attn.wq, w.attn.bq, &r.q, rows, d, d);
-  Linear<T>(r.ln, w.attn.wk, w.attn.bk, &r.k, rows, d, d);
-  Linear<T>(r.ln, w.attn.wv, w.attn.bv, &r.v, rows, d, d);
+  Linear(r.ln, w.attn.wq, w.attn.bq, &r.q, rows, d, d);
+  Linear(r.ln, w.attn.wk, w.attn.bk, &r.k, rows, d, d);
+  Linear(r.ln, w.attn.wv, w.attn.bv, &r.v, rows, d, d);
   pos_args.q = r.q.data();
   pos_args.k = r.k.data();
   pos_args.weights = &w.attn;
@@ -534,7 +541,7 @@ void BasicDecoderSession<T>::SelfAttention(int64_t l, const BlockWeights<T>& w,
       }
     }
   }
-  Linear<T>(r.merged, w.attn.wo, w.attn.bo, &r.branch, rows, d, d);
+  Linear(r.merged, w.attn.wo, w.attn.bo, &r.branch, rows, d, d);
 }
 
 // ---- Cross-attention sublayer (seq2seq): hs = x + branch;
@@ -553,7 +560,7 @@ void BasicDecoderSession<T>::CrossAttention(int64_t l, const BlockWeights<T>& w,
   nn::AddLayerNormForward<T>(r.x.data(), r.branch.data(), w.cross_ln_gamma,
                              w.cross_ln_beta, r.hs.data(), r.ln.data(),
                              r.mean.data(), r.rstd.data(), {rows, d});
-  Linear<T>(r.ln, w.cross.wq, w.cross.bq, &r.q, rows, d, d);
+  Linear(r.ln, w.cross.wq, w.cross.bq, &r.q, rows, d, d);
   std::vector<std::vector<int64_t>> source_rows(S);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t i = first[b]; i < first[b + 1]; ++i) {
@@ -604,7 +611,7 @@ void BasicDecoderSession<T>::CrossAttention(int64_t l, const BlockWeights<T>& w,
       }
     }
   }
-  Linear<T>(r.merged, w.cross.wo, w.cross.bo, &r.branch, rows, d, d);
+  Linear(r.merged, w.cross.wo, w.cross.bo, &r.branch, rows, d, d);
 }
 
 // ---- Feed-forward sublayer: h = residual + branch;
@@ -618,10 +625,10 @@ void BasicDecoderSession<T>::FeedForward(const BlockWeights<T>& w,
   nn::AddLayerNormForward<T>(residual, r.branch.data(), w.ln2_gamma,
                              w.ln2_beta, r.h.data(), r.ln.data(), r.mean.data(),
                              r.rstd.data(), {rows, d});
-  Linear<T>(r.ln, w.ff_in_w, w.ff_in_b, &r.ff_pre, rows, d, dff);
+  Linear(r.ln, w.ff_in_w, w.ff_in_b, &r.ff_pre, rows, d, dff);
   Resize(&r.ff_act, rows * dff);
   nn::GeluForward<T>(r.ff_pre.data(), r.ff_act.data(), rows * dff);
-  Linear<T>(r.ff_act, w.ff_out_w, w.ff_out_b, &r.branch, rows, dff, d);
+  Linear(r.ff_act, w.ff_out_w, w.ff_out_b, &r.branch, rows, dff, d);
   for (int64_t i = 0; i < rows * d; ++i) r.x[i] = r.h[i] + r.branch[i];
 }
 
@@ -678,8 +685,8 @@ void BasicDecoderSession<T>::Append(
   nn::LayerNormForward<T>(r.last.data(), dw.final_gamma, dw.final_beta,
                           r.ln.data(), r.mean.data(), r.rstd.data(), {B, d});
   Resize(logits, B * V);
-  nn::LinearForward<T>(r.ln.data(), dw.head_w, dw.head_b, logits->data(),
-                       {B, d, V});
+  LinearMaybeInt8(quantized_, r.ln.data(), dw.head_w, dw.head_b,
+                  logits->data(), B, d, V);
   for (int64_t b = 0; b < B; ++b) lengths_[b] += first[b + 1] - first[b];
 }
 

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/quantized_linears.h"
 #include "model/transformer.h"
 #include "model/transformer_block.h"
 
@@ -52,9 +53,12 @@ class BasicDecoderSession {
   // model (incremental decoding needs the causal mask; a seq2seq model needs
   // its sources: the constructor below), batch < 1, capacity < 1, capacity >
   // max_len with learned positions, or a cache too large to allocate (more
-  // than 2^34 elements).
+  // than 2^34 elements). With `quantized` (int8 copies of this model's
+  // weights, model/quantized_linears.h; it must outlive the session), the
+  // linear layers it holds run in int8.
   BasicDecoderSession(const BasicTransformer<T>& model, int64_t batch,
-                      int64_t capacity);
+                      int64_t capacity,
+                      const QuantizedLinears* quantized = nullptr);
   // A seq2seq session: one empty hypothesis per source sentence (token ids
   // in [0, vocab_size), possibly none), each holding up to `capacity`
   // target tokens. InvalidArgument for another architecture, no source, a
@@ -62,7 +66,8 @@ class BasicDecoderSession {
   // above.
   BasicDecoderSession(const BasicTransformer<T>& model,
                       const std::vector<std::vector<int32_t>>& sources,
-                      int64_t capacity);
+                      int64_t capacity,
+                      const QuantizedLinears* quantized = nullptr);
 
   int64_t batch() const { return batch_; }
   int64_t capacity() const { return capacity_; }
@@ -117,7 +122,12 @@ class BasicDecoderSession {
   void CacheSources(const std::vector<std::vector<int32_t>>& sources,
                     const std::vector<T>& memory);
 
+  // y [rows, out] = x W^T + b, in int8 when quantized_ holds w.
+  void Linear(const std::vector<T>& x, const T* w, const T* b,
+              std::vector<T>* y, int64_t rows, int64_t in, int64_t out) const;
+
   const BasicTransformer<T>* model_;
+  const QuantizedLinears* quantized_;
   ModelConfig side_;  // the decoder stack's config (DecoderSide)
   int64_t batch_, capacity_;
   std::vector<int64_t> lengths_;        // [batch]

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <type_traits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -143,14 +145,52 @@ void ExpectClose(const std::vector<T>& cached, const std::vector<T>& full,
 
 class DecoderSessionTest : public ::testing::TestWithParam<Case> {};
 
+// Int8 sessions are checked against the float recomputation of the model
+// whose quantized weights are replaced by their int8 values times their
+// scales: what remains is the activations' per-row rounding, at most 1/2
+// in 32767 of each row's largest |x| at these widths
+// (kernels/int8_linear.h); through the blocks the logits moved by at most
+// 6.2e-4 of their scale over every scheme here (the bound below has ~3x
+// margin), while an error in the plumbing (a wrong matrix, bias or row)
+// moves them by O(1).
+// What the weights' rounding costs is measured on trained models
+// (docs/benchmarks.md, "Quantized inference").
+constexpr double kInt8LogitTolerance = 2e-3;
+
+// Every weight `q` holds becomes scale * int8 value in place.
+void Dequantize(BasicTransformer<float>* model, const QuantizedLinears& q) {
+  int64_t replaced = 0;
+  for (auto& p : model->parameters()) {
+    const Int8Matrix* m = q.Find(p.value.data());
+    if (m == nullptr) continue;
+    ++replaced;
+    for (int64_t j = 0; j < m->rows; ++j) {
+      for (int64_t c = 0; c < m->cols; ++c) {
+        p.value[j * m->cols + c] =
+            m->scales[j] * static_cast<float>(m->values[j * m->stride + c]);
+      }
+    }
+  }
+  EXPECT_EQ(replaced, q.size());
+}
+
 // Prompts of lengths 5, 5, 2, 7 (one Append; sequences 0 and 1 share an
 // attention call), then single-token steps, then a chunk of 3, 1, 2, 2
 // tokens, then steps again, up to the capacity of the longest sequence;
 // every result checked against recomputation.
+// int8: the session runs the linear layers in int8 (QuantizedLinears)
+// while the recomputation stays float.
 template <typename T>
-void CheckAgainstRecomputation(const Case& k, double tol) {
+void CheckAgainstRecomputation(const Case& k, double tol, bool int8 = false) {
   BasicTransformer<T> model(ConfigFor(k));
   Perturb(&model);
+  std::optional<QuantizedLinears> quantized;
+  if constexpr (std::is_same_v<T, float>) {
+    if (int8) {
+      quantized.emplace(model);
+      Dequantize(&model, *quantized);
+    }
+  }
   const int64_t V = model.config().vocab_size, capacity = 20;
   const std::vector<int64_t> prompt = {5, 5, 2, 7};
   const int64_t B = static_cast<int64_t>(prompt.size());
@@ -159,7 +199,8 @@ void CheckAgainstRecomputation(const Case& k, double tol) {
   for (auto& s : seqs) {
     for (int64_t i = 0; i < capacity; ++i) s.push_back(rng.Below(V));
   }
-  BasicDecoderSession<T> session(model, B, capacity);
+  BasicDecoderSession<T> session(model, B, capacity,
+                                 quantized ? &*quantized : nullptr);
   std::vector<int64_t> lens(B, 0);
   std::vector<T> logits;
   auto append = [&](const std::vector<int64_t>& counts) {
@@ -270,9 +311,17 @@ ModelConfig Seq2seqConfigFor(const Case& k) {
 // sources 0 and 2 duplicated) and steps to the capacity; every result
 // against recomputation with each hypothesis's source.
 template <typename T>
-void CheckSeq2seqAgainstRecomputation(const Case& k, double tol) {
+void CheckSeq2seqAgainstRecomputation(const Case& k, double tol,
+                                      bool int8 = false) {
   BasicTransformer<T> model(Seq2seqConfigFor(k));
   Perturb(&model);
+  std::optional<QuantizedLinears> quantized;
+  if constexpr (std::is_same_v<T, float>) {
+    if (int8) {
+      quantized.emplace(model);
+      Dequantize(&model, *quantized);
+    }
+  }
   const int64_t V = model.config().vocab_size, capacity = 12;
   Rng rng(17);
   std::vector<std::vector<int32_t>> sources(4);
@@ -286,7 +335,8 @@ void CheckSeq2seqAgainstRecomputation(const Case& k, double tol) {
   for (auto& s : seqs) {
     for (int64_t i = 0; i < capacity; ++i) s.push_back(rng.Below(V));
   }
-  BasicDecoderSession<T> session(model, sources, capacity);
+  BasicDecoderSession<T> session(model, sources, capacity,
+                                 quantized ? &*quantized : nullptr);
   std::vector<int64_t> lens(4, 3);
   std::vector<T> logits;
   std::vector<std::vector<int32_t>> prompt(4);
@@ -337,6 +387,42 @@ TEST_P(DecoderSessionTest, Seq2seqFloatMatchesRecomputation) {
 
 TEST_P(DecoderSessionTest, Seq2seqDoubleMatchesRecomputation) {
   CheckSeq2seqAgainstRecomputation<double>(GetParam(), 1e-12);
+}
+
+// Int8 linear layers (QuantizedLinears) against the float model with the
+// same (dequantized) weights: kInt8LogitTolerance above.
+TEST_P(DecoderSessionTest, Int8StaysCloseToFloat) {
+  CheckAgainstRecomputation<float>(GetParam(), kInt8LogitTolerance, true);
+}
+
+TEST_P(DecoderSessionTest, Seq2seqInt8StaysCloseToFloat) {
+  CheckSeq2seqAgainstRecomputation<float>(GetParam(), kInt8LogitTolerance,
+                                          true);
+}
+
+TEST(DecoderSessionInt8, QuantizesEveryDecoderLinearOnce) {
+  BasicTransformer<float> decoder(ConfigFor(Cases()[3]));
+  const QuantizedLinears q(decoder);
+  EXPECT_EQ(q.size(), 2 * 6 + 1);  // per block q, k, v, o, FFN in and out
+  const DecoderWeights<float> dw = decoder.decoder_weights();
+  ASSERT_NE(q.Find(dw.head_w), nullptr);
+  EXPECT_EQ(q.Find(dw.head_w)->rows, 11);
+  EXPECT_EQ(q.Find(dw.blocks[1].ff_in_w)->rows, 24);
+  EXPECT_EQ(q.Find(dw.blocks[1].ff_in_w)->cols, 16);
+  EXPECT_EQ(q.Find(dw.token), nullptr);  // embeddings stay float
+  BasicTransformer<float> s2s(Seq2seqConfigFor(Cases()[3]));
+  // 2 decoder blocks of 10 (self and cross q, k, v, o; FFN) and the head
+  // (tied to the target embedding, quantized as a head all the same).
+  EXPECT_EQ(QuantizedLinears(s2s).size(), 2 * 10 + 1);
+  ModelConfig encoder = ConfigFor(Cases()[3]);
+  encoder.arch = Arch::kEncoder;
+  const BasicTransformer<float> encoder_model(encoder);
+  ExpectInvalid([&] { QuantizedLinears bad(encoder_model); },
+                {"decoder or seq2seq", "encoder"});
+  ExpectInvalid([] { ParseComputeType("int4", "--compute-type"); },
+                {"--compute-type must be float32 or int8", "int4"});
+  EXPECT_EQ(ParseComputeType("int8", "x"), ComputeType::kInt8);
+  EXPECT_EQ(ParseComputeType("float32", "x"), ComputeType::kFloat32);
 }
 
 // Reorder on a decoder-only session: sequences copied, dropped and

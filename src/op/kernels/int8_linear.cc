@@ -1,0 +1,288 @@
+// The int8 linear layer (src/op/kernels/int8_linear.h). Per Highway target
+// (this file re-includes itself once per target): blocks of four weight
+// rows against up to kRowTile activation rows, int8 weights widened to
+// int16 as they are loaded and multiplied with the int16 activations in
+// pairs into int32 lanes (ReorderWidenMulAccumulate: vpmaddwd on x86), one
+// horizontal sum per dot product after the row. The driver quantizes the
+// activations once per call and gives threads whole blocks of four weight
+// rows, so every sum is the same integer whatever the thread count.
+#include "kernels/int8_linear.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/int8_linear.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <cmath>
+#include <limits>
+
+HWY_BEFORE_NAMESPACE();
+namespace relpos {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Activation rows per pass over a block of weight rows: 4 x 4 int32
+// accumulators fit AVX-512's 32 registers, 2 x 4 AVX2's 16.
+constexpr int kRowTile = HWY_MAX_BYTES >= 64 ? 4 : 2;
+
+// sums[r * 4 + i] = qx_r . qw_i for r < MR over `stride` columns (a
+// multiple of the int16 lane count).
+template <int MR>
+HWY_INLINE void DotBlock(const int16_t* const* HWY_RESTRICT xr,
+                         const int8_t* const* HWY_RESTRICT wr, int64_t stride,
+                         int32_t* HWY_RESTRICT sums) {
+  const hn::ScalableTag<int16_t> d16;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  using V32 = hn::Vec<decltype(d32)>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d16));
+  V32 acc[MR][4], odd[MR][4];
+  for (int r = 0; r < MR; ++r) {
+    for (int i = 0; i < 4; ++i) acc[r][i] = odd[r][i] = hn::Zero(d32);
+  }
+  for (int64_t c = 0; c < stride; c += lanes) {
+    const auto w0 = hn::PromoteTo(d16, hn::LoadU(d8, wr[0] + c));
+    const auto w1 = hn::PromoteTo(d16, hn::LoadU(d8, wr[1] + c));
+    const auto w2 = hn::PromoteTo(d16, hn::LoadU(d8, wr[2] + c));
+    const auto w3 = hn::PromoteTo(d16, hn::LoadU(d8, wr[3] + c));
+    for (int r = 0; r < MR; ++r) {
+      const auto x = hn::LoadU(d16, xr[r] + c);
+      acc[r][0] = hn::ReorderWidenMulAccumulate(d32, x, w0, acc[r][0], odd[r][0]);
+      acc[r][1] = hn::ReorderWidenMulAccumulate(d32, x, w1, acc[r][1], odd[r][1]);
+      acc[r][2] = hn::ReorderWidenMulAccumulate(d32, x, w2, acc[r][2], odd[r][2]);
+      acc[r][3] = hn::ReorderWidenMulAccumulate(d32, x, w3, acc[r][3], odd[r][3]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int i = 0; i < 4; ++i) {
+      const V32 total = hn::RearrangeToOddPlusEven(acc[r][i], odd[r][i]);
+      sums[r * 4 + i] = hn::GetLane(hn::SumOfLanes(d32, total));
+    }
+  }
+}
+
+// Weight rows [begin, end) against all m activation rows (qx [m, stride]
+// with scales sx; sx[r] NaN marks a row that was not finite).
+void Int8Rows(int64_t m, const int16_t* qx, const float* sx,
+              const int8_t* qw, const float* sw, int64_t stride,
+              int64_t begin, int64_t end, const float* bias, float* y,
+              int64_t ldy) {
+  int32_t sums[kRowTile * 4];
+  for (int64_t j0 = begin; j0 < end; j0 += 4) {
+    const int64_t nb = end - j0 < 4 ? end - j0 : 4;
+    const int8_t* wr[4];
+    // A short last block repeats its first row (results discarded).
+    for (int64_t i = 0; i < 4; ++i) {
+      wr[i] = qw + (j0 + (i < nb ? i : 0)) * stride;
+    }
+    for (int64_t r0 = 0; r0 < m; r0 += kRowTile) {
+      const int64_t mb = m - r0 < kRowTile ? m - r0 : kRowTile;
+      const int16_t* xr[kRowTile];
+      for (int64_t r = 0; r < mb; ++r) xr[r] = qx + (r0 + r) * stride;
+      switch (mb) {
+        case 1:
+          DotBlock<1>(xr, wr, stride, sums);
+          break;
+        case 2:
+          DotBlock<2>(xr, wr, stride, sums);
+          break;
+#if HWY_MAX_BYTES >= 64
+        case 3:
+          DotBlock<3>(xr, wr, stride, sums);
+          break;
+        default:
+          DotBlock<4>(xr, wr, stride, sums);
+          break;
+#endif
+      }
+      for (int64_t r = 0; r < mb; ++r) {
+        const float s = sx[r0 + r];
+        float* out = y + (r0 + r) * ldy + j0;
+        for (int64_t i = 0; i < nb; ++i) {
+          float v = static_cast<float>(sums[r * 4 + i]) * (s * sw[j0 + i]);
+          if (bias != nullptr) v += bias[j0 + i];
+          out[i] = v;
+        }
+      }
+    }
+  }
+}
+
+// Quantizes x[0, k) to out[0, k) symmetrically onto [-range, range]
+// (round to nearest, ties to even): returns max |x| (NaN if some x is not
+// finite, and then nothing is written).
+template <typename TOut>
+HWY_INLINE float QuantizeRowT(const float* HWY_RESTRICT x, int64_t k,
+                              float range, TOut* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<int32_t, decltype(d)> di;
+  const hn::Rebind<TOut, decltype(d)> dout;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t body = k - k % lanes;
+  auto vmax = hn::Zero(d);
+  auto probe = hn::Zero(d);  // x * 0: NaN where x is not finite
+  for (int64_t c = 0; c < body; c += lanes) {
+    const auto v = hn::LoadU(d, x + c);
+    vmax = hn::Max(vmax, hn::Abs(v));
+    probe = hn::Add(probe, hn::Mul(v, hn::Zero(d)));
+  }
+  float amax = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  float zero = hn::GetLane(hn::SumOfLanes(d, probe));
+  for (int64_t c = body; c < k; ++c) {
+    amax = amax > std::abs(x[c]) ? amax : std::abs(x[c]);
+    zero += x[c] * 0.0f;
+  }
+  if (zero != 0.0f) return std::numeric_limits<float>::quiet_NaN();
+  if (amax == 0.0f) return 0.0f;
+  const float inv = range / amax;
+  const auto vinv = hn::Set(d, inv);
+  for (int64_t c = 0; c < body; c += lanes) {
+    const auto q = hn::NearestInt(hn::Mul(hn::LoadU(d, x + c), vinv));
+    hn::StoreU(hn::DemoteTo(dout, q), dout, out + c);
+  }
+  for (int64_t c = body; c < k; ++c) {
+    out[c] = static_cast<TOut>(std::nearbyint(x[c] * inv));
+  }
+  static_cast<void>(di);
+  return amax;
+}
+
+// Rows r < m of x (row stride ldx, k columns) into out (row stride ldo):
+// amax[r] as QuantizeRowT returns it.
+void QuantizeRows16(int64_t m, const float* x, int64_t ldx, int64_t k,
+                    float range, int16_t* out, int64_t ldo, float* amax) {
+  for (int64_t r = 0; r < m; ++r) {
+    amax[r] = QuantizeRowT(x + r * ldx, k, range, out + r * ldo);
+  }
+}
+void QuantizeRows8(int64_t m, const float* x, int64_t ldx, int64_t k,
+                   int8_t* out, int64_t ldo, float* amax) {
+  for (int64_t r = 0; r < m; ++r) {
+    amax[r] = QuantizeRowT(x + r * ldx, k, 127.0f, out + r * ldo);
+  }
+}
+
+const char* Int8Target() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace relpos
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/check.h"
+
+namespace relpos {
+
+HWY_EXPORT(Int8Rows);
+HWY_EXPORT(QuantizeRows16);
+HWY_EXPORT(QuantizeRows8);
+HWY_EXPORT(Int8Target);
+
+namespace {
+
+// Products below this many multiply-adds run on the calling thread.
+constexpr int64_t kInt8SerialMacs = int64_t{1} << 18;
+
+int64_t PaddedStride(int64_t cols) {
+  return (cols + kInt8RowAlign - 1) / kInt8RowAlign * kInt8RowAlign;
+}
+
+}  // namespace
+
+int32_t Int8ActivationRange(int64_t stride) {
+  const int64_t limit = std::numeric_limits<int32_t>::max() /
+                        (int64_t{127} * std::max<int64_t>(stride, 1));
+  return static_cast<int32_t>(std::clamp<int64_t>(limit, 1, 32767));
+}
+
+Int8Matrix QuantizeRows(const float* w, int64_t rows, int64_t cols,
+                        int64_t ldw) {
+  RELPOS_CHECK_ARG(rows >= 0 && cols >= 0,
+                   "QuantizeRows: sizes must be >= 0 (got " << rows << " x "
+                                                            << cols << ")");
+  RELPOS_CHECK_ARG(ldw >= cols, "QuantizeRows: ldw " << ldw
+                                                     << " is below cols "
+                                                     << cols);
+  RELPOS_CHECK_ARG(Int8ActivationRange(PaddedStride(cols)) >= 127,
+                   "QuantizeRows: " << cols
+                                    << " columns are too many for int32 sums");
+  Int8Matrix q;
+  q.rows = rows;
+  q.cols = cols;
+  q.stride = PaddedStride(cols);
+  q.values.assign(static_cast<size_t>(rows * q.stride), 0);
+  q.scales.assign(static_cast<size_t>(rows), 0.0f);
+  std::vector<float> amax(static_cast<size_t>(rows));
+  HWY_DYNAMIC_DISPATCH(QuantizeRows8)
+  (rows, w, ldw, cols, q.values.data(), q.stride, amax.data());
+  for (int64_t j = 0; j < rows; ++j) {
+    if (std::isnan(amax[j])) {
+      int64_t c = 0;
+      while (c + 1 < cols && std::isfinite(w[j * ldw + c])) ++c;
+      RELPOS_THROW(InvalidArgument, "QuantizeRows: weight ("
+                                        << j << ", " << c
+                                        << ") is not finite");
+    }
+    q.scales[j] = amax[j] / 127.0f;
+  }
+  return q;
+}
+
+void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
+                const float* bias, float* y, int64_t ldy, int num_threads) {
+  RELPOS_CHECK_ARG(m >= 0 && ldx >= w.cols && ldy >= w.rows,
+                   "Int8Linear: bad sizes (m " << m << ", ldx " << ldx
+                                               << ", ldy " << ldy << " for "
+                                               << w.rows << " x " << w.cols
+                                               << ")");
+  if (m == 0 || w.rows == 0) return;
+  // The activations, quantized per row (zeros in the padding columns).
+  thread_local std::vector<int16_t> qx;
+  thread_local std::vector<float> sx;
+  qx.assign(static_cast<size_t>(m * w.stride), 0);
+  sx.assign(static_cast<size_t>(m), 0.0f);
+  const float range = static_cast<float>(Int8ActivationRange(w.stride));
+  HWY_DYNAMIC_DISPATCH(QuantizeRows16)
+  (m, x, ldx, w.cols, range, qx.data(), w.stride, sx.data());
+  for (float& scale : sx) scale /= range;  // NaN stays NaN, 0 stays 0
+  const int64_t blocks = (w.rows + 3) / 4;
+  const int threads =
+      m * w.rows * w.cols < kInt8SerialMacs
+          ? 1
+          : static_cast<int>(std::clamp<int64_t>(num_threads, 1, blocks));
+  const int16_t* qxp = qx.data();
+  const float* sxp = sx.data();
+  if (threads == 1) {
+    HWY_DYNAMIC_DISPATCH(Int8Rows)
+    (m, qxp, sxp, w.values.data(), w.scales.data(), w.stride, 0, w.rows, bias,
+     y, ldy);
+    return;
+  }
+  const int64_t per = (blocks + threads - 1) / threads * 4;
+  (void)HWY_DYNAMIC_DISPATCH(Int8Target)();
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t begin = omp_get_thread_num() * per;
+    const int64_t end = std::min(w.rows, begin + per);
+    if (begin < end) {
+      HWY_DYNAMIC_DISPATCH(Int8Rows)
+      (m, qxp, sxp, w.values.data(), w.scales.data(), w.stride, begin, end,
+       bias, y, ldy);
+    }
+  }
+}
+
+const char* Int8LinearTargetName() {
+  return HWY_DYNAMIC_DISPATCH(Int8Target)();
+}
+
+}  // namespace relpos
+
+#endif  // HWY_ONCE
