@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import List, NamedTuple, Optional, Sequence
 
+from . import _checks
 from . import _relpos_ext as _ext
 
 __all__ = [
@@ -159,6 +160,7 @@ class Translation(NamedTuple):
 
 
 _LENGTH_PENALTIES = ("wu", "power", "none")
+_COMPUTE_TYPES = ("float32", "int8")
 
 
 def _int(value, name: str, lo: int, hi: int) -> int:
@@ -193,6 +195,13 @@ class Translator:
     batches in turn (as CTranslate2's ``translate_batch(max_batch_size=)``
     with ``inter_threads``); 0 decodes all lines as one batch (split
     between the threads). The translations do not depend on either.
+    ``compute_type`` "float32" (the default) or "int8": the decoder's
+    linear layers (projections, FFN, output head) run with int8 weights,
+    quantized per output channel when the call starts, and activations
+    quantized per row (as ``relpos translate --compute-type int8``;
+    docs/generate.md, "Quantized inference"); the encoder, the relative
+    tables and attention stay float32. int8 translations are close to the
+    float ones, not always the same.
     """
 
     def __init__(self, checkpoint_dir):
@@ -218,9 +227,12 @@ class Translator:
     def translate(self, lines: Sequence[str], beam_size: int = 4,
                   length_penalty: str = "wu", alpha: float = 0.6,
                   max_length_ratio: float = 2.0, max_length: int = 1024,
-                  threads: int = 0,
-                  max_batch_size: int = 0) -> List[Translation]:
+                  threads: int = 0, max_batch_size: int = 0,
+                  compute_type: str = "float32") -> List[Translation]:
         """One ``Translation`` per line of ``lines`` (a list of str)."""
+        compute_type = _checks.choice("translate.Translator.translate",
+                                      "compute_type", compute_type,
+                                      _COMPUTE_TYPES)
         lines = _segments(lines, "lines")
         if not lines:
             raise ValueError("lines must hold at least one line")
@@ -232,5 +244,5 @@ class Translator:
             float(alpha), float(max_length_ratio),
             _int(max_length, "max_length", 1, 1 << 20),
             _int(threads, "threads", 0, 1024),
-            _int(max_batch_size, "max_batch_size", 0, 1 << 20))
+            _int(max_batch_size, "max_batch_size", 0, 1 << 20), compute_type)
         return [Translation(*t) for t in out]

@@ -91,14 +91,16 @@ void SetParameter(Model& m, const std::string& name,
 }
 
 // sources: lists of token ids -> [(tokens, log_prob, score, ended_by_eos)],
-// Model::Translate with the given options (bos / eos -1: the model's own).
+// Model::Translate with the given options (bos / eos -1: the model's own;
+// compute_type "float32" or "int8").
 std::vector<std::tuple<std::vector<int32_t>, double, double, bool>> Translate(
     Model& m, const std::vector<std::vector<int32_t>>& sources,
     int64_t beam_size, const std::string& length_penalty, double alpha,
-    double max_length_ratio, int64_t max_length, int32_t bos, int32_t eos) {
+    double max_length_ratio, int64_t max_length, int32_t bos, int32_t eos,
+    const std::string& compute_type) {
   const DecodeOptions o = MakeDecodeOptions(
       beam_size, length_penalty, alpha, max_length_ratio, max_length, bos, eos,
-      /*threads=*/0);
+      /*threads=*/0, compute_type);
   std::vector<Translation> t;
   {
     nb::gil_scoped_release release;
@@ -130,7 +132,11 @@ DecodeOptions MakeDecodeOptions(int64_t beam_size,
                                 const std::string& length_penalty,
                                 double alpha, double max_length_ratio,
                                 int64_t max_length, int32_t bos, int32_t eos,
-                                int threads) {
+                                int threads, const std::string& compute_type) {
+  if (compute_type != "float32" && compute_type != "int8") {
+    throw InvalidArgument("relpos: compute_type must be 'float32' or 'int8' "
+                          "(got '" + compute_type + "')");
+  }
   DecodeOptions o;
   o.beam_size = beam_size;
   o.length_penalty = length_penalty;
@@ -140,6 +146,7 @@ DecodeOptions MakeDecodeOptions(int64_t beam_size,
   o.bos = bos;
   o.eos = eos;
   o.threads = threads;
+  o.compute_type = compute_type;
   return o;
 }
 
@@ -165,7 +172,7 @@ void BindModel(nb::module_& m) {
            nb::arg("beam_size") = 4, nb::arg("length_penalty") = "wu",
            nb::arg("alpha") = 0.6, nb::arg("max_length_ratio") = 2.0,
            nb::arg("max_length") = 1024, nb::arg("bos") = -1,
-           nb::arg("eos") = -1);
+           nb::arg("eos") = -1, nb::arg("compute_type") = "float32");
   m.def("train", &Train, nb::arg("settings"), nb::arg("checkpoint_dir"),
         "Internal: trains a fresh relpos run and saves its checkpoint.");
 }

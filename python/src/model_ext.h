@@ -16,12 +16,14 @@ namespace relpos {
 void BindModel(nanobind::module_& m);
 
 // The DecodeOptions of the bindings' keyword arguments (bos / eos -1: the
-// model's own; threads 0: its training thread count).
+// model's own; threads 0: its training thread count; compute_type "float32"
+// or "int8", anything else an InvalidArgument).
 DecodeOptions MakeDecodeOptions(int64_t beam_size,
                                 const std::string& length_penalty,
                                 double alpha, double max_length_ratio,
                                 int64_t max_length, int32_t bos, int32_t eos,
-                                int threads);
+                                int threads,
+                                const std::string& compute_type = "float32");
 
 }  // namespace relpos
 

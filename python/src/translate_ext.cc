@@ -116,10 +116,11 @@ void BindTranslator(nb::module_& m) {
           [](Translator& self, const std::vector<std::string>& lines,
              int64_t beam_size, const std::string& length_penalty,
              double alpha, double max_length_ratio, int64_t max_length,
-             int threads, int64_t max_batch_size) {
+             int threads, int64_t max_batch_size,
+             const std::string& compute_type) {
             DecodeOptions o = MakeDecodeOptions(
                 beam_size, length_penalty, alpha, max_length_ratio, max_length,
-                /*bos=*/-1, /*eos=*/-1, threads);
+                /*bos=*/-1, /*eos=*/-1, threads, compute_type);
             o.max_batch_size = max_batch_size;
             std::vector<TextTranslation> t;
             {
@@ -131,7 +132,7 @@ void BindTranslator(nb::module_& m) {
           nb::arg("lines"), nb::arg("beam_size"), nb::arg("length_penalty"),
           nb::arg("alpha"), nb::arg("max_length_ratio"),
           nb::arg("max_length"), nb::arg("threads"),
-          nb::arg("max_batch_size"));
+          nb::arg("max_batch_size"), nb::arg("compute_type"));
 }
 
 }  // namespace

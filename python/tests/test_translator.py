@@ -146,3 +146,47 @@ def test_refuses_other_checkpoints(tmp_path):
                      ).save(str(ck))
     with pytest.raises(ValueError, match="translate"):
         rt.Translator(ck)
+
+
+def test_int8_compute_type_translates(checkpoint):
+    """compute_type="int8" (the decoder's linear layers with int8 weights):
+    one translation per line, as the model's own int8 beam search gives
+    it, with finite scores; where it picks the float model's tokens their
+    log-probability is close to the float one. Equal translations are not
+    required: quantization may flip a near tie."""
+    tr = rt.Translator(checkpoint)
+    model = ext.Model.load(str(checkpoint))
+    ids = [tr.encode(line) for line in LINES]
+    for beam in (1, 4):
+        want = tr.translate(LINES, beam_size=beam)
+        got = tr.translate(LINES, beam_size=beam, compute_type="int8")
+        assert len(got) == len(LINES)
+        direct = model.translate(ids, beam_size=beam, compute_type="int8")
+        for g, w, d in zip(got, want, direct):
+            assert g.tokens == d[0]
+            assert g.log_prob == pytest.approx(d[1], abs=1e-9)
+            assert g.text == tr.decode(g.tokens)
+            assert g.source_tokens == w.source_tokens
+            assert g.log_prob <= 0 and g.log_prob > -1e4
+            assert abs(g.score) < 1e4
+            if g.tokens == w.tokens:
+                assert g.log_prob == pytest.approx(
+                    w.log_prob, rel=0.05, abs=0.1), (beam, g, w)
+
+
+def test_compute_type_default_is_float32(checkpoint):
+    tr = rt.Translator(checkpoint)
+    want = tr.translate(LINES, beam_size=2)
+    got = tr.translate(LINES, beam_size=2, compute_type="float32")
+    assert [(t.tokens, t.log_prob) for t in got] == \
+        [(t.tokens, t.log_prob) for t in want]
+
+
+def test_bad_compute_type(checkpoint):
+    tr = rt.Translator(checkpoint)
+    for bad in ("int4", "INT8", "float16", "", None, 8):
+        with pytest.raises(ValueError, match="compute_type"):
+            tr.translate(LINES, compute_type=bad)
+    model = ext.Model.load(str(checkpoint))
+    with pytest.raises(ValueError, match="compute_type"):
+        model.translate([tr.encode(LINES[0])], compute_type="int4")
