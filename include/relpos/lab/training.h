@@ -45,13 +45,36 @@ struct TrainOptions {
   int64_t stop_at_step = -1;
 };
 
+// One point of a translation run's validation curve (the train settings
+// eval_every, eval_bleu_sentences and patience; docs/training.md,
+// "Validation curve and early stopping").
+struct ValidationPoint {
+  int64_t step = 0;  // updates done when it was measured
+  // Plain (unsmoothed) cross-entropy in nats per target token (EOS
+  // included) of the teacher-forced held-out split, the one relpos eval
+  // translates; `pairs` of its pairs (those the model can take).
+  double loss = 0;
+  int64_t pairs = 0;
+  // Corpus BLEU of the beam-4 translations of `bleu_sentences` held-out
+  // pairs, as EvaluateTranslation with max_sentences = eval_bleu_sentences
+  // scores them ("all"); bleu_sentences 0: not measured.
+  double bleu = 0;
+  int64_t bleu_sentences = 0;
+};
+
 struct TrainSummary {
   int64_t steps_run = 0;   // updates this call made
   int64_t final_step = 0;  // updates done in all
   bool completed = false;  // reached the configured steps
   bool interrupted = false;
+  // Stopped by the patience rule before the configured steps (this call or
+  // the run it resumed); final_step is where.
+  bool stopped_early = false;
   double seconds = 0;
   double final_loss = 0;  // mean over the last min(100, steps) updates
+  // The run's validation curve so far (a resumed run's earlier points
+  // included); empty without eval_every.
+  std::vector<ValidationPoint> validation;
 };
 
 class Training {

@@ -27,9 +27,10 @@ void PackSources(const std::vector<tasks::Example>& examples,
   }
 }
 
-// Pads `examples` into one batch (pad token 0, target -1); with_source for
-// pair data.
-model::Batch Pack(std::vector<tasks::Example>& examples, bool with_source) {
+}  // namespace
+
+model::Batch PackExamples(const std::vector<tasks::Example>& examples,
+                          bool with_source) {
   model::Batch b;
   b.batch = static_cast<int64_t>(examples.size());
   for (const auto& e : examples) {
@@ -51,8 +52,6 @@ model::Batch Pack(std::vector<tasks::Example>& examples, bool with_source) {
   return b;
 }
 
-}  // namespace
-
 model::Batch MakeTrainBatch(const DataSource& data, int64_t batch_size,
                             int64_t min_length, int64_t max_length, Rng& rng) {
   std::vector<tasks::Example> examples;
@@ -60,7 +59,7 @@ model::Batch MakeTrainBatch(const DataSource& data, int64_t batch_size,
   for (int64_t i = 0; i < batch_size; ++i) {
     examples.push_back(data.SampleTrain(min_length, max_length, rng));
   }
-  return Pack(examples, data.pairs() != nullptr);
+  return PackExamples(examples, data.pairs() != nullptr);
 }
 
 model::Batch MakeFixedBatch(const DataSource& data, int64_t count,
@@ -70,7 +69,7 @@ model::Batch MakeFixedBatch(const DataSource& data, int64_t count,
   for (int64_t i = 0; i < count; ++i) {
     examples.push_back(data.Sample(length, held_out, rng));
   }
-  return Pack(examples, data.pairs() != nullptr);
+  return PackExamples(examples, data.pairs() != nullptr);
 }
 
 }  // namespace relpos::train

@@ -4,6 +4,7 @@
 #define RELPOS_SRC_LAB_TRAIN_BATCHING_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "core/rng.h"
 #include "model/transformer.h"
@@ -15,6 +16,10 @@ namespace relpos::train {
 // [min_length, max_length], padded to the longest (pad token 0, target -1).
 model::Batch MakeTrainBatch(const DataSource& data, int64_t batch_size,
                             int64_t min_length, int64_t max_length, Rng& rng);
+// `examples` padded into one batch (pad token 0, target -1); with_source
+// for pair data (the sources padded apart).
+model::Batch PackExamples(const std::vector<tasks::Example>& examples,
+                          bool with_source);
 // `count` examples of exactly size `length` (evaluation).
 model::Batch MakeFixedBatch(const DataSource& data, int64_t count,
                             int64_t length, bool held_out, Rng& rng);

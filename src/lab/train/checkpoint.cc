@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -165,6 +166,43 @@ void WriteVocabulary(const fs::path& d, const std::string& bytes) {
   io::AtomicWriteFile(path, bytes);
 }
 
+// The first lowest held-out loss of the curve (-1 for none).
+int64_t BestPoint(const std::vector<ValidationPoint>& curve) {
+  int64_t best = -1;
+  for (size_t i = 0; i < curve.size(); ++i) {
+    if (best < 0 || curve[i].loss < curve[static_cast<size_t>(best)].loss) {
+      best = static_cast<int64_t>(i);
+    }
+  }
+  return best;
+}
+
+// config.json's "validation": the curve, its best point (derived, for
+// readers) and, when the patience rule stopped the run, where.
+nlohmann::json ValidationJson(const TrainState& state) {
+  nlohmann::json points = nlohmann::json::array();
+  for (const ValidationPoint& p : state.validation) {
+    nlohmann::json point = {{"step", p.step}, {"loss", p.loss},
+                            {"pairs", p.pairs}};
+    if (p.bleu_sentences > 0) {
+      point["bleu"] = p.bleu;
+      point["bleu_sentences"] = p.bleu_sentences;
+    }
+    points.push_back(std::move(point));
+  }
+  nlohmann::json j = {{"points", std::move(points)}};
+  if (const int64_t best = BestPoint(state.validation); best >= 0) {
+    const ValidationPoint& b = state.validation[static_cast<size_t>(best)];
+    j["best_step"] = b.step;
+    j["best_loss"] = b.loss;
+  }
+  j["stopped_early"] = state.stopped_early_step >= 0;
+  if (state.stopped_early_step >= 0) {
+    j["stopped_at_step"] = state.stopped_early_step;
+  }
+  return j;
+}
+
 }  // namespace
 
 bool HasCheckpoint(const std::string& dir) {
@@ -254,6 +292,9 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& ck) {
   };
   if (ck.signal) j["files"]["signal"] = signal_file;
   if (!vocabulary.empty()) j["files"]["vocabulary"] = kVocabularyFile;
+  if (!ck.state.validation.empty() || ck.state.stopped_early_step >= 0) {
+    j["validation"] = ValidationJson(ck.state);
+  }
   // The commit point: from here on the new set is the checkpoint.
   io::AtomicWriteFile((d / kCheckpointConfigFile).string(), j.dump(2) + "\n");
 
@@ -314,6 +355,83 @@ void ReadState(const nlohmann::json& st, const std::string& source,
   if (st.size() != 3) ThrowBadDocument(source, "field 'state' has unknown members");
 }
 
+// "validation" (optional: checkpoints of runs without the curve, and those
+// written before it existed, have none), read strictly.
+void ReadValidation(const nlohmann::json& v, const std::string& source,
+                    Checkpoint* ck) {
+  auto bad = [&](const std::string& what) {
+    ThrowBadDocument(source, "validation." + what);
+  };
+  if (!v.is_object()) bad("must be an object");
+  for (const auto& [key, value] : v.items()) {
+    static const std::set<std::string> known = {
+        "points", "best_step", "best_loss", "stopped_early",
+        "stopped_at_step"};
+    if (!known.count(key)) bad(key + " is an unknown member");
+  }
+  if (!v.contains("points") || !v["points"].is_array() ||
+      v["points"].size() > static_cast<size_t>(kMaxValidationPoints)) {
+    bad("points must be an array of at most " +
+        std::to_string(kMaxValidationPoints) + " points");
+  }
+  auto integer = [](const nlohmann::json& x, int64_t lo, int64_t hi) {
+    return x.is_number_integer() && x.get<int64_t>() >= lo &&
+           x.get<int64_t>() <= hi;
+  };
+  auto number = [](const nlohmann::json& x, double lo, double hi) {
+    return x.is_number() && std::isfinite(x.get<double>()) &&
+           x.get<double>() >= lo && x.get<double>() <= hi;
+  };
+  std::vector<ValidationPoint>& curve = ck->state.validation;
+  for (const nlohmann::json& p : v["points"]) {
+    const int64_t previous = curve.empty() ? 0 : curve.back().step;
+    if (!p.is_object() || !p.contains("step") ||
+        !integer(p["step"], previous + 1, ck->state.step) ||
+        !p.contains("loss") || !number(p["loss"], 0, 1e30) ||
+        !p.contains("pairs") || !integer(p["pairs"], 1, INT64_MAX) ||
+        p.contains("bleu") != p.contains("bleu_sentences") ||
+        (p.contains("bleu") &&
+         (!number(p["bleu"], 0, 100) ||
+          !integer(p["bleu_sentences"], 1, INT64_MAX))) ||
+        p.size() != (p.contains("bleu") ? 5u : 3u)) {
+      bad("points[" + std::to_string(curve.size()) +
+          "] must be {\"step\", \"loss\", \"pairs\"[, \"bleu\", "
+          "\"bleu_sentences\"]} with steps increasing up to state.step, a "
+          "finite loss >= 0, pairs >= 1 and BLEU in [0, 100]");
+    }
+    ValidationPoint point;
+    point.step = p["step"].get<int64_t>();
+    point.loss = p["loss"].get<double>();
+    point.pairs = p["pairs"].get<int64_t>();
+    if (p.contains("bleu")) {
+      point.bleu = p["bleu"].get<double>();
+      point.bleu_sentences = p["bleu_sentences"].get<int64_t>();
+    }
+    curve.push_back(point);
+  }
+  // The best point is derived: it must be the curve's.
+  const int64_t best = BestPoint(curve);
+  if (best < 0 ? v.contains("best_step") || v.contains("best_loss")
+               : !v.contains("best_step") || !v.contains("best_loss") ||
+                     v["best_step"] != curve[static_cast<size_t>(best)].step ||
+                     v["best_loss"] != curve[static_cast<size_t>(best)].loss) {
+    bad("best_step and best_loss must name the point of the lowest loss");
+  }
+  if (!v.contains("stopped_early") || !v["stopped_early"].is_boolean()) {
+    bad("stopped_early must be true or false");
+  }
+  if (v["stopped_early"].get<bool>()) {
+    // The run stopped, and was saved, at that step.
+    if (!v.contains("stopped_at_step") ||
+        v["stopped_at_step"] != ck->state.step) {
+      bad("stopped_at_step must be state.step when stopped_early is true");
+    }
+    ck->state.stopped_early_step = ck->state.step;
+  } else if (v.contains("stopped_at_step")) {
+    bad("stopped_at_step is only for a run that stopped early");
+  }
+}
+
 CheckpointHead ReadHead(const std::string& dir) {
   std::error_code ec;
   const fs::path d(dir);
@@ -336,8 +454,8 @@ CheckpointHead ReadHead(const std::string& dir) {
   io::CheckFormatAndVersion(j, source, kCheckpointFormat, kCheckpointVersion,
                             "checkpoint");
   for (const auto& [key, value] : j.items()) {
-    static const std::set<std::string> known = {"format", "version", "model",
-                                                "train",  "state",   "files"};
+    static const std::set<std::string> known = {
+        "format", "version", "model", "train", "state", "files", "validation"};
     if (!known.count(key)) {
       ThrowBadDocument(source, "unknown field " + io::QuotedPath(key));
     }
@@ -355,6 +473,7 @@ CheckpointHead ReadHead(const std::string& dir) {
     ThrowBadDocument(source, MessageBody(e));
   }
   ReadState(j["state"], source, &h.ck);
+  if (j.contains("validation")) ReadValidation(j["validation"], source, &h.ck);
   const nlohmann::json& files = j["files"];
   h.model_file = FileEntry(files, "model", source);
   h.optimizer_file = FileEntry(files, "optimizer", source);

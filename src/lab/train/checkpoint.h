@@ -5,7 +5,15 @@
 //      "model": <ModelConfig>, "train": <TrainConfig>,
 //      "state": {"step": N, "data_rng": "0x..", "dropout_rng": "0x.."},
 //      "files": {"model": "model-<N>.safetensors",
-//                "optimizer": "optimizer-<N>.safetensors"}}
+//                "optimizer": "optimizer-<N>.safetensors"},
+//      "validation": {"points": [{"step": S, "loss": L, "pairs": P,
+//                                 "bleu": B, "bleu_sentences": K}, ...],
+//                     "best_step": S, "best_loss": L,
+//                     "stopped_early": false}}
+//     ("validation" only for a run with TrainConfig::eval_every; a point's
+//     "bleu" and "bleu_sentences" only when BLEU was measured;
+//     "stopped_at_step": N beside "stopped_early": true when the patience
+//     rule stopped the run at step N)
 //   model-<N>.safetensors              parameters, named as the model names
 //                                      them (docs/model.md), F32
 //   optimizer-<N>.safetensors          AdamW moments: "exp_avg.<param>" and
@@ -69,6 +77,10 @@ inline constexpr int kCheckpointVersion = 1;
 inline constexpr const char* kCheckpointConfigFile = "config.json";
 inline constexpr const char* kVocabularyFile = "sentencepiece.model";
 inline constexpr int64_t kMaxVocabularyBytes = int64_t{64} << 20;
+// Points of a validation curve a checkpoint may hold (config.json stays
+// under its 1 MiB cap): TrainConfig allows steps / eval_every up to half,
+// the rest leaves room for the last step's point of each resumed length.
+inline constexpr int64_t kMaxValidationPoints = 2 * kMaxValidationEvaluations;
 
 struct Checkpoint {
   model::ModelConfig model_config;

@@ -111,7 +111,19 @@ std::string Progress::Line(int64_t done, double loss, int64_t tokens,
     line += FormatRate(static_cast<double>(tokens) / elapsed_s);
     line += " tok/s";
   }
+  if (!note_.empty()) {
+    line += "; ";
+    line += note_;
+  }
   return line;
+}
+
+void Progress::Note(std::string note) {
+  note_ = std::move(note);
+  if (mode_ != ProgressMode::kLines || finished_) return;
+  const double now = ElapsedSeconds();
+  last_print_s_ = now;
+  out_ << Line(done_, loss_, tokens_, now, false) << "\n" << std::flush;
 }
 
 void Progress::Update(int64_t done, double loss, int64_t tokens) {

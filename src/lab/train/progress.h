@@ -35,6 +35,9 @@ class Progress {
   // pass a negative value to leave it out. `tokens` = tokens processed since
   // the start (for tokens/s; 0 leaves it out).
   void Update(int64_t done, double loss = -1.0, int64_t tokens = 0);
+  // Text appended to every line from now on (a training run's latest
+  // held-out evaluation); in kLines mode a line with it is printed at once.
+  void Note(std::string note);
   // Prints the final line (and a newline on a terminal). Idempotent.
   void Finish();
 
@@ -55,6 +58,7 @@ class Progress {
   int64_t done_ = 0;
   double loss_ = -1.0;
   int64_t tokens_ = 0;
+  std::string note_;
   size_t last_width_ = 0;
   bool finished_ = false;
 };

@@ -139,9 +139,39 @@ std::vector<Setting<TrainConfig>> OptimiserSettings() {
   };
 }
 
+// The validation curve of a translation run (docs/training.md). Omitted from
+// JSON at their defaults: checkpoints written before they existed keep
+// their config.json byte for byte.
+std::vector<Setting<TrainConfig>> ValidationSettings() {
+  using C = TrainConfig;
+  return {
+      io::OmitAtDefault(Field<C>(
+          "eval_every", "--eval-every",
+          "Task translate: updates between held-out evaluations (the loss, "
+          "and BLEU of eval_bleu_sentences pairs), recorded in the "
+          "checkpoint's config.json and the progress line; also after the "
+          "last update (0: off)",
+          &C::eval_every, Range{0, kMaxSteps})),
+      io::OmitAtDefault(Field<C>(
+          "eval_bleu_sentences", "--eval-bleu-sentences",
+          "Task translate, with eval_every: held-out pairs translated (beam "
+          "4, spread as relpos eval --max-sentences takes them) for the BLEU "
+          "of each evaluation (0: the loss only)",
+          &C::eval_bleu_sentences, Range{0, double(1 << 20)})),
+      io::OmitAtDefault(Field<C>(
+          "patience", "--patience",
+          "Task translate, with eval_every: stop when the held-out loss has "
+          "not improved for this many evaluations in a row (0: never)",
+          &C::patience, Range{0, kMaxSteps})),
+  };
+}
+
 std::vector<Setting<TrainConfig>> MakeTrainSettings() {
   std::vector<Setting<TrainConfig>> settings = DataSettings();
   for (Setting<TrainConfig>& s : OptimiserSettings()) {
+    settings.push_back(std::move(s));
+  }
+  for (Setting<TrainConfig>& s : ValidationSettings()) {
     settings.push_back(std::move(s));
   }
   return settings;
@@ -180,6 +210,22 @@ void Validate(const TrainConfig& c) {
                    "train length range " << c.train_min_length << "-"
                                          << c.train_max_length
                                          << " is reversed");
+  RELPOS_CHECK_ARG(c.eval_every == 0 || c.data.task == "translate",
+                   "train config field 'eval_every' (--eval-every) is for "
+                   "task translate (got task '"
+                       << c.data.task << "')");
+  RELPOS_CHECK_ARG(c.eval_every == 0 ||
+                       c.steps / c.eval_every <= kMaxValidationEvaluations,
+                   "train config field 'eval_every' (--eval-every) "
+                       << c.eval_every << " asks for "
+                       << c.steps / c.eval_every << " evaluations over "
+                       << c.steps << " steps; at most "
+                       << kMaxValidationEvaluations
+                       << " are kept (choose a larger interval)");
+  RELPOS_CHECK_ARG(c.patience == 0 || c.eval_every > 0,
+                   "train config field 'patience' (--patience) needs "
+                   "eval_every > 0 (--eval-every N): it counts held-out "
+                   "evaluations");
   RELPOS_CHECK_ARG(c.warmup_steps <= c.steps,
                    "train config field 'warmup_steps' must be at most steps="
                        << c.steps << " (got " << c.warmup_steps << ")");

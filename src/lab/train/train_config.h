@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "io/settings.h"
+#include "relpos/lab/training.h"
 #include "model/transformer.h"
 #include "train/data_source.h"
 #include "train/optimizer.h"
@@ -33,7 +34,19 @@ struct TrainConfig {
   uint64_t seed = 0;       // initialisation, data order and dropout
   int threads = 1;         // OpenMP threads; part of the determinism key
   int64_t checkpoint_every = 500;  // steps between checkpoints; 0 = end only
+  // Task translate: the validation curve (trainer.h, ValidationPoint):
+  // updates between held-out evaluations (0: none), held-out pairs whose
+  // beam-4 BLEU each evaluation adds (0: the loss only), and the number of
+  // evaluations in a row without a lower held-out loss that stops the run
+  // (0: never).
+  int64_t eval_every = 0;
+  int64_t eval_bleu_sentences = 200;
+  int64_t patience = 0;
 };
+
+// The most evaluations eval_every may ask for over the run's steps
+// (steps / eval_every): the curve is kept in config.json.
+inline constexpr int64_t kMaxValidationEvaluations = 2048;
 
 // Every setting of TrainConfig, in the order of docs/settings.md.
 const std::vector<io::Setting<TrainConfig>>& TrainSettings();
@@ -61,6 +74,10 @@ void CheckModelAndData(const model::ModelConfig& model,
 struct TrainState {
   int64_t step = 0;  // updates done so far
   uint64_t data_rng = 0, dropout_rng = 0;
+  // The validation curve so far (TrainConfig::eval_every), and the step at
+  // which the patience rule stopped the run (-1: it did not).
+  std::vector<relpos::ValidationPoint> validation;
+  int64_t stopped_early_step = -1;
 };
 
 }  // namespace relpos::train

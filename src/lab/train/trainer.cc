@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <system_error>
@@ -251,6 +252,66 @@ StepRecord Trainer::Step(Rng& data_rng, Rng& dropout_rng,
   return StepRecord{step, loss, norm, lr, batch_tokens};
 }
 
+bool Trainer::ValidationDue() const {
+  return config_.eval_every > 0 && (state_.step % config_.eval_every == 0 ||
+                                    state_.step == config_.steps);
+}
+
+bool Trainer::AddValidationPoint(const RunOptions& options,
+                                 Progress* progress) {
+  if (!held_out_) {
+    // Batches of the training batch's size and tokens.
+    held_out_ = std::make_unique<HeldOutSet>(
+        *data_, model_->config(), config_.batch_size,
+        data_->SequenceLength(config_.train_max_length));
+  }
+  ValidationPoint p;
+  p.step = state_.step;
+  p.loss = held_out_->Loss(*model_);
+  p.pairs = held_out_->pairs();
+  if (!std::isfinite(p.loss)) {
+    StopNonFinite(state_.step,
+                  "the held-out loss is " + std::to_string(p.loss));
+  }
+  if (config_.eval_bleu_sentences > 0 && options.score_bleu) {
+    options.score_bleu(&p);
+    SetThreads(config_.threads);  // whatever the search used
+  }
+  std::vector<ValidationPoint>& curve = state_.validation;
+  curve.push_back(p);
+  // The first lowest loss, and the evaluations since it.
+  size_t best = 0;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    if (curve[i].loss < curve[best].loss) best = i;
+  }
+  const int64_t since = static_cast<int64_t>(curve.size() - 1 - best);
+  const bool stop = config_.patience > 0 && since >= config_.patience &&
+                    state_.step < config_.steps;
+  if (stop) state_.stopped_early_step = state_.step;
+  if (progress) {
+    char note[160];
+    std::snprintf(note, sizeof note, "held-out loss %.4f", p.loss);
+    std::string text = note;
+    if (p.bleu_sentences > 0) {
+      std::snprintf(note, sizeof note, " BLEU %.2f", p.bleu);
+      text += note;
+    }
+    text += " at step " + std::to_string(p.step);
+    if (best + 1 != curve.size()) {
+      std::snprintf(note, sizeof note, " (best %.4f at step %lld)",
+                    curve[best].loss,
+                    static_cast<long long>(curve[best].step));
+      text += note;
+    }
+    if (stop) {
+      text += "; stopping: no improvement in " +
+              std::to_string(config_.patience) + " evaluations";
+    }
+    progress->Note(text);
+  }
+  return stop;
+}
+
 bool Trainer::CheckpointDue(const RunOptions& options, bool stopping) const {
   if (options.checkpoint_dir.empty()) return false;
   const bool periodic = config_.checkpoint_every > 0 &&
@@ -271,6 +332,14 @@ RunResult Trainer::Run(const RunOptions& options) {
       !bad.empty()) {
     StopNonFinite(state_.step,
                   "parameter '" + bad + "' holds NaN or Inf before the step");
+  }
+
+  // A run the patience rule stopped is finished: resuming it trains
+  // nothing.
+  if (state_.stopped_early_step >= 0) {
+    result.final_step = state_.step;
+    result.stopped_early = true;
+    return result;
   }
 
   std::unique_ptr<Progress> progress;
@@ -306,10 +375,17 @@ RunResult Trainer::Run(const RunOptions& options) {
     recent.Add(rec.loss);
     if (progress) progress->Update(state_.step, recent.Running(), tokens_total);
 
-    const bool stop = StopRequested(options, state_.step);
+    // The curve's point comes before the checkpoint that records it.
+    const bool early =
+        ValidationDue() && AddValidationPoint(options, progress.get());
+    const bool stop = early || StopRequested(options, state_.step);
     if (CheckpointDue(options, stop)) {
       Save(options.checkpoint_dir);
       lock_folder();
+    }
+    if (early) {
+      result.stopped_early = true;
+      break;
     }
     if (stop && state_.step < config_.steps) {
       result.interrupted = true;

@@ -28,8 +28,13 @@
 #include "train/progress.h"
 #include "train/signal_stats.h"
 #include "train/train_config.h"
+#include "train/validation.h"
 
 namespace relpos::train {
+
+// A point of the validation curve (TrainConfig::eval_every): the public
+// API's (relpos/lab/training.h).
+using relpos::ValidationPoint;
 
 struct StepRecord {
   int64_t step = 0;  // the update's index (0-based)
@@ -54,12 +59,20 @@ struct RunOptions {
   int64_t stop_at_step = -1;
   // Called after every update.
   std::function<void(const StepRecord&)> on_step;
+  // With TrainConfig::eval_every and eval_bleu_sentences > 0: adds the BLEU
+  // to a validation point whose step and held-out loss are set (the API
+  // passes EvaluateTranslation; it must draw none of the training's random
+  // numbers). Null: the curve has the loss only.
+  std::function<void(ValidationPoint*)> score_bleu;
 };
 
 struct RunResult {
   int64_t final_step = 0;
   bool completed = false;         // reached TrainConfig::steps
   bool interrupted = false;       // stopped by the flag or stop_at_step
+  // Stopped by TrainConfig::patience (in this call, or already in the run
+  // it resumed: then nothing is trained); final_step is where.
+  bool stopped_early = false;
   std::vector<StepRecord> steps;  // the updates this call made
   double seconds = 0;
   double final_loss = 0;  // mean loss over the last min(100, steps) updates
@@ -113,6 +126,13 @@ class Trainer {
                   const ScheduleConfig& schedule);
   // Whether to write a checkpoint after the update that reached state_.step.
   bool CheckpointDue(const RunOptions& options, bool stopping) const;
+  // Whether the validation curve takes a point after the update that
+  // reached state_.step: every eval_every updates and after the last.
+  bool ValidationDue() const;
+  // Measures a point (held-out loss, BLEU through options.score_bleu) and
+  // appends it to state_.validation; true if the patience rule now stops
+  // the run (state_.stopped_early_step is set).
+  bool AddValidationPoint(const RunOptions& options, Progress* progress);
 
   TrainConfig config_;
   std::unique_ptr<DataSource> data_;
@@ -121,6 +141,7 @@ class Trainer {
   TrainState state_;
   std::vector<RelativeTable> tables_;  // RelativeTables(model config)
   SignalStats signal_;
+  std::unique_ptr<HeldOutSet> held_out_;  // built at the first point
   std::string last_saved_dir_;
   int64_t last_saved_step_ = -1;
 };
