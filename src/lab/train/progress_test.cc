@@ -79,6 +79,30 @@ TEST(Progress, TerminalModeRedrawsOneLine) {
   EXPECT_EQ(newlines, 1) << s;
 }
 
+// A note (a training run's latest held-out evaluation) ends every line from
+// then on; in lines mode it is printed at once, whatever the interval.
+TEST(Progress, NoteIsPrintedAtOnceAndKept) {
+  std::ostringstream os;
+  Progress p(os, "train", 10, ProgressMode::kLines, 3600.0);
+  p.Update(1, 2.0, 10);  // the first line
+  p.Update(5, 1.5, 50);  // within the interval: nothing
+  p.Note("held-out loss 1.2000 at step 5");
+  p.Finish();
+  const std::string s = os.str();
+  int lines = 0;
+  for (char c : s) lines += c == '\n';
+  EXPECT_EQ(lines, 3) << s;
+  EXPECT_NE(s.find("5/10 ( 50%)"), std::string::npos) << s;
+  EXPECT_NE(s.find("loss 1.5000"), std::string::npos) << s;
+  // On the note's line and the final one, not on the first.
+  const std::string note = "; held-out loss 1.2000 at step 5\n";
+  EXPECT_GT(s.find(note), s.find('\n')) << s;
+  EXPECT_NE(s.rfind(note), s.find(note)) << s;
+  EXPECT_EQ(p.Line(5, 1.5, 0, 1.0, false).substr(
+                p.Line(5, 1.5, 0, 1.0, false).find(';')),
+            "; held-out loss 1.2000 at step 5");
+}
+
 TEST(Progress, QuietPrintsNothing) {
   std::ostringstream os;
   {
