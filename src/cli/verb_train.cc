@@ -29,6 +29,36 @@ struct TrainFlags {
   std::string out, resume;
 };
 
+// The validation curve's summary: the last and the best point, and why
+// the run stopped early (the whole curve is in config.json).
+void PrintValidation(const TrainSummary& r, const ExperimentConfig& c,
+                     std::ostream& out) {
+  if (r.validation.empty()) return;
+  auto point = [](const ValidationPoint& p) {
+    char text[96];
+    std::snprintf(text, sizeof text, "%.4f", p.loss);
+    std::string s = std::string("held-out loss ") + text;
+    if (p.bleu_sentences > 0) {
+      std::snprintf(text, sizeof text, ", BLEU %.2f (%lld pairs)", p.bleu,
+                    static_cast<long long>(p.bleu_sentences));
+      s += text;
+    }
+    return s + " at step " + std::to_string(p.step);
+  };
+  const ValidationPoint* best = &r.validation.front();
+  for (const ValidationPoint& p : r.validation) {
+    if (p.loss < best->loss) best = &p;
+  }
+  out << "validation: " << r.validation.size() << " points; last "
+      << point(r.validation.back()) << "; best " << point(*best) << "\n";
+  if (r.stopped_early) {
+    out << "stopped early at step " << r.final_step << " of "
+        << c.Get("train", "steps") << ": the held-out loss did not improve in "
+        << c.Get("train", "patience") << " evaluations (every "
+        << c.Get("train", "eval_every") << " updates)\n";
+  }
+}
+
 void RunTrain(TrainFlags& f, std::ostream& out) {
   std::unique_ptr<Training> training;
   std::string dir;
@@ -97,9 +127,16 @@ void RunTrain(TrainFlags& f, std::ostream& out) {
   }
   char loss[32];
   std::snprintf(loss, sizeof loss, "%.4f", r.final_loss);
-  out << "trained " << r.steps_run << " steps (to step " << r.final_step
-      << ") in " << FormatDuration(r.seconds) << ", final loss " << loss
-      << "; checkpoint: " << PathText(dir) << "\n";
+  if (r.stopped_early && r.steps_run == 0) {
+    out << "the run in " << PathText(dir) << " stopped early at step "
+        << r.final_step << " (patience " << c.Get("train", "patience")
+        << "); nothing to resume\n";
+  } else {
+    out << "trained " << r.steps_run << " steps (to step " << r.final_step
+        << ") in " << FormatDuration(r.seconds) << ", final loss " << loss
+        << "; checkpoint: " << PathText(dir) << "\n";
+  }
+  PrintValidation(r, c, out);
 }
 
 }  // namespace

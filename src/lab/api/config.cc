@@ -165,7 +165,8 @@ void ExperimentConfig::MergeJson(const std::string& text,
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
     if (key != kModel && key != kTrain && key != "format" &&
-        key != "version" && key != "state" && key != "files") {
+        key != "version" && key != "state" && key != "files" &&
+        key != "validation") {
       RELPOS_THROW(FormatError, source << ": unknown section '" << key
                                        << "' (expected model, train)");
     }

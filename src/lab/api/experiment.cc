@@ -205,7 +205,8 @@ bool TrainAndEvaluate(const ExperimentConfig& config, const TrainOptions& train,
                       const RunEvaluation& eval, ExperimentRunResult* out) {
   Training training(config);
   const TrainSummary summary = training.Run(train);
-  if (!summary.completed) return false;  // stopped mid-training
+  // Stopped mid-training (an early stop by patience is a finished run).
+  if (!summary.completed && !summary.stopped_early) return false;
   const auto eval_start = std::chrono::steady_clock::now();
   out->by_length =
       IsTranslateTask(config.Get("train", "task"))

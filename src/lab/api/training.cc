@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "api/internal.h"
+#include "relpos/lab/translation.h"
 #include "core/check.h"
 #include "train/determinism.h"
 #include "train/evaluation.h"
@@ -65,13 +66,28 @@ TrainSummary Training::Run(const TrainOptions& options) {
   o.label = options.progress.label;
   o.stop_flag = options.stop_flag;
   o.stop_at_step = options.stop_at_step;
+  // The curve's BLEU: relpos eval's beam search and scores, on the same
+  // evenly spaced held-out pairs as --max-sentences takes.
+  const train::TrainConfig& tc = impl_->trainer.config();
+  if (tc.eval_every > 0 && tc.eval_bleu_sentences > 0) {
+    o.score_bleu = [this, n = tc.eval_bleu_sentences](ValidationPoint* p) {
+      TranslationEvalOptions eval;
+      eval.max_sentences = n;
+      eval.progress.out = nullptr;
+      const TranslationEvalResult r = EvaluateTranslation(impl_->model, eval);
+      p->bleu = r.scores.front().bleu;  // "all"
+      p->bleu_sentences = r.scores.front().sentences;
+    };
+  }
   const train::RunResult r = impl_->trainer.Run(o);
   return {.steps_run = static_cast<int64_t>(r.steps.size()),
           .final_step = r.final_step,
           .completed = r.completed,
           .interrupted = r.interrupted,
+          .stopped_early = r.stopped_early,
           .seconds = r.seconds,
-          .final_loss = r.final_loss};
+          .final_loss = r.final_loss,
+          .validation = impl_->trainer.state().validation};
 }
 
 void Training::Save(const std::string& dir) { impl_->trainer.Save(dir); }
