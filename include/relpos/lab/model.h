@@ -58,11 +58,12 @@ struct DecodeOptions {
   // batches of at most this many (as CTranslate2's translate_batch with
   // max_batch_size); 0: all as one batch. The output does not depend on it.
   int64_t max_batch_size = 0;
-  // "float32", or "int8": the decoder's linear layers (projections, FFN,
-  // output head) run as int8 x int16 products with per-output-channel
+  // "float32", or "int8": the decoder blocks' linear layers (attention
+  // projections, FFN) run as int8 x int16 products with per-output-channel
   // weight scales and per-row activation scales (docs/generate.md,
-  // "Quantized inference"); the encoder, the relative tables and attention
-  // stay float32. The weights are quantized once per call.
+  // "Quantized inference"); the output head, the encoder, the relative
+  // tables and attention stay float32. The weights are quantized once per
+  // call.
   std::string compute_type = "float32";
 };
 

@@ -403,17 +403,16 @@ TEST_P(DecoderSessionTest, Seq2seqInt8StaysCloseToFloat) {
 TEST(DecoderSessionInt8, QuantizesEveryDecoderLinearOnce) {
   BasicTransformer<float> decoder(ConfigFor(Cases()[3]));
   const QuantizedLinears q(decoder);
-  EXPECT_EQ(q.size(), 2 * 6 + 1);  // per block q, k, v, o, FFN in and out
+  EXPECT_EQ(q.size(), 2 * 6);  // per block q, k, v, o, FFN in and out
   const DecoderWeights<float> dw = decoder.decoder_weights();
-  ASSERT_NE(q.Find(dw.head_w), nullptr);
-  EXPECT_EQ(q.Find(dw.head_w)->rows, 11);
+  EXPECT_EQ(q.Find(dw.head_w), nullptr);  // the head stays float
+  ASSERT_NE(q.Find(dw.blocks[1].ff_in_w), nullptr);
   EXPECT_EQ(q.Find(dw.blocks[1].ff_in_w)->rows, 24);
   EXPECT_EQ(q.Find(dw.blocks[1].ff_in_w)->cols, 16);
   EXPECT_EQ(q.Find(dw.token), nullptr);  // embeddings stay float
   BasicTransformer<float> s2s(Seq2seqConfigFor(Cases()[3]));
-  // 2 decoder blocks of 10 (self and cross q, k, v, o; FFN) and the head
-  // (tied to the target embedding, quantized as a head all the same).
-  EXPECT_EQ(QuantizedLinears(s2s).size(), 2 * 10 + 1);
+  // 2 decoder blocks of 10 (self and cross q, k, v, o; FFN).
+  EXPECT_EQ(QuantizedLinears(s2s).size(), 2 * 10);
   ModelConfig encoder = ConfigFor(Cases()[3]);
   encoder.arch = Arch::kEncoder;
   const BasicTransformer<float> encoder_model(encoder);

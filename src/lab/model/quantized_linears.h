@@ -1,9 +1,9 @@
 // Int8 copies of the linear layers a decoder session runs, for quantized
 // inference (`--compute-type int8`; docs/generate.md, "Quantized
 // inference"): every decoder block's attention projections (and, for
-// seq2seq, the cross-attention's), its feed-forward layers, and the output
-// head, each quantized per output channel (kernels/int8_linear.h). The
-// encoder, the embeddings, the LayerNorms, the position tables and
+// seq2seq, the cross-attention's) and its feed-forward layers, each
+// quantized per output channel (kernels/int8_linear.h). The output head,
+// the encoder, the embeddings, the LayerNorms, the position tables and
 // attention itself stay float32.
 //
 // A session given one (DecoderSession's `quantized` argument) looks each
