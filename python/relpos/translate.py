@@ -195,12 +195,12 @@ class Translator:
     batches in turn (as CTranslate2's ``translate_batch(max_batch_size=)``
     with ``inter_threads``); 0 decodes all lines as one batch (split
     between the threads). The translations do not depend on either.
-    ``compute_type`` "float32" (the default) or "int8": the decoder's
-    linear layers (projections, FFN, output head) run with int8 weights,
-    quantized per output channel when the call starts, and activations
-    quantized per row (as ``relpos translate --compute-type int8``;
-    docs/generate.md, "Quantized inference"); the encoder, the relative
-    tables and attention stay float32. int8 translations are close to the
+    ``compute_type`` "float32" (the default) or "int8": the decoder
+    blocks' linear layers (attention projections, FFN) run with int8
+    weights, quantized per output channel when the call starts, and
+    activations quantized per row (as ``relpos translate --compute-type
+    int8``; docs/generate.md, "Quantized inference"); the output head, the
+    encoder, the relative tables and attention stay float32. int8 translations are close to the
     float ones, not always the same.
     """
 
