@@ -8,14 +8,20 @@ same checkpoint in float32 (docs/generate.md, "Quantized inference").
   word at or after byte i * len(text) / N), each continued greedily by --new bytes with
   `relpos generate --batch FILE --temperature 0` in float32 and in int8.
   Reported: the share of prompts whose continuations are byte-identical,
-  and the mean length of the common prefix.
+  and the mean length of the common prefix. With --ctranslate2 (run with
+  a Python that has ctranslate2 and relpos, e.g. scripts/test-pypi.sh's
+  environment), the checkpoint is also exported with relpos.ctranslate2
+  (float32, and quantization "int8") and CTranslate2's Generator
+  continues the same prompts greedily (sampling_topk 1, min_length =
+  max_length = --new) with each export: the same shares for CTranslate2
+  int8 against relpos float32 and against CTranslate2 float32.
 - A translation checkpoint (`--task translate`): `relpos eval --json` in
   float32 and in int8 (beam --beam on the held-out split): BLEU and chrF
   overall and per source-length bucket, and their differences.
 
     python3 bench/quantized_accuracy.py CHECKPOINT [--relpos PATH]
         [--prompts 200] [--prompt-bytes 16] [--new 64] [--text FILE]
-        [--beam 4] [--threads 1] [--json]
+        [--beam 4] [--threads 1] [--ctranslate2] [--json]
 
 Exit status 0; 2 on bad usage; 1 if a relpos run failed.
 """
@@ -71,6 +77,34 @@ def _common_prefix(a, b):
     return n
 
 
+def _ct2_generate(checkpoint, prompts, new, threads, tmp):
+    import ctranslate2
+    from relpos import ctranslate2 as rc
+
+    out = {}
+    for quantization in (None, "int8"):
+        export = os.path.join(tmp, "ct2-%s" % (quantization or "float32"))
+        rc.export(checkpoint, export, quantization=quantization)
+        gen = ctranslate2.Generator(export, device="cpu",
+                                    compute_type=quantization or "float32",
+                                    inter_threads=1, intra_threads=threads)
+        starts = [["<%d>" % b for b in p.encode()] for p in prompts]
+        res = gen.generate_batch(starts, max_length=new, min_length=new,
+                                 sampling_topk=1,
+                                 include_prompt_in_result=False)
+        out[quantization or "float32"] = [
+            bytes(int(t[1:-1]) for t in r.sequences[0]).decode(
+                "utf-8", "replace") for r in res]
+    return out
+
+
+def _agreement(ref, other):
+    same = sum(a == b for a, b in zip(ref, other))
+    prefix = [_common_prefix(a, b) for a, b in zip(ref, other)]
+    return {"identical": same, "identical_share": same / len(ref),
+            "mean_common_prefix": sum(prefix) / len(prefix)}
+
+
 def lm_accuracy(args):
     prompts = _prompts(args.text, args.prompts, args.prompt_bytes)
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,12 +115,20 @@ def lm_accuracy(args):
                         args.threads, "float32")
         q = _generate(args.relpos, args.checkpoint, path, args.new,
                       args.threads, "int8")
-    same = sum(a == b for a, b in zip(ref, q))
-    prefix = [_common_prefix(a, b) for a, b in zip(ref, q)]
-    return {"task": "lm", "prompts": len(prompts),
-            "prompt_bytes": args.prompt_bytes, "new_bytes": args.new,
-            "identical": same, "identical_share": same / len(prompts),
-            "mean_common_prefix": sum(prefix) / len(prefix)}
+        ct2 = (_ct2_generate(args.checkpoint, prompts, args.new,
+                             args.threads, tmp) if args.ctranslate2 else None)
+    result = {"task": "lm", "prompts": len(prompts),
+              "prompt_bytes": args.prompt_bytes, "new_bytes": args.new}
+    result.update(_agreement(ref, q))
+    if ct2 is not None:
+        # The text decoding of both sides replaces invalid UTF-8 alike.
+        result["ctranslate2_float32_vs_relpos_float32"] = _agreement(
+            ref, ct2["float32"])
+        result["ctranslate2_int8_vs_relpos_float32"] = _agreement(
+            ref, ct2["int8"])
+        result["ctranslate2_int8_vs_ctranslate2_float32"] = _agreement(
+            ct2["float32"], ct2["int8"])
+    return result
 
 
 def translate_accuracy(args):
@@ -116,6 +158,8 @@ def main(argv=None):
     p.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--ctranslate2", action="store_true",
+                   help="lm: CTranslate2 float32 and int8 beside relpos")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if min(args.prompts, args.prompt_bytes, args.new, args.beam,
@@ -141,6 +185,15 @@ def main(argv=None):
               (result["prompts"], result["prompt_bytes"], result["new_bytes"],
                result["identical"], 100 * result["identical_share"],
                result["mean_common_prefix"]))
+        for key in ("ctranslate2_float32_vs_relpos_float32",
+                    "ctranslate2_int8_vs_relpos_float32",
+                    "ctranslate2_int8_vs_ctranslate2_float32"):
+            if key in result:
+                r = result[key]
+                print("  %s: %d identical (%.1f%%), mean common prefix "
+                      "%.1f bytes" % (key.replace("_", " "), r["identical"],
+                                      100 * r["identical_share"],
+                                      r["mean_common_prefix"]))
     else:
         print("%d held-out sentences, beam %d" % (result["sentences"],
                                                  result["beam"]))

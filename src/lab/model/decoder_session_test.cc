@@ -405,7 +405,10 @@ TEST(DecoderSessionInt8, QuantizesEveryDecoderLinearOnce) {
   const QuantizedLinears q(decoder);
   EXPECT_EQ(q.size(), 2 * 6);  // per block q, k, v, o, FFN in and out
   const DecoderWeights<float> dw = decoder.decoder_weights();
-  EXPECT_EQ(q.Find(dw.head_w), nullptr);  // the head stays float
+  // The head's 11 x 16 floats are 704 bytes, below 1/8 of the blocks'
+  // 2 x (4 x 16 x 64 + 2 x 24 x 64 or 16 x 64) int8 bytes: it stays float.
+  EXPECT_LE(11 * 16 * 4, q.bytes() / kFloatHeadShare);
+  EXPECT_EQ(q.Find(dw.head_w), nullptr);
   ASSERT_NE(q.Find(dw.blocks[1].ff_in_w), nullptr);
   EXPECT_EQ(q.Find(dw.blocks[1].ff_in_w)->rows, 24);
   EXPECT_EQ(q.Find(dw.blocks[1].ff_in_w)->cols, 16);
@@ -413,6 +416,14 @@ TEST(DecoderSessionInt8, QuantizesEveryDecoderLinearOnce) {
   BasicTransformer<float> s2s(Seq2seqConfigFor(Cases()[3]));
   // 2 decoder blocks of 10 (self and cross q, k, v, o; FFN).
   EXPECT_EQ(QuantizedLinears(s2s).size(), 2 * 10);
+  // A vocabulary whose head outweighs 1/8 of the blocks: quantized too.
+  ModelConfig wide = ConfigFor(Cases()[3]);
+  wide.vocab_size = 300;
+  BasicTransformer<float> wide_model(wide);
+  const QuantizedLinears qw(wide_model);
+  EXPECT_EQ(qw.size(), 2 * 6 + 1);
+  ASSERT_NE(qw.Find(wide_model.decoder_weights().head_w), nullptr);
+  EXPECT_EQ(qw.Find(wide_model.decoder_weights().head_w)->rows, 300);
   ModelConfig encoder = ConfigFor(Cases()[3]);
   encoder.arch = Arch::kEncoder;
   const BasicTransformer<float> encoder_model(encoder);

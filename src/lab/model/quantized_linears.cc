@@ -33,12 +33,20 @@ QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model) {
     Add(w.ff_in_w, dff, d);
     Add(w.ff_out_w, d, dff);
   }
-  // The output head stays float32: it writes the logits themselves, and
-  // quantizing it cost more greedy agreement with the float model than all
-  // the blocks together (a d_model 256 x 4 byte LM, 200 prompts x 64
-  // bytes: 70% identical with an int8 head, 87% with a float one;
-  // docs/benchmarks.md, "Quantized inference") for a few percent of a
-  // step's bytes.
+  // The output head writes the logits themselves: in int8 it cost more
+  // greedy agreement with the float model than all the blocks together (a
+  // d_model 256 x 4 byte LM, 200 prompts x 64 bytes: 70% identical with an
+  // int8 head, 87% with a float one; docs/benchmarks.md, "Quantized
+  // inference"). It stays float32 where that is cheap, when its float32
+  // bytes are at most kFloatHeadShare of the blocks' int8 bytes (a byte
+  // LM: 8% at d_model 256 x 4, 3% at 512 x 6), and is quantized where it
+  // would dominate a step (a translation model's 8000-piece head is 2.6x
+  // its decoder blocks' int8 bytes; BLEU moved by 0.09 with it in int8).
+  const int64_t head_bytes =
+      side.vocab_size * d * static_cast<int64_t>(sizeof(float));
+  if (head_bytes > bytes() / kFloatHeadShare) {
+    Add(dw.head_w, side.vocab_size, d);
+  }
 }
 
 void QuantizedLinears::Add(const float* weight, int64_t out, int64_t in) {

@@ -2,8 +2,10 @@
 // inference (`--compute-type int8`; docs/generate.md, "Quantized
 // inference"): every decoder block's attention projections (and, for
 // seq2seq, the cross-attention's) and its feed-forward layers, each
-// quantized per output channel (kernels/int8_linear.h). The output head,
-// the encoder, the embeddings, the LayerNorms, the position tables and
+// quantized per output channel (kernels/int8_linear.h), and the output head
+// when it is large (its float32 bytes above 1/kFloatHeadShare of the
+// blocks' int8 bytes: a translation model's vocabulary, not a byte LM's).
+// The encoder, the embeddings, the LayerNorms, the position tables and
 // attention itself stay float32.
 //
 // A session given one (DecoderSession's `quantized` argument) looks each
@@ -24,6 +26,10 @@
 namespace relpos::model {
 
 enum class ComputeType { kFloat32, kInt8 };
+
+// The output head stays float32 when its float32 bytes are at most
+// 1/kFloatHeadShare of the decoder blocks' int8 bytes.
+inline constexpr int64_t kFloatHeadShare = 8;
 
 // "float32" or "int8"; InvalidArgument naming `option` otherwise.
 ComputeType ParseComputeType(const std::string& value, const char* option);
