@@ -199,8 +199,9 @@ class Translator:
     blocks' linear layers (attention projections, FFN) run with int8
     weights, quantized per output channel when the call starts, and
     activations quantized per row (as ``relpos translate --compute-type
-    int8``; docs/generate.md, "Quantized inference"); the output head, the
-    encoder, the relative tables and attention stay float32. int8 translations are close to the
+    int8``; docs/generate.md, "Quantized inference"), and so does a large
+    output head (a translation vocabulary's); the encoder, the relative
+    tables and attention stay float32. int8 translations are close to the
     float ones, not always the same.
     """
 

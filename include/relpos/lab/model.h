@@ -59,11 +59,11 @@ struct DecodeOptions {
   // max_batch_size); 0: all as one batch. The output does not depend on it.
   int64_t max_batch_size = 0;
   // "float32", or "int8": the decoder blocks' linear layers (attention
-  // projections, FFN) run as int8 x int16 products with per-output-channel
-  // weight scales and per-row activation scales (docs/generate.md,
-  // "Quantized inference"); the output head, the encoder, the relative
-  // tables and attention stay float32. The weights are quantized once per
-  // call.
+  // projections, FFN) and a large output head (above 1/8 of the blocks'
+  // int8 bytes) run as int8 x int16 products with per-output-channel weight
+  // scales and per-row activation scales (docs/generate.md, "Quantized
+  // inference"); the encoder, the relative tables and attention stay
+  // float32. The weights are quantized once per call.
   std::string compute_type = "float32";
 };
 
