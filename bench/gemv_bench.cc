@@ -9,6 +9,8 @@
 //               every other float product takes;
 //   int8        relpos::Int8Linear (src/op/kernels/int8_linear.h): int8
 //               weights, the activations quantized per row inside the call;
+//   int8_no_vnni  the same without AVX-512 VNNI's vpdpwssd where the CPU
+//               has it (Highway's AVX3 path: vpmaddwd + vpaddd);
 //   dnnl_u8s8   oneDNN's int8 GEMM, dnnl_gemm_u8s8s32 (the activations
 //               quantized per row to u8 with a zero point of 128, as
 //               CTranslate2 feeds it, timed with the quantization and the
@@ -61,7 +63,7 @@ std::vector<Product> DecoderWeights(int64_t d, int64_t layers) {
   return out;
 }
 
-enum class Path { kGemv, kDnnlSgemm, kInt8, kDnnlU8S8 };
+enum class Path { kGemv, kDnnlSgemm, kInt8, kInt8NoVnni, kDnnlU8S8 };
 
 // y [m, n] = x [m, k] W^T through oneDNN's int8 GEMM: x quantized per row
 // to u8 (zero point 128), W's int8 rows (the Int8Matrix's, row stride
@@ -107,7 +109,9 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
   std::vector<uint8_t> qx;
   std::vector<float> sx;
   std::vector<int32_t> acc;
-  const bool int8 = path == Path::kInt8 || path == Path::kDnnlU8S8;
+  const bool int8 = path == Path::kInt8 || path == Path::kInt8NoVnni ||
+                    path == Path::kDnnlU8S8;
+  relpos::Int8LinearAllowVnniForTest(path != Path::kInt8NoVnni);
   int64_t bytes = 0;
   for (const Product& p : weights) {
     bytes += p.n * p.k * (int8 ? 1 : static_cast<int64_t>(sizeof(float)));
@@ -131,6 +135,7 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
                           p.n) == dnnl_success;
           break;
         case Path::kInt8:
+        case Path::kInt8NoVnni:
           relpos::Int8Linear(m, x.data(), p.k, p.q, nullptr, y.data(), p.n,
                              threads);
           break;
@@ -148,9 +153,11 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
   }
   state.SetBytesProcessed(state.iterations() * bytes);
   state.counters["threads"] = threads;
-  state.SetLabel(path == Path::kGemv   ? relpos::GemvTargetName()
-                 : path == Path::kInt8 ? relpos::Int8LinearTargetName()
-                                       : "oneDNN");
+  state.SetLabel(path == Path::kGemv ? relpos::GemvTargetName()
+                 : path == Path::kInt8 || path == Path::kInt8NoVnni
+                     ? relpos::Int8LinearTargetName()
+                     : "oneDNN");
+  relpos::Int8LinearAllowVnniForTest(true);
 }
 
 #define RELPOS_DECODE_SIZES(variant, path, ...)          \
@@ -163,6 +170,9 @@ RELPOS_DECODE_SIZES(dnnl_sgemm, Path::kDnnlSgemm,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
 RELPOS_DECODE_SIZES(int8, Path::kInt8,
+                    ->ArgsProduct({{256}, {4}, {1, 4, 16}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
+RELPOS_DECODE_SIZES(int8_no_vnni, Path::kInt8NoVnni,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
 RELPOS_DECODE_SIZES(dnnl_u8s8, Path::kDnnlU8S8,

@@ -62,8 +62,13 @@ int32_t Int8ActivationRange(int64_t stride);
 void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
                 const float* bias, float* y, int64_t ldy, int num_threads);
 
-// Highway target Int8Linear dispatches to on this CPU ("AVX3", "AVX2", ...).
+// Highway target Int8Linear dispatches to on this CPU ("AVX3", "AVX2", ...;
+// "AVX3+VNNI" where AVX3's CPU has AVX-512 VNNI and its vpdpwssd runs the
+// multiply-adds).
 const char* Int8LinearTargetName();
+
+// Tests: false makes an AVX-512 VNNI CPU take the plain AVX3 path too.
+void Int8LinearAllowVnniForTest(bool allow);
 
 }  // namespace relpos
 
