@@ -264,6 +264,10 @@ TEST_F(VerbGenerateTest, Int8ComputeType) {
   ExpectError({"generate", P("lm_relative"), "--prompt", "a",
                "--compute-type", "int8", "--no-cache"},
               {"--compute-type int8", "cached decoder"});
+  // eval scores an LM with the float32 forward pass: int8 is refused there.
+  ExpectError({"eval", P("lm_relative"), "--lengths", "8", "--compute-type",
+               "int8"},
+              {"--compute-type int8", "task is lm"});
 }
 
 }  // namespace

@@ -201,7 +201,6 @@ template <typename TOut>
 HWY_INLINE float QuantizeRowT(const float* HWY_RESTRICT x, int64_t k,
                               float range, TOut* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
-  const hn::Rebind<int32_t, decltype(d)> di;
   const hn::Rebind<TOut, decltype(d)> dout;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t body = k - k % lanes;
@@ -229,7 +228,6 @@ HWY_INLINE float QuantizeRowT(const float* HWY_RESTRICT x, int64_t k,
   for (int64_t c = body; c < k; ++c) {
     out[c] = static_cast<TOut>(std::nearbyint(x[c] * inv));
   }
-  static_cast<void>(di);
   return amax;
 }
 

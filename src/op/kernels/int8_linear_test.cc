@@ -95,6 +95,15 @@ TEST(Int8Linear, RefusesBadWeights) {
   float y = 7.0f;
   Int8Linear(1, w.data(), 3, empty, nullptr, &y, 1, 1);  // nothing to write
   EXPECT_EQ(y, 7.0f);
+  // Row strides below the matrix's sizes, and a negative row count.
+  w = {1.0f, 2.0f, 3.0f};
+  const Int8Matrix q = QuantizeRows(w.data(), 1, 3, 3);
+  EXPECT_THROW(Int8Linear(1, w.data(), 2, q, nullptr, &y, 1, 1),
+               InvalidArgument);
+  EXPECT_THROW(Int8Linear(1, w.data(), 3, q, nullptr, &y, 0, 1),
+               InvalidArgument);
+  EXPECT_THROW(Int8Linear(-1, w.data(), 3, q, nullptr, &y, 1, 1),
+               InvalidArgument);
 }
 
 TEST(Int8Linear, ActivationRangeNeverOverflows) {
