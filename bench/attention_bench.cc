@@ -30,7 +30,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "workloads/attention_workload.h"
+#include "lab/workloads/attention_workload.h"
 #include "core/gemm.h"
 #include "relpos/attention.h"
 #include "relpos/error.h"

@@ -18,7 +18,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "core/rng.h"
+#include "base/rng.h"
 #include "model/decoder_session.h"
 #include "model/transformer.h"
 

@@ -46,7 +46,7 @@ after one step (non-zero: the tables are in the computation).
 
 Usage (the lead's timing run, on a quiet machine):
   python3 bench/train_step_seq2seq.py \\
-      --relpos-bench build/release/src/lab/model/train_step_bench
+      --relpos-bench build/release/src/train/train_step_bench
 Exit status 0 on success, 1 when a side fails.
 """
 
@@ -419,7 +419,7 @@ def driver(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--relpos-bench",
-                    default="build/release/src/lab/model/train_step_bench")
+                    default="build/release/src/train/train_step_bench")
     ap.add_argument("--onmt-python", default=ONMT_PY)
     ap.add_argument("--eole-python", default=EOLE_PY)
     ap.add_argument("--sides", default="onmt,eole",

@@ -12,7 +12,7 @@ valid positions. The PyTorch attention is the gathered form
 into [n, n, dh] tensors, einsum; padded keys are masked, decoders add the
 causal mask.
 
-relpos's side is `train_step_bench` (src/lab/model/train_step_bench.cc) with the
+relpos's side is `train_step_bench` (src/train/train_step_bench.cc) with the
 model and the exact per-sequence lengths passed through RELPOS_BENCH_*
 environment variables, so both time Transformer::ForwardBackward-equivalent
 work on the same tokens. Neither side includes an optimizer step.

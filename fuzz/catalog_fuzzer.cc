@@ -1,4 +1,4 @@
-// libFuzzer target for the GNU gettext catalog readers (src/lab/translate/
+// libFuzzer target for the GNU gettext catalog readers (src/data/translate/
 // catalog.h): the .mo reader, which reads untrusted binary files, and the .po
 // reader. Each input is parsed as both. Contract checked here:
 //   - ParseMo and ParsePo either return or throw relpos::Error (FormatError);
@@ -12,8 +12,8 @@
 #include <string_view>
 
 #include "relpos/error.h"
-#include "translate/catalog.h"
-#include "translate/utf8.h"
+#include "data/translate/catalog.h"
+#include "data/translate/utf8.h"
 
 namespace {
 

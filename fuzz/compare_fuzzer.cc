@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "api/compare_file.h"
+#include "lab/api/compare_file.h"
 #include "relpos/error.h"
 
 namespace {

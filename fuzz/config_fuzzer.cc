@@ -1,5 +1,5 @@
 // libFuzzer target for the model config reader (ModelConfigFromJson in
-// src/lab/model/transformer.h), which reads config.json from untrusted
+// src/model/transformer.h), which reads config.json from untrusted
 // checkpoints. Contract checked here:
 //   - parsing the bytes as JSON and calling ModelConfigFromJson either returns
 //     or throws relpos::Error; anything else is a bug;

@@ -1,4 +1,4 @@
-// libFuzzer target for the safetensors parser (src/lab/io/safetensors.h), which
+// libFuzzer target for the safetensors parser (src/base/io/safetensors.h), which
 // reads untrusted files. Contract checked here:
 //   - ParseSafetensors either returns or throws relpos::Error (FormatError);
 //     any other exception, crash or sanitizer report is a bug;
@@ -9,7 +9,7 @@
 #include <bit>
 #include <string_view>
 
-#include "io/safetensors.h"
+#include "base/io/safetensors.h"
 #include "relpos/error.h"
 
 namespace {

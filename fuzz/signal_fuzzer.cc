@@ -1,5 +1,5 @@
 // libFuzzer target for the signal file reader (DecodeSignalStats in
-// src/lab/train/signal_stats.h), which reads signal-*.json from untrusted
+// src/train/signal_stats.h), which reads signal-*.json from untrusted
 // checkpoints for `relpos inspect`. The layout is fixed here (two tables,
 // one with per-head signals), as a checkpoint's config would give it.
 // Contract checked here:

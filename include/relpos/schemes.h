@@ -13,7 +13,7 @@
 //     what the layer does beyond them (RoPE's rotation, Transformer-XL's key
 //     table built from its projection).
 //
-// Every client takes its schemes from here: the model (src/lab/model), the
+// Every client takes its schemes from here: the model (src/model), the
 // benchmarks (`relpos bench --positions`), `relpos compare`, the CLI's
 // labels, the tests' scheme sweep and the Python package (relpos.schemes(),
 // relpos.torch.RelativeMultiheadAttention). Adding a scheme is one entry in

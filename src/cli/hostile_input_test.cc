@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "cli/cli_test_util.h"
-#include "io/path_text.h"
+#include "base/io/path_text.h"
 #include "relpos/version.h"
 #include "support/subprocess.h"
 #include "train/checkpoint.h"

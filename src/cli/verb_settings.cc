@@ -1,6 +1,6 @@
 // `relpos settings`: the table of every model and training setting (JSON
 // key, flag, type, default, valid values), generated from the declarations
-// in src/lab/model/model_config.cc and src/lab/train/train_config.cc. docs/settings.md
+// in src/model/model_config.cc and src/train/train_config.cc. docs/settings.md
 // is this output (`relpos settings > docs/settings.md`); settings_doc_test
 // keeps the two equal.
 #include "cli/cli_common.h"

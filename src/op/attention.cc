@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "core/attention_problem.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "kernels/fused_attention.h"
 #include "reference/attention_reference.h"
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "core/check.h"
-#include "core/rng.h"
+#include "base/check.h"
+#include "base/rng.h"
 
 namespace relpos {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "core/check.h"
+#include "base/check.h"
 
 namespace relpos {
 

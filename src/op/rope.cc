@@ -8,7 +8,7 @@
 #include <functional>
 #include <type_traits>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "kernels/rope.h"
 #include "reference/rope_reference.h"
 

@@ -3,7 +3,7 @@
 // without linking the SIMD code.
 #include <string>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "relpos/rope.h"
 
 namespace relpos {

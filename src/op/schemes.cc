@@ -8,7 +8,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "relpos/position_schemes.h"
 
 namespace relpos {

@@ -4,7 +4,7 @@
 The values are sacrebleu's own (its default corpus_bleu, sentence_bleu,
 corpus_chrf and sentence_chrf, and its 13a tokeniser), computed on
 hand-written tricky segments and on seeded random segment pairs; the C++
-test (src/lab/translate/metrics_test.cc) recomputes every value with relpos
+test (src/data/translate/metrics_test.cc) recomputes every value with relpos
 and compares. python/tests/test_translate_metrics.py imports random_corpus
 from here to compare relpos with sacrebleu directly on other seeds. Run it with a Python that has sacrebleu 2.x, from the
 repository root:

@@ -43,7 +43,7 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
+#include "base/rng.h"
 #include "relpos/attention.h"
 #include "relpos/position_schemes.h"
 #include "relpos/tensor_view.h"

@@ -1,6 +1,6 @@
 // A batch of token sequences and what a forward pass counts over it: the
 // types the public Model (model.h) takes and returns, and the ones the
-// transformer inside it (src/lab/model/) works on.
+// transformer inside it (src/model/) works on.
 #ifndef RELPOS_LAB_BATCH_H_
 #define RELPOS_LAB_BATCH_H_
 

@@ -156,7 +156,7 @@ class SchemeWorkload {
 // docs/model.md: attention then a GELU feed-forward, each with a residual)
 // as an inference-forward workload, for `relpos bench --layer`. Implemented
 // in src/lab/workloads/layer_workload.cc with the model's own block
-// (src/lab/model/transformer_block.h) and layers (src/lab/nn), so it times exactly
+// (src/model/transformer_block.h) and layers (src/model/nn), so it times exactly
 // what the model runs.
 struct LayerShape {
   int64_t batch = 1;

@@ -14,16 +14,16 @@
 #include <system_error>
 #include <utility>
 
-#include "api/compare_file.h"
-#include "api/experiment_run.h"
-#include "core/check.h"
-#include "io/file_io.h"
-#include "io/path_text.h"
-#include "api/internal.h"
+#include "lab/api/compare_file.h"
+#include "lab/api/experiment_run.h"
+#include "base/check.h"
+#include "base/io/file_io.h"
+#include "base/io/path_text.h"
+#include "lab/api/internal.h"
 #include "model/transformer.h"
 #include "relpos/lab/model.h"
 #include "relpos/lab/translation.h"
-#include "train/memory_plan.h"
+#include "model/memory_plan.h"
 
 namespace relpos {
 namespace {

@@ -1,11 +1,11 @@
-#include "api/compare_file.h"
+#include "lab/api/compare_file.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "core/check.h"
-#include "io/json_reader.h"
+#include "base/check.h"
+#include "base/io/json_reader.h"
 
 namespace relpos {
 namespace {

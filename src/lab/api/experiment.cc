@@ -15,16 +15,16 @@
 #include <system_error>
 #include <utility>
 
-#include "api/experiment_run.h"
-#include "api/internal.h"
-#include "core/check.h"
-#include "io/path_text.h"
+#include "lab/api/experiment_run.h"
+#include "lab/api/internal.h"
+#include "base/check.h"
+#include "base/io/path_text.h"
 #include "relpos/lab/inspect.h"
 #include "relpos/lab/model.h"
 #include "relpos/lab/translation.h"
 #include "relpos/schemes.h"
 #include "train/lengths.h"
-#include "train/memory_plan.h"
+#include "model/memory_plan.h"
 
 namespace relpos {
 namespace {
@@ -191,9 +191,9 @@ void CheckRunFits(const ExperimentConfig& c, int64_t longest,
   const model::ModelConfig& m = Internals(c).model;
   const train::TrainConfig& t = Internals(c).train;
   try {
-    train::CheckMemory(train::PlanTraining(
+    model::CheckMemory(model::PlanTraining(
         m, t.batch_size, SequenceLength(c, t.train_max_length), t.threads));
-    train::CheckMemory(train::PlanInference(
+    model::CheckMemory(model::PlanInference(
         m, std::min<int64_t>(64, sequences), SequenceLength(c, longest),
         t.threads));
   } catch (const ResourceError& e) {

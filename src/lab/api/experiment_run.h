@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "io/file_io.h"
+#include "base/io/file_io.h"
 #include "relpos/lab/config.h"
 #include "relpos/lab/experiment.h"
 #include "relpos/lab/training.h"

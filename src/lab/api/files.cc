@@ -1,7 +1,7 @@
 #include "relpos/lab/files.h"
 
-#include "io/file_io.h"
-#include "io/path_text.h"
+#include "base/io/file_io.h"
+#include "base/io/path_text.h"
 
 namespace relpos {
 

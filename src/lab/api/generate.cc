@@ -10,16 +10,16 @@
 #include <string>
 #include <vector>
 
-#include "api/internal.h"
-#include "api/sampling.h"
-#include "core/check.h"
-#include "core/rng.h"
+#include "lab/api/internal.h"
+#include "lab/api/sampling.h"
+#include "base/check.h"
+#include "base/rng.h"
 #include "relpos/error.h"
 #include "model/decoder_session.h"
 #include "model/positions.h"
 #include "model/quantized_linears.h"
-#include "train/determinism.h"
-#include "train/memory_plan.h"
+#include "base/determinism.h"
+#include "model/memory_plan.h"
 
 namespace relpos {
 namespace {
@@ -99,11 +99,11 @@ void PrepareThreadsAndMemory(const Model& model, int64_t sequences,
                           : std::stoi(model.config().Get("train", "threads"));
   // The cache (or, without it, the longest prefix's forward pass) must fit
   // beside the loaded model.
-  train::MemoryPlan plan = train::PlanGeneration(t.config(), sequences,
+  model::MemoryPlan plan = model::PlanGeneration(t.config(), sequences,
                                                  capacity, o.use_cache, threads);
-  plan.resident = train::PlanModel(t.config()).total();
-  train::CheckMemory(plan);
-  train::SetThreads(threads);
+  plan.resident = model::PlanModel(t.config()).total();
+  model::CheckMemory(plan);
+  base::SetThreads(threads);
 }
 
 // The int8 copies of the model's linear layers when `o` asks for int8.

@@ -8,11 +8,11 @@
 #include <limits>
 #include <optional>
 
-#include "api/internal.h"
-#include "core/check.h"
+#include "lab/api/internal.h"
+#include "base/check.h"
 #include "relpos/lab/training.h"
 #include "train/checkpoint.h"
-#include "train/memory_plan.h"
+#include "model/memory_plan.h"
 #include "train/signal_stats.h"
 
 namespace relpos {
@@ -177,10 +177,10 @@ Inspection Inspect(const std::string& dir, const InspectOptions& options) {
   {
     // The checkpoint's model, and its initial values beside it (Describe).
     const model::ModelConfig mc = train::ReadCheckpointConfig(dir).model_config;
-    train::MemoryPlan plan = train::PlanCheckpointLoad(mc, false);
-    plan.Add(train::PlanModel(mc));
+    model::MemoryPlan plan = model::PlanCheckpointLoad(mc, false);
+    plan.Add(model::PlanModel(mc));
     plan.what = "inspecting the checkpoint";
-    train::CheckMemory(plan);
+    model::CheckMemory(plan);
   }
   train::Checkpoint ck =
       train::ReadCheckpoint(dir, /*with_optimizer=*/false,

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <map>
 
-#include "api/internal.h"
-#include "core/check.h"
-#include "core/rng.h"
-#include "nn/multi_head_attention.h"
+#include "lab/api/internal.h"
+#include "base/check.h"
+#include "base/rng.h"
+#include "model/nn/multi_head_attention.h"
 #include "relpos/params.h"
 
 namespace relpos {

@@ -7,15 +7,15 @@
 #include <optional>
 #include <thread>
 
-#include "api/internal.h"
-#include "core/check.h"
-#include "core/rng.h"
+#include "lab/api/internal.h"
+#include "base/check.h"
+#include "base/rng.h"
 #include "model/beam_search.h"
 #include "model/quantized_linears.h"
 #include "train/checkpoint.h"
 #include "train/data_source.h"
-#include "train/determinism.h"
-#include "train/memory_plan.h"
+#include "base/determinism.h"
+#include "model/memory_plan.h"
 
 namespace relpos {
 namespace {
@@ -48,7 +48,7 @@ void OnWorkers(int64_t n, int threads, const Work& work) {
   for (int64_t w = 0; w < workers; ++w) {
     pool.emplace_back([&, w] {
       try {
-        train::SetThreads(1);
+        base::SetThreads(1);
         for (int64_t i; (i = next++) < n;) work(i);
       } catch (...) {
         failed[static_cast<size_t>(w)] = std::current_exception();
@@ -105,7 +105,7 @@ std::vector<model::Hypothesis> TranslateBatches(
       } while (i < last && seen < goal);
     }
   } else {
-    train::SetThreads(threads);
+    base::SetThreads(threads);
     return model::Translate(t, sources, o);
   }
   std::vector<model::Hypothesis> best(static_cast<size_t>(n));
@@ -121,7 +121,7 @@ std::vector<model::Hypothesis> TranslateBatches(
   if (threads > 1) {
     OnWorkers(static_cast<int64_t>(batches.size()), threads, search);
   } else {
-    train::SetThreads(1);
+    base::SetThreads(1);
     for (size_t b = 0; b < batches.size(); ++b) search(static_cast<int64_t>(b));
   }
   return best;
@@ -152,7 +152,7 @@ Model::Model(const ExperimentConfig& config)
     : impl_(std::make_unique<Impl>()) {
   impl_->config = config;
   impl_->config.Resolve();
-  train::CheckMemory(train::PlanModel(Internals(impl_->config).model));
+  model::CheckMemory(model::PlanModel(Internals(impl_->config).model));
   impl_->transformer =
       std::make_shared<model::Transformer>(Internals(impl_->config).model);
 }
@@ -328,11 +328,11 @@ std::vector<Translation> Model::Translate(
     at_once = std::min<int64_t>(
         at_once, options.max_batch_size * static_cast<int64_t>(threads));
   }
-  train::MemoryPlan plan = train::PlanTranslation(
+  model::MemoryPlan plan = model::PlanTranslation(
       t.config(), at_once, longest, o.beam_size,
       model::MaxDecodingSteps(longest, o), threads);
-  plan.resident = train::PlanModel(t.config()).total();
-  train::CheckMemory(plan);
+  plan.resident = model::PlanModel(t.config()).total();
+  model::CheckMemory(plan);
   std::optional<model::QuantizedLinears> quantized;
   if (compute == model::ComputeType::kInt8) {
     quantized.emplace(t);

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <vector>
 
-#include "core/rng.h"
+#include "base/rng.h"
 
 namespace relpos {
 

@@ -1,14 +1,14 @@
 // SampleToken: greedy ties, top-k, and the frequencies of the tempered
 // softmax against their expectation (5 standard deviations of a binomial
 // count, so a correct sampler fails with probability below 1e-6 per check).
-#include "api/sampling.h"
+#include "lab/api/sampling.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "core/rng.h"
+#include "base/rng.h"
 
 namespace relpos {
 namespace {

@@ -4,13 +4,13 @@
 
 #include <algorithm>
 
-#include "api/internal.h"
+#include "lab/api/internal.h"
 #include "relpos/lab/translation.h"
-#include "core/check.h"
-#include "train/determinism.h"
+#include "base/check.h"
+#include "base/determinism.h"
 #include "train/evaluation.h"
 #include "train/lengths.h"
-#include "train/memory_plan.h"
+#include "model/memory_plan.h"
 #include "train/progress.h"
 
 namespace relpos {
@@ -125,12 +125,12 @@ std::vector<LengthMetrics> Evaluate(Model& model, const EvalOptions& options) {
   int64_t longest = 0;
   for (int64_t n : ec.lengths) longest = std::max(longest, n);
   const model::ModelConfig& mc = Internals(model).transformer->config();
-  train::MemoryPlan plan = train::PlanInference(
+  model::MemoryPlan plan = model::PlanInference(
       mc, std::min(ec.batch_size, ec.sequences_per_length),
       data->SequenceLength(longest), threads);
-  plan.resident = train::PlanModel(mc).total();
-  train::CheckMemory(plan);
-  train::SetThreads(threads);
+  plan.resident = model::PlanModel(mc).total();
+  model::CheckMemory(plan);
+  base::SetThreads(threads);
   std::unique_ptr<train::Progress> progress;
   if (options.progress.out) {
     const int64_t batches =

@@ -6,16 +6,16 @@
 #include <chrono>
 #include <sstream>
 
-#include "api/internal.h"
-#include "core/check.h"
+#include "lab/api/internal.h"
+#include "base/check.h"
 #include "relpos/lab/metrics.h"
 #include "relpos/lab/parallel_text.h"
 #include "train/lengths.h"
 #include "train/progress.h"
-#include "translate/parallel_corpus.h"
-#include "translate/translation_task.h"
-#include "translate/utf8.h"
-#include "translate/vocabulary.h"
+#include "data/translate/parallel_corpus.h"
+#include "data/translate/translation_task.h"
+#include "data/translate/utf8.h"
+#include "data/translate/vocabulary.h"
 
 namespace relpos {
 namespace {

@@ -4,9 +4,9 @@
 #include <algorithm>
 
 #include "core/attention_problem.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/gemm.h"
-#include "core/rng.h"
+#include "base/rng.h"
 #include "kernels/fused_attention.h"
 
 namespace relpos::bench {

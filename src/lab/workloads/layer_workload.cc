@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "core/attention_problem.h"
-#include "core/check.h"
-#include "core/rng.h"
+#include "base/check.h"
+#include "base/rng.h"
 #include "kernels/fused_attention.h"
 #include "model/transformer_block.h"
 #include "relpos/attention.h"

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/attention_problem.h"
-#include "core/check.h"
-#include "core/rng.h"
+#include "base/check.h"
+#include "base/rng.h"
 #include "kernels/fused_attention.h"
 #include "relpos/lab/bench.h"
 #include "relpos/schemes.h"

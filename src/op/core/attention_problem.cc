@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "core/check.h"
+#include "base/check.h"
 
 namespace relpos {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <optional>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "kernels/gemv.h"
 
 namespace relpos {

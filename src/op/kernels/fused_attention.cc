@@ -47,7 +47,7 @@ HWY_AFTER_NAMESPACE();
 #include <cstring>
 #include <limits>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "hwy/aligned_allocator.h"
 
 namespace relpos {

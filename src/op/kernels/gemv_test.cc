@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/gemm.h"
-#include "core/rng.h"
+#include "base/rng.h"
 #include "hwy/targets.h"
 
 namespace relpos {

@@ -261,7 +261,7 @@ HWY_AFTER_NAMESPACE();
 #include <cstring>
 #include <limits>
 
-#include "core/check.h"
+#include "base/check.h"
 
 #if HWY_ARCH_X86
 #include <immintrin.h>

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "core/check.h"
-#include "core/rng.h"
+#include "base/check.h"
+#include "base/rng.h"
 #include "hwy/targets.h"
 
 namespace relpos {

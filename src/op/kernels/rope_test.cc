@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
+#include "base/rng.h"
 #include "hwy/targets.h"
 #include "kernels/rope.h"
 #include "reference/rope_reference.h"

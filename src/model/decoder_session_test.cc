@@ -1,0 +1,512 @@
+// Cached decoding against full recomputation: after every Append / Step, the
+// session's logits for each sequence's last token must equal the model's
+// Forward(ForwardMode::kInference) over the whole prefix, for every position
+// scheme, with a batch of different lengths (padding), in float and double.
+// Plus the session's argument checks.
+#include "model/decoder_session.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <type_traits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/rng.h"
+#include "model/transformer.h"
+#include "support/expect_invalid.h"
+
+namespace relpos::model {
+namespace {
+
+struct Case {
+  std::string name;
+  PositionScheme position;
+  bool per_head = false, key_term = true, value_term = true;
+  bool interleaved = false;  // RoPE's layout
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+std::vector<Case> Cases() {
+  return {{"none", PositionScheme::kNone},
+          {"sinusoidal", PositionScheme::kSinusoidal},
+          {"learned", PositionScheme::kLearned},
+          {"relative", PositionScheme::kRelative},
+          {"relative_per_head_keys_only", PositionScheme::kRelative, true,
+           true, false},
+          {"relative_values_only", PositionScheme::kRelative, false, false,
+           true},
+          {"shaw_asym", PositionScheme::kShawAsym},
+          {"shaw_log", PositionScheme::kShawLog},
+          {"t5", PositionScheme::kT5},
+          {"alibi", PositionScheme::kAlibi},
+          {"rope", PositionScheme::kRope},
+          {"rope_interleaved", PositionScheme::kRope, false, true, true, true},
+          {"xl", PositionScheme::kXl}};
+}
+
+ModelConfig ConfigFor(const Case& k) {
+  ModelConfig c;
+  c.arch = Arch::kDecoder;
+  c.vocab_size = 11;
+  c.d_model = 16;
+  c.heads = 2;
+  c.layers = 2;
+  c.d_ff = 24;
+  c.max_len = 20;
+  c.position = k.position;
+  c.max_distance = 3;  // shorter than the sequences: clipping is exercised
+  c.per_head_tables = k.per_head;
+  c.key_term = k.key_term;
+  c.value_term = k.value_term;
+  // Reaches shorter than the sequences, so clipping and the logarithmic
+  // buckets are exercised too.
+  c.k_left = 4;
+  c.k_right = 2;
+  c.num_buckets = 6;
+  c.bucket_max_distance = 9;
+  c.rope_interleaved = k.interleaved;
+  c.seed = 5;
+  return c;
+}
+
+// The initial biases and LayerNorm parameters are 0 / 1, which would hide a
+// swapped bias; perturb every parameter.
+template <typename T>
+void Perturb(BasicTransformer<T>* model) {
+  Rng rng(99);
+  for (auto& p : model->parameters()) {
+    for (T& v : p.value) v += static_cast<T>(0.3 * rng.Normal());
+  }
+}
+
+// Logits of the last token of each sequence's prefix seqs[b][0, lens[b]),
+// by the model's inference forward over the padded batch: [B, V]. A seq2seq
+// model's sequence b has the source sources[b].
+template <typename T>
+std::vector<T> Recompute(BasicTransformer<T>& model,
+                         const std::vector<std::vector<int32_t>>& seqs,
+                         const std::vector<int64_t>& lens,
+                         const std::vector<std::vector<int32_t>>& sources = {}) {
+  const int64_t B = static_cast<int64_t>(seqs.size());
+  const int64_t V = model.config().vocab_size;
+  Batch batch;
+  batch.batch = B;
+  batch.length = *std::max_element(lens.begin(), lens.end());
+  batch.tokens.assign(B * batch.length, 0);
+  batch.targets.assign(B * batch.length, -1);
+  batch.lengths = lens;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < lens[b]; ++i) {
+      batch.tokens[b * batch.length + i] = seqs[b][i];
+    }
+  }
+  if (!sources.empty()) {
+    batch.source_length = 1;
+    for (const auto& src : sources) {
+      batch.source_length = std::max<int64_t>(batch.source_length, src.size());
+    }
+    batch.source_tokens.assign(B * batch.source_length, 0);
+    for (int64_t b = 0; b < B; ++b) {
+      std::copy(sources[b].begin(), sources[b].end(),
+                batch.source_tokens.begin() + b * batch.source_length);
+      batch.source_lengths.push_back(static_cast<int64_t>(sources[b].size()));
+    }
+  }
+  model.Forward(batch, ForwardMode::kInference, nullptr);
+  std::vector<T> out(B * V);
+  int64_t row = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    row += lens[b];
+    std::copy_n(model.LastLogits().data() + (row - 1) * V, V, out.data() + b * V);
+  }
+  return out;
+}
+
+// Per sequence: max |cached - full| / max(1, max |full|) <= tol.
+template <typename T>
+void ExpectClose(const std::vector<T>& cached, const std::vector<T>& full,
+                 int64_t V, double tol, const std::string& where) {
+  ASSERT_EQ(cached.size(), full.size()) << where;
+  for (size_t b = 0; b * V < full.size(); ++b) {
+    double err = 0, scale = 1;
+    for (int64_t v = 0; v < V; ++v) {
+      const size_t i = b * V + v;
+      err = std::max(err, std::abs(static_cast<double>(cached[i] - full[i])));
+      scale = std::max(scale, std::abs(static_cast<double>(full[i])));
+    }
+    EXPECT_LE(err / scale, tol) << where << ", sequence " << b;
+  }
+}
+
+class DecoderSessionTest : public ::testing::TestWithParam<Case> {};
+
+// Int8 sessions are checked against the float recomputation of the model
+// whose quantized weights are replaced by their int8 values times their
+// scales: what remains is the activations' per-row rounding, at most 1/2
+// in 32767 of each row's largest |x| at these widths
+// (kernels/int8_linear.h); through the blocks the logits moved by at most
+// 6.2e-4 of their scale over every scheme here (the bound below has ~3x
+// margin), while an error in the plumbing (a wrong matrix, bias or row)
+// moves them by O(1).
+// What the weights' rounding costs is measured on trained models
+// (docs/benchmarks.md, "Quantized inference").
+constexpr double kInt8LogitTolerance = 2e-3;
+
+// Every weight `q` holds becomes scale * int8 value in place.
+void Dequantize(BasicTransformer<float>* model, const QuantizedLinears& q) {
+  int64_t replaced = 0;
+  for (auto& p : model->parameters()) {
+    const Int8Matrix* m = q.Find(p.value.data());
+    if (m == nullptr) continue;
+    ++replaced;
+    for (int64_t j = 0; j < m->rows; ++j) {
+      for (int64_t c = 0; c < m->cols; ++c) {
+        p.value[j * m->cols + c] =
+            m->scales[j] * static_cast<float>(m->values[j * m->stride + c]);
+      }
+    }
+  }
+  EXPECT_EQ(replaced, q.size());
+}
+
+// Prompts of lengths 5, 5, 2, 7 (one Append; sequences 0 and 1 share an
+// attention call), then single-token steps, then a chunk of 3, 1, 2, 2
+// tokens, then steps again, up to the capacity of the longest sequence;
+// every result checked against recomputation.
+// int8: the session runs the linear layers in int8 (QuantizedLinears)
+// while the recomputation stays float.
+template <typename T>
+void CheckAgainstRecomputation(const Case& k, double tol, bool int8 = false) {
+  BasicTransformer<T> model(ConfigFor(k));
+  Perturb(&model);
+  std::optional<QuantizedLinears> quantized;
+  if constexpr (std::is_same_v<T, float>) {
+    if (int8) {
+      quantized.emplace(model);
+      Dequantize(&model, *quantized);
+    }
+  }
+  const int64_t V = model.config().vocab_size, capacity = 20;
+  const std::vector<int64_t> prompt = {5, 5, 2, 7};
+  const int64_t B = static_cast<int64_t>(prompt.size());
+  Rng rng(7);
+  std::vector<std::vector<int32_t>> seqs(B);
+  for (auto& s : seqs) {
+    for (int64_t i = 0; i < capacity; ++i) s.push_back(rng.Below(V));
+  }
+  BasicDecoderSession<T> session(model, B, capacity,
+                                 quantized ? &*quantized : nullptr);
+  std::vector<int64_t> lens(B, 0);
+  std::vector<T> logits;
+  auto append = [&](const std::vector<int64_t>& counts) {
+    std::vector<std::vector<int32_t>> chunk(B);
+    for (int64_t b = 0; b < B; ++b) {
+      chunk[b].assign(seqs[b].begin() + lens[b],
+                      seqs[b].begin() + lens[b] + counts[b]);
+      lens[b] += counts[b];
+    }
+    session.Append(chunk, &logits);
+    for (int64_t b = 0; b < B; ++b) ASSERT_EQ(session.length(b), lens[b]);
+    std::ostringstream where;
+    where << "lengths";
+    for (int64_t n : lens) where << " " << n;
+    ExpectClose(logits, Recompute(model, seqs, lens), V, tol, where.str());
+  };
+  auto steps = [&](int64_t n) {
+    for (int64_t s = 0; s < n; ++s) {
+      std::vector<int32_t> next(B);
+      for (int64_t b = 0; b < B; ++b) next[b] = seqs[b][lens[b]++];
+      session.Step(next, &logits);
+      ExpectClose(logits, Recompute(model, seqs, lens), V, tol, "step");
+    }
+  };
+  append(prompt);
+  steps(4);                // lengths up to 11
+  append({3, 1, 2, 2});    // 12 10 8 13
+  steps(capacity - 13);    // the last sequence reaches the capacity
+  // Truncating and decoding again reproduces the same logits.
+  session.Truncate(6);
+  std::fill(lens.begin(), lens.end(), 6);
+  steps(3);
+}
+
+TEST_P(DecoderSessionTest, FloatMatchesRecomputation) {
+  // Float: both sides round every product; the prefix sums of attention and
+  // the matrix products run in different orders (Nq = 1 against Nq = n), so
+  // they agree to a few float ulps of the logits' scale.
+  CheckAgainstRecomputation<float>(GetParam(), 1e-5);
+}
+
+TEST_P(DecoderSessionTest, DoubleMatchesRecomputation) {
+  CheckAgainstRecomputation<double>(GetParam(), 1e-12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, DecoderSessionTest,
+                         ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(DecoderSessionErrors, EncoderIsRejected) {
+  ModelConfig c = ConfigFor(Cases()[3]);
+  c.arch = Arch::kEncoder;
+  Transformer model(c);
+  ExpectInvalid([&] { DecoderSession s(model, 1, 4); },
+                {"decoder", "encoder"});
+}
+
+TEST(DecoderSessionErrors, BadSizes) {
+  Transformer model(ConfigFor(Cases()[2]));  // learned, max_len 20
+  ExpectInvalid([&] { DecoderSession s(model, 0, 4); }, {"batch", "0"});
+  ExpectInvalid([&] { DecoderSession s(model, 1, 0); }, {"capacity", "0"});
+  ExpectInvalid([&] { DecoderSession s(model, 1, 21); },
+                {"capacity 21", "max_len = 20"});
+}
+
+TEST(DecoderSessionErrors, BadAppendsChangeNothing) {
+  Transformer model(ConfigFor(Cases()[3]));
+  DecoderSession session(model, 2, 4);
+  std::vector<float> logits;
+  ExpectInvalid([&] { session.Append({{1}}, &logits); }, {"one list", "2"});
+  ExpectInvalid([&] { session.Append({{1, 2}, {}}, &logits); },
+                {"tokens[1] is empty"});
+  ExpectInvalid([&] { session.Append({{1, 11}, {3}}, &logits); },
+                {"tokens[0][1]", "vocab_size = 11", "11"});
+  ExpectInvalid([&] { session.Append({{1}, {1, 2, 3, 4, 5}}, &logits); },
+                {"sequence 1", "5 tokens", "capacity 4"});
+  ExpectInvalid([&] { session.Step({1, 2, 3}, &logits); },
+                {"one token per sequence"});
+  ExpectInvalid([&] { session.Truncate(-1); }, {"length", "-1"});
+  EXPECT_EQ(session.length(0), 0);
+  EXPECT_EQ(session.length(1), 0);
+  session.Append({{1, 2, 3, 4}, {5}}, &logits);
+  EXPECT_EQ(logits.size(), 2u * 11u);
+  ExpectInvalid([&] { session.Step({1, 2}, &logits); },
+                {"sequence 0", "capacity 4"});
+  EXPECT_EQ(session.length(0), 4);
+  EXPECT_EQ(session.length(1), 1);
+}
+
+}  // namespace
+}  // namespace relpos::model
+
+namespace relpos::model {
+namespace {
+
+// ---- Seq2seq sessions ----
+
+ModelConfig Seq2seqConfigFor(const Case& k) {
+  ModelConfig c = ConfigFor(k);
+  c.arch = Arch::kSeq2seq;
+  c.decoder_layers = 2;
+  c.layers = 1;
+  return c;
+}
+
+// Sources of lengths 5, 2, 7 and 0 (one hypothesis each): a prompt of 3
+// tokens each, then steps; then Reorder to 5 hypotheses (source 1 dropped,
+// sources 0 and 2 duplicated) and steps to the capacity; every result
+// against recomputation with each hypothesis's source.
+template <typename T>
+void CheckSeq2seqAgainstRecomputation(const Case& k, double tol,
+                                      bool int8 = false) {
+  BasicTransformer<T> model(Seq2seqConfigFor(k));
+  Perturb(&model);
+  std::optional<QuantizedLinears> quantized;
+  if constexpr (std::is_same_v<T, float>) {
+    if (int8) {
+      quantized.emplace(model);
+      Dequantize(&model, *quantized);
+    }
+  }
+  const int64_t V = model.config().vocab_size, capacity = 12;
+  Rng rng(17);
+  std::vector<std::vector<int32_t>> sources(4);
+  const int64_t source_lengths[4] = {5, 2, 7, 0};
+  for (int64_t s = 0; s < 4; ++s) {
+    for (int64_t i = 0; i < source_lengths[s]; ++i) {
+      sources[s].push_back(rng.Below(V));
+    }
+  }
+  std::vector<std::vector<int32_t>> seqs(4);
+  for (auto& s : seqs) {
+    for (int64_t i = 0; i < capacity; ++i) s.push_back(rng.Below(V));
+  }
+  BasicDecoderSession<T> session(model, sources, capacity,
+                                 quantized ? &*quantized : nullptr);
+  std::vector<int64_t> lens(4, 3);
+  std::vector<T> logits;
+  std::vector<std::vector<int32_t>> prompt(4);
+  for (int64_t b = 0; b < 4; ++b) {
+    prompt[b].assign(seqs[b].begin(), seqs[b].begin() + 3);
+  }
+  session.Append(prompt, &logits);
+  std::vector<std::vector<int32_t>> srcs = sources;
+  ExpectClose(logits, Recompute(model, seqs, lens, srcs), V, tol,
+              "prompt");
+  auto steps = [&](int64_t n) {
+    for (int64_t s = 0; s < n; ++s) {
+      std::vector<int32_t> next;
+      for (size_t b = 0; b < seqs.size(); ++b) next.push_back(seqs[b][lens[b]++]);
+      session.Step(next, &logits);
+      ExpectClose(logits, Recompute(model, seqs, lens, srcs), V,
+                  tol, "step");
+    }
+  };
+  steps(3);
+  const std::vector<int64_t> parents = {2, 0, 0, 3, 2};
+  session.Reorder(parents);
+  std::vector<std::vector<int32_t>> seqs2;
+  std::vector<int64_t> lens2;
+  srcs.clear();
+  for (int64_t p : parents) {
+    seqs2.push_back(seqs[p]);
+    lens2.push_back(lens[p]);
+    srcs.push_back(sources[p]);
+  }
+  // The reordered hypotheses diverge from here: new random continuations.
+  for (auto& s : seqs2) {
+    for (int64_t i = 6; i < capacity; ++i) s[i] = rng.Below(V);
+  }
+  seqs = seqs2;
+  lens = lens2;
+  ASSERT_EQ(session.batch(), 5);
+  for (int64_t j = 0; j < 5; ++j) {
+    EXPECT_EQ(session.source_of(j), parents[j]);
+    EXPECT_EQ(session.length(j), 6);
+  }
+  steps(capacity - 6);
+}
+
+TEST_P(DecoderSessionTest, Seq2seqFloatMatchesRecomputation) {
+  CheckSeq2seqAgainstRecomputation<float>(GetParam(), 1e-5);
+}
+
+TEST_P(DecoderSessionTest, Seq2seqDoubleMatchesRecomputation) {
+  CheckSeq2seqAgainstRecomputation<double>(GetParam(), 1e-12);
+}
+
+// Int8 linear layers (QuantizedLinears) against the float model with the
+// same (dequantized) weights: kInt8LogitTolerance above.
+TEST_P(DecoderSessionTest, Int8StaysCloseToFloat) {
+  CheckAgainstRecomputation<float>(GetParam(), kInt8LogitTolerance, true);
+}
+
+TEST_P(DecoderSessionTest, Seq2seqInt8StaysCloseToFloat) {
+  CheckSeq2seqAgainstRecomputation<float>(GetParam(), kInt8LogitTolerance,
+                                          true);
+}
+
+TEST(DecoderSessionInt8, QuantizesEveryDecoderLinearOnce) {
+  BasicTransformer<float> decoder(ConfigFor(Cases()[3]));
+  const QuantizedLinears q(decoder);
+  EXPECT_EQ(q.size(), 2 * 6);  // per block q, k, v, o, FFN in and out
+  const DecoderWeights<float> dw = decoder.decoder_weights();
+  // The head's 11 x 16 floats are 704 bytes, below 1/8 of the blocks'
+  // 2 x (4 x 16 x 64 + 2 x 24 x 64 or 16 x 64) int8 bytes: it stays float.
+  EXPECT_LE(11 * 16 * 4, q.bytes() / kFloatHeadShare);
+  EXPECT_EQ(q.Find(dw.head_w), nullptr);
+  ASSERT_NE(q.Find(dw.blocks[1].ff_in_w), nullptr);
+  EXPECT_EQ(q.Find(dw.blocks[1].ff_in_w)->rows, 24);
+  EXPECT_EQ(q.Find(dw.blocks[1].ff_in_w)->cols, 16);
+  EXPECT_EQ(q.Find(dw.token), nullptr);  // embeddings stay float
+  BasicTransformer<float> s2s(Seq2seqConfigFor(Cases()[3]));
+  // 2 decoder blocks of 10 (self and cross q, k, v, o; FFN).
+  EXPECT_EQ(QuantizedLinears(s2s).size(), 2 * 10);
+  // A vocabulary whose head outweighs 1/8 of the blocks: quantized too.
+  ModelConfig wide = ConfigFor(Cases()[3]);
+  wide.vocab_size = 300;
+  BasicTransformer<float> wide_model(wide);
+  const QuantizedLinears qw(wide_model);
+  EXPECT_EQ(qw.size(), 2 * 6 + 1);
+  ASSERT_NE(qw.Find(wide_model.decoder_weights().head_w), nullptr);
+  EXPECT_EQ(qw.Find(wide_model.decoder_weights().head_w)->rows, 300);
+  ModelConfig encoder = ConfigFor(Cases()[3]);
+  encoder.arch = Arch::kEncoder;
+  const BasicTransformer<float> encoder_model(encoder);
+  ExpectInvalid([&] { QuantizedLinears bad(encoder_model); },
+                {"decoder or seq2seq", "encoder"});
+  ExpectInvalid([] { ParseComputeType("int4", "--compute-type"); },
+                {"--compute-type must be float32 or int8", "int4"});
+  EXPECT_EQ(ParseComputeType("int8", "x"), ComputeType::kInt8);
+  EXPECT_EQ(ParseComputeType("float32", "x"), ComputeType::kFloat32);
+}
+
+// Reorder on a decoder-only session: sequences copied, dropped and
+// duplicated continue as the copies would.
+TEST(DecoderSessionReorder, DecoderOnlyContinuesFromThePrefixes) {
+  BasicTransformer<double> model(ConfigFor(Cases()[3]));
+  Perturb(&model);
+  const int64_t V = model.config().vocab_size;
+  BasicDecoderSession<double> session(model, 3, 8);
+  std::vector<std::vector<int32_t>> seqs = {{1, 2, 3, 4, 5},
+                                            {6, 7, 8, 9, 10},
+                                            {0, 1}};
+  std::vector<double> logits;
+  session.Append({{1, 2, 3}, {6, 7, 8, 9}, {0}}, &logits);
+  session.Reorder({1, 1, 0});
+  EXPECT_EQ(session.length(0), 4);
+  EXPECT_EQ(session.length(2), 3);
+  session.Step({10, 3, 4}, &logits);
+  const std::vector<std::vector<int32_t>> want = {
+      {6, 7, 8, 9, 10}, {6, 7, 8, 9, 3}, {1, 2, 3, 4}};
+  ExpectClose(logits, Recompute(model, want, {5, 5, 4}), V, 1e-12, "reorder");
+}
+
+// Reorder in place: a slot read by another sequence and overwritten (0),
+// one read where it is (2), and the session shrinking to two.
+TEST(DecoderSessionReorder, SwapsAndShrinksInPlace) {
+  BasicTransformer<double> model(ConfigFor(Cases()[3]));
+  Perturb(&model);
+  const int64_t V = model.config().vocab_size;
+  BasicDecoderSession<double> session(model, 3, 8);
+  std::vector<double> logits;
+  session.Append({{1, 2, 3}, {6, 7}, {4, 5, 0, 9}}, &logits);
+  session.Reorder({2, 0});
+  ASSERT_EQ(session.batch(), 2);
+  EXPECT_EQ(session.length(0), 4);
+  EXPECT_EQ(session.length(1), 3);
+  session.Step({8, 10}, &logits);
+  ExpectClose(logits, Recompute(model, {{4, 5, 0, 9, 8}, {1, 2, 3, 10}}, {5, 4}),
+              V, 1e-12, "swap");
+  session.Reorder({1, 1, 0});
+  session.Step({3, 4, 5}, &logits);
+  ExpectClose(logits,
+              Recompute(model, {{1, 2, 3, 10, 3}, {1, 2, 3, 10, 4},
+                                {4, 5, 0, 9, 8, 5}},
+                        {5, 5, 6}),
+              V, 1e-12, "grow");
+}
+
+TEST(DecoderSessionErrors, Seq2seqArguments) {
+  ModelConfig c = Seq2seqConfigFor(Cases()[2]);  // learned, max_len 20
+  Transformer model(c);
+  ExpectInvalid([&] { DecoderSession s(model, 2, 4); },
+                {"decoder", "seq2seq", "source"});
+  ExpectInvalid(
+      [&] { DecoderSession s(model, std::vector<std::vector<int32_t>>{}, 4); },
+      {"no source"});
+  ExpectInvalid([&] { DecoderSession s(model, {{1, 11}}, 4); },
+                {"[0][1]", "vocab_size = 11"});
+  ExpectInvalid([&] { DecoderSession s(model, {{1}}, 21); },
+                {"capacity 21", "max_len = 20"});
+  Transformer decoder(ConfigFor(Cases()[3]));
+  ExpectInvalid([&] { DecoderSession s(decoder, {{1}}, 4); },
+                {"seq2seq", "decoder"});
+  DecoderSession session(model, {{1, 2}, {3}}, 4);
+  std::vector<float> logits;
+  session.Step({1, 1}, &logits);
+  ExpectInvalid([&] { session.Reorder({}); }, {"no sequence"});
+  ExpectInvalid([&] { session.Reorder({0, 2}); }, {"parents[1]", "2"});
+  EXPECT_EQ(session.batch(), 2);
+  session.Reorder({1});
+  EXPECT_EQ(session.source_of(0), 1);
+  session.Step({2}, &logits);
+  EXPECT_EQ(logits.size(), 11u);
+}
+
+}  // namespace
+}  // namespace relpos::model

@@ -1,0 +1,375 @@
+// ModelConfig's settings table and what derives from it: JSON, validation.
+#include "model/model_config.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/check.h"
+#include "model/positions.h"
+#include "relpos/schemes.h"
+
+namespace relpos::model {
+namespace {
+
+// Size caps: a config may come from an untrusted checkpoint, and these keep
+// every size product far from int64 overflow and allocations sane.
+constexpr double kMaxVocab = double(int64_t{1} << 24);
+constexpr double kMaxDModel = 65536;
+constexpr double kMaxLayers = 1024;
+constexpr double kMaxDff = double(int64_t{1} << 20);
+constexpr double kMaxLen = double(int64_t{1} << 24);
+constexpr double kMaxDistance = double(int64_t{1} << 20);
+constexpr double kMaxBuckets = 65536;
+constexpr double kMaxParams = 2147483648.0;  // 2^31 floats = 8 GiB
+
+constexpr const char* kWhat = "model config";
+
+using io::Field;
+using io::Range;
+using io::Setting;
+using io::Words;
+
+// `position`: a name of the scheme registry (relpos/schemes.h), aliases
+// accepted and written as their scheme's name.
+Setting<ModelConfig> PositionSetting() {
+  std::string outside, inside;
+  std::vector<std::string> names, aliases;
+  for (const Scheme& s : Schemes()) {
+    std::string& list = s.InsideAttention() ? inside : outside;
+    list += std::string(list.empty() ? "" : ", ") + s.name;
+    for (const std::string& a : s.aliases) list += " (alias " + a + ")";
+    names.push_back(s.name);
+    aliases.insert(aliases.end(), s.aliases.begin(), s.aliases.end());
+  }
+  names.insert(names.end(), aliases.begin(), aliases.end());
+  return Words<ModelConfig>(
+      "position", "--position",
+      "How positions enter the model: " + outside +
+          " (absolute, at the input), or inside attention: " + inside +
+          " (docs/model.md)",
+      names,
+      [](const ModelConfig& c) {
+        return std::string(FindScheme(c.position).name);
+      },
+      [](ModelConfig& c, const std::string& s, const std::string&) {
+        c.position = FindScheme(s).id;
+      });
+}
+
+// Where the model reads positions from (docs/settings.md's position group,
+// in its order).
+std::vector<Setting<ModelConfig>> PositionSettings() {
+  using C = ModelConfig;
+  std::vector<Setting<C>> settings = {
+      PositionSetting(),
+      Field<C>("max_distance", "--max-distance,-k",
+               "shaw: clipping distance k of relative positions",
+               &C::max_distance, Range{0, kMaxDistance}),
+      Field<C>("k_left", "--k-left",
+               "shaw-asym: distances r <= -k_left (the past) "
+               "share a row (w2v-BERT 2.0: 64)",
+               &C::k_left, Range{0, kMaxDistance}),
+      Field<C>("k_right", "--k-right",
+               "shaw-asym: distances r >= k_right (the future) "
+               "share a row (w2v-BERT 2.0: 8)",
+               &C::k_right, Range{0, kMaxDistance}),
+      Field<C>("num_buckets", "--num-buckets",
+               "t5, shaw-log: T5 buckets (Raffel et al.: 32); "
+               "bidirectional for encoders, causal for decoders",
+               &C::num_buckets, Range{2, kMaxBuckets}),
+      Field<C>("bucket_max_distance", "--bucket-max-distance",
+               "t5, shaw-log: distance where T5's logarithmic "
+               "buckets end (Raffel et al.: 128)",
+               &C::bucket_max_distance, Range{2, kMaxLen}),
+      Field<C>("rope_base", "--rope-base",
+               "rope: theta_t = base^(-2t/d_head) (Su et al.: "
+               "10000)",
+               &C::rope_base,
+               Range{.lo = 0, .hi = double(int64_t{1} << 40), .lo_open = true}),
+      Words<C>(
+          "rope_layout", "--rope-layout",
+          "rope: pairs (t, t + d/2) as GPT-NeoX / Hugging Face "
+          "Llama, or (2t, 2t+1) as the paper and GPT-J",
+          {RopeLayoutName(RopeLayout::kSplitHalves),
+           RopeLayoutName(RopeLayout::kInterleaved)},
+          [](const C& c) {
+            return std::string(RopeLayoutName(c.rope_interleaved
+                                                  ? RopeLayout::kInterleaved
+                                                  : RopeLayout::kSplitHalves));
+          },
+          [](C& c, const std::string& s, const std::string&) {
+            c.rope_interleaved =
+                ParseRopeLayout(s, "rope_layout") == RopeLayout::kInterleaved;
+          }),
+      Field<C>("key_term", "",
+               "Shaw's tables: relative term inside the "
+               "attention score",
+               &C::key_term),
+      Field<C>("value_term", "",
+               "Shaw's tables: relative term inside the "
+               "attention output",
+               &C::value_term),
+      Words<C>("", "--terms",
+               "Relative terms: both|key|value|neither (Shaw et al.'s "
+               "ablation); sets key_term and value_term",
+               {"both", "key", "value", "neither"}, TermsName,
+               [](C& c, const std::string& s, const std::string&) {
+                 ApplyTerms(s, &c);
+               }),
+      Field<C>("per_head_tables", "--per-head-tables",
+               "Shaw's tables: one table pair per head "
+               "(default: shared per layer)",
+               &C::per_head_tables),
+      Field<C>("rel_init_scale", "--rel-init-scale",
+               "Multiplier on the Xavier std of the relative "
+               "tables",
+               &C::rel_init_scale, Range{.lo = 0}),
+  };
+  for (Setting<C>& s : settings) s = io::InGroup(std::move(s), kPositionGroup);
+  return settings;
+}
+
+// The model's size and architecture.
+std::vector<Setting<ModelConfig>> ShapeSettings() {
+  using C = ModelConfig;
+  return {
+      io::WithDefaultNote(
+          Words<C>("arch", "--arch",
+                   "Bidirectional encoder, causal decoder-only model, or "
+                   "encoder-decoder (seq2seq: source -> target, "
+                   "docs/model.md)",
+                   {"encoder", "decoder", "seq2seq"},
+                   [](const C& c) { return ToString(c.arch); },
+                   [](C& c, const std::string& s, const std::string&) {
+                     c.arch = ParseArch(s);
+                   }),
+          "encoder for tasks, decoder for lm, seq2seq for the s2s_* tasks"),
+      io::WithDefaultNote(
+          Field<C>("vocab_size", "", "Token ids (the data decides)",
+                   &C::vocab_size, Range{1, kMaxVocab}),
+          "from the data"),
+      Field<C>("d_model", "--d-model", "Model width", &C::d_model,
+               Range{1, kMaxDModel}),
+      Field<C>("heads", "--heads", "Attention heads (must divide d_model)",
+               &C::heads, Range{1, kMaxDModel}),
+      Field<C>("layers", "--layers",
+               "Transformer blocks (seq2seq: the encoder's)", &C::layers,
+               Range{0, kMaxLayers}),
+      io::WithDefaultNote(
+          io::OmitAtDefault(Field<C>(
+              "decoder_layers", "--decoder-layers",
+              "seq2seq: the decoder's blocks (-1: as many as layers)",
+              &C::decoder_layers, Range{-1, kMaxLayers})),
+          "`-1` (= layers)"),
+      Field<C>("d_ff", "--d-ff", "Feed-forward width", &C::d_ff,
+               Range{1, kMaxDff}),
+      Field<C>("max_len", "--max-len",
+               "Rows of the learned absolute position table", &C::max_len,
+               Range{1, kMaxLen}),
+  };
+}
+
+std::vector<Setting<ModelConfig>> MakeModelSettings() {
+  using C = ModelConfig;
+  std::vector<Setting<C>> settings = ShapeSettings();
+  for (Setting<C>& s : PositionSettings()) settings.push_back(std::move(s));
+  settings.push_back(Field<C>("dropout", "--dropout", "Dropout probability",
+                              &C::dropout,
+                              Range{.lo = 0, .hi = 1, .hi_open = true}));
+  settings.push_back(io::WithDefaultNote(
+      Field<C>("seed", "",
+               "Initialisation seed (the trainer derives it from the train "
+               "seed)",
+               &C::seed),
+      "from the train seed"));
+  return settings;
+}
+
+}  // namespace
+
+std::string ToString(Arch arch) {
+  switch (arch) {
+    case Arch::kEncoder:
+      return "encoder";
+    case Arch::kDecoder:
+      return "decoder";
+    case Arch::kSeq2seq:
+      return "seq2seq";
+  }
+  return "unknown";
+}
+
+Arch ParseArch(const std::string& name) {
+  for (Arch a : {Arch::kEncoder, Arch::kDecoder, Arch::kSeq2seq}) {
+    if (ToString(a) == name) return a;
+  }
+  RELPOS_THROW(InvalidArgument,
+               "unknown arch '" << name
+                                << "' (expected one of: encoder, decoder, "
+                                   "seq2seq)");
+}
+
+int64_t DecoderLayers(const ModelConfig& c) {
+  return c.decoder_layers < 0 ? c.layers : c.decoder_layers;
+}
+
+namespace {
+ModelConfig SideOf(const ModelConfig& c, Arch side, int64_t layers) {
+  if (c.arch != Arch::kSeq2seq) return c;
+  ModelConfig s = c;
+  s.arch = side;
+  s.layers = layers;
+  s.decoder_layers = -1;
+  return s;
+}
+}  // namespace
+
+ModelConfig EncoderSide(const ModelConfig& c) {
+  return SideOf(c, Arch::kEncoder, c.layers);
+}
+
+ModelConfig DecoderSide(const ModelConfig& c) {
+  return SideOf(c, Arch::kDecoder, DecoderLayers(c));
+}
+
+const std::vector<io::Setting<ModelConfig>>& ModelSettings() {
+  static const std::vector<io::Setting<ModelConfig>> settings =
+      MakeModelSettings();
+  return settings;
+}
+
+void ApplyTerms(const std::string& terms, ModelConfig* c) {
+  RELPOS_CHECK_ARG(terms == "both" || terms == "key" || terms == "value" ||
+                       terms == "neither",
+                   "terms must be both, key, value or neither (got '" << terms
+                                                                      << "')");
+  c->key_term = terms == "both" || terms == "key";
+  c->value_term = terms == "both" || terms == "value";
+}
+
+std::string TermsName(const ModelConfig& c) {
+  if (c.key_term && c.value_term) return "both";
+  if (c.key_term) return "key";
+  if (c.value_term) return "value";
+  return "neither";
+}
+
+namespace {
+
+// Shaw's switches mean nothing to the schemes that do not read them: refuse
+// them there (at a value other than the default) rather than ignore them.
+void CheckUnreadSwitches(const Scheme& scheme, const ModelConfig& c) {
+  auto readers = [](SchemeSetting setting) {
+    std::string names;
+    for (const Scheme& s : Schemes()) {
+      if (!s.Reads(setting)) continue;
+      names += std::string(names.empty() ? "" : ", ") + s.name;
+    }
+    return names;
+  };
+  if (!scheme.Reads(SchemeSetting::kPerHeadTables)) {
+    RELPOS_CHECK_ARG(!c.per_head_tables,
+                     "model config field 'per_head_tables' applies to "
+                     "position "
+                         << readers(SchemeSetting::kPerHeadTables)
+                         << "; position '" << scheme.name
+                         << "' has no such tables (got true)");
+  }
+  if (!scheme.Reads(SchemeSetting::kKeyTerm) ||
+      !scheme.Reads(SchemeSetting::kValueTerm)) {
+    RELPOS_CHECK_ARG(
+        c.key_term && c.value_term,
+        "model config fields 'key_term' / 'value_term' (terms) "
+        "apply to position "
+            << readers(SchemeSetting::kKeyTerm) << "; position '" << scheme.name
+            << "' has no such terms (got key_term = "
+            << (c.key_term ? "true" : "false")
+            << ", value_term = " << (c.value_term ? "true" : "false") << ")");
+  }
+}
+
+// The checks that depend on the position scheme, for one side of the model
+// (its arch decides T5's bucket direction): the registry's, after refusing
+// the switches of settings the scheme does not read.
+void ValidateScheme(const ModelConfig& c) {
+  const Scheme& scheme = FindScheme(c.position);
+  CheckUnreadSwitches(scheme, c);
+  scheme.Validate(SchemeLayerOf(c));
+}
+
+// The parameters of a side's scheme and blocks, in double (every factor is
+// capped, so this cannot overflow): per_block those of one block's
+// self-attention and feed-forward sublayers with the scheme's per-layer
+// tables (from the registry), once the tables held once (the input table).
+struct SideParameters {
+  double per_block = 0.0, once = 0.0;
+};
+
+SideParameters BlockParameters(const ModelConfig& c) {
+  const double d = static_cast<double>(c.d_model);
+  SideParameters p;
+  p.per_block = 4.0 * (d * d + d) + 2.0 * d * static_cast<double>(c.d_ff) +
+                static_cast<double>(c.d_ff) + d + 4.0 * d;
+  for (const SchemeTable& t :
+       FindScheme(c.position).Tables(SchemeLayerOf(c))) {
+    double n = 1.0;
+    for (int64_t e : t.shape) n *= static_cast<double>(e);
+    (t.per_layer() ? p.per_block : p.once) += n;
+  }
+  return p;
+}
+
+}  // namespace
+
+void Validate(const ModelConfig& c) {
+  io::ValidateSettings(ModelSettings(), c, kWhat);
+  RELPOS_CHECK_ARG(c.heads <= c.d_model && c.d_model % c.heads == 0,
+                   "model config field 'heads' must divide d_model="
+                       << c.d_model << " (got " << c.heads << ")");
+  RELPOS_CHECK_ARG(c.arch == Arch::kSeq2seq || c.decoder_layers == -1,
+                   "model config field 'decoder_layers' applies to arch "
+                   "seq2seq; arch '"
+                       << ToString(c.arch) << "' has one stack, 'layers' (got "
+                       << c.decoder_layers << ")");
+  const double d = static_cast<double>(c.d_model);
+  const double vocab = static_cast<double>(c.vocab_size);
+  double total = 0;
+  if (c.arch == Arch::kSeq2seq) {
+    // Each side's scheme (T5's buckets: bidirectional in the encoder,
+    // causal in the decoder); a decoder block adds the cross-attention
+    // sublayer (projections and its LayerNorm). One tied embedding, the
+    // output bias, two final LayerNorms and each side's tables held once.
+    const ModelConfig enc = EncoderSide(c), dec = DecoderSide(c);
+    ValidateScheme(enc);
+    ValidateScheme(dec);
+    const SideParameters e = BlockParameters(enc), t = BlockParameters(dec);
+    const double cross = 4.0 * (d * d + d) + 2.0 * d;
+    total = static_cast<double>(enc.layers) * e.per_block +
+            static_cast<double>(dec.layers) * (t.per_block + cross) +
+            vocab * d + vocab + 4.0 * d + e.once + t.once;
+  } else {
+    ValidateScheme(c);
+    const SideParameters p = BlockParameters(c);
+    total = static_cast<double>(c.layers) * p.per_block + 2.0 * vocab * d +
+            vocab + 2.0 * d + p.once;
+  }
+  RELPOS_CHECK_ARG(total <= kMaxParams, "model config asks for "
+                                            << total
+                                            << " parameters (more than 2^31); "
+                                               "reduce d_model, layers, d_ff, "
+                                               "vocab_size or max_len");
+}
+
+nlohmann::json ToJson(const ModelConfig& c) {
+  return io::SettingsToJson(ModelSettings(), c);
+}
+
+ModelConfig ModelConfigFromJson(const nlohmann::json& j) {
+  ModelConfig c;
+  io::SettingsFromJson(ModelSettings(), j, kWhat, &c);
+  Validate(c);
+  return c;
+}
+
+}  // namespace relpos::model

@@ -1,0 +1,90 @@
+// The position schemes of model/positions.h: the registry's entries
+// (src/op/schemes.cc) applied to this model's config.
+#include "model/positions.h"
+
+#include "model/nn/position_encoding.h"
+
+namespace relpos::model {
+
+SchemeLayer SchemeLayerOf(const ModelConfig& c) {
+  SchemeLayer l;
+  l.heads = c.heads;
+  l.head_dim = c.d_model / c.heads;
+  l.causal = c.arch == Arch::kDecoder;
+  SchemeSettings& s = l.settings;
+  s.max_len = c.max_len;
+  s.max_distance = c.max_distance;
+  s.k_left = c.k_left;
+  s.k_right = c.k_right;
+  s.num_buckets = c.num_buckets;
+  s.bucket_max_distance = c.bucket_max_distance;
+  s.rope_base = c.rope_base;
+  s.rope_layout =
+      c.rope_interleaved ? RopeLayout::kInterleaved : RopeLayout::kSplitHalves;
+  s.key_term = c.key_term;
+  s.value_term = c.value_term;
+  s.per_head_tables = c.per_head_tables;
+  s.rel_init_scale = c.rel_init_scale;
+  return l;
+}
+
+AttentionOptions AttentionOptionsFor(const ModelConfig& c,
+                                     int64_t max_key_length) {
+  return FindScheme(c.position)
+      .Call(SchemeLayerOf(c), max_key_length)
+      .attention;
+}
+
+bool HasLearnedInputTable(const ModelConfig& c) {
+  return FindScheme(c.position).input == SchemeInput::kLearnedTable;
+}
+
+nn::MhaPositions MhaPositionsFor(const ModelConfig& c) {
+  const SchemeCall call = FindScheme(c.position).Call(SchemeLayerOf(c), 1);
+  nn::MhaPositions p;
+  p.rope = call.rope.has_value();
+  if (call.rope) {
+    p.rope_base = call.rope->base;
+    p.rope_layout = call.rope->layout;
+  }
+  p.xl = call.xl_table;
+  return p;
+}
+
+template <typename T>
+void AddInputPositions(const ModelConfig& c, const BlockShape& shape,
+                       const T* learned_table, std::vector<T>* sinusoid,
+                       T* x0) {
+  const int64_t d = shape.d_model, n = shape.length * d;
+  // Each sequence's valid prefix gets the table's first rows.
+  auto add = [&](const T* table) {
+    int64_t row = 0;
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      nn::AddPositionForward<T>(table, x0 + row * d, {1, shape.lengths[b], d});
+      row += shape.lengths[b];
+    }
+  };
+  switch (FindScheme(c.position).input) {
+    case SchemeInput::kSinusoid:
+      if (static_cast<int64_t>(sinusoid->size()) < n) {
+        Resize(sinusoid, n);
+        nn::SinusoidalTable<T>(shape.length, d, sinusoid->data());
+      }
+      add(sinusoid->data());
+      break;
+    case SchemeInput::kLearnedTable:
+      add(learned_table);
+      break;
+    case SchemeInput::kNone:
+      break;
+  }
+}
+
+template void AddInputPositions<float>(const ModelConfig&, const BlockShape&,
+                                       const float*, std::vector<float>*,
+                                       float*);
+template void AddInputPositions<double>(const ModelConfig&, const BlockShape&,
+                                        const double*, std::vector<double>*,
+                                        double*);
+
+}  // namespace relpos::model

@@ -1,0 +1,91 @@
+#include "model/quantized_linears.h"
+
+#include <omp.h>
+
+#include "base/check.h"
+#include "model/transformer_block.h"
+#include "model/nn/linear.h"
+#include "model/nn/multi_head_attention.h"
+
+namespace relpos::model {
+
+ComputeType ParseComputeType(const std::string& value, const char* option) {
+  if (value == "float32") return ComputeType::kFloat32;
+  if (value == "int8") return ComputeType::kInt8;
+  RELPOS_THROW(InvalidArgument, option << " must be float32 or int8 (got \""
+                                       << value << "\")");
+}
+
+QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model) {
+  const ModelConfig& c = model.config();
+  RELPOS_CHECK_ARG(c.arch == Arch::kDecoder || c.arch == Arch::kSeq2seq,
+                   "int8 inference needs a decoder or seq2seq model; this "
+                   "model's arch is "
+                       << ToString(c.arch));
+  const ModelConfig side = DecoderSide(c);
+  const int64_t d = side.d_model, dff = side.d_ff;
+  const DecoderWeights<float> dw = model.decoder_weights();
+  for (const BlockWeights<float>& w : dw.blocks) {
+    for (const nn::MhaWeights<float>* a : {&w.attn, &w.cross}) {
+      if (a->wq == nullptr) continue;  // no cross-attention
+      for (const float* m : {a->wq, a->wk, a->wv, a->wo}) Add(m, d, d);
+    }
+    Add(w.ff_in_w, dff, d);
+    Add(w.ff_out_w, d, dff);
+  }
+  // The output head writes the logits themselves: in int8 it cost more
+  // greedy agreement with the float model than all the blocks together (a
+  // d_model 256 x 4 byte LM, 200 prompts x 64 bytes: 70% identical with an
+  // int8 head, 87% with a float one; docs/benchmarks.md, "Quantized
+  // inference"). It stays float32 where that is cheap, when its float32
+  // bytes are at most kFloatHeadShare of the blocks' int8 bytes (a byte
+  // LM: 8% at d_model 256 x 4, 3% at 512 x 6), and is quantized where it
+  // would dominate a step (a translation model's 8000-piece head is 2.6x
+  // its decoder blocks' int8 bytes; BLEU moved by 0.09 with it in int8).
+  const int64_t head_bytes =
+      side.vocab_size * d * static_cast<int64_t>(sizeof(float));
+  if (head_bytes > bytes() / kFloatHeadShare) {
+    Add(dw.head_w, side.vocab_size, d);
+  }
+}
+
+void QuantizedLinears::Add(const float* weight, int64_t out, int64_t in) {
+  if (Find(weight) != nullptr) return;  // a shared (tied) matrix
+  matrices_.emplace_back(weight, QuantizeRows(weight, out, in, in));
+}
+
+const Int8Matrix* QuantizedLinears::Find(const float* weight) const {
+  for (const auto& [w, q] : matrices_) {
+    if (w == weight) return &q;
+  }
+  return nullptr;
+}
+
+int64_t QuantizedLinears::bytes() const {
+  int64_t total = 0;
+  for (const auto& entry : matrices_) total += entry.second.bytes();
+  return total;
+}
+
+void LinearMaybeInt8(const QuantizedLinears* quantized, const float* x,
+                     const float* w, const float* b, float* y, int64_t rows,
+                     int64_t in, int64_t out) {
+  const Int8Matrix* q = quantized == nullptr ? nullptr : quantized->Find(w);
+  if (q == nullptr) {
+    nn::LinearForward<float>(x, w, b, y, {rows, in, out});
+    return;
+  }
+  if (q->rows != out || q->cols != in) {
+    RELPOS_THROW(Error, "int8 weight " << q->rows << " x " << q->cols
+                                       << " used as " << out << " x " << in);
+  }
+  Int8Linear(rows, x, in, *q, b, y, out, omp_get_max_threads());
+}
+
+void LinearMaybeInt8(const QuantizedLinears* /*quantized*/, const double* x,
+                     const double* w, const double* b, double* y, int64_t rows,
+                     int64_t in, int64_t out) {
+  nn::LinearForward<double>(x, w, b, y, {rows, in, out});
+}
+
+}  // namespace relpos::model

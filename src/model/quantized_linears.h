@@ -1,0 +1,66 @@
+// Int8 copies of the linear layers a decoder session runs, for quantized
+// inference (`--compute-type int8`; docs/generate.md, "Quantized
+// inference"): every decoder block's attention projections (and, for
+// seq2seq, the cross-attention's) and its feed-forward layers, each
+// quantized per output channel (kernels/int8_linear.h), and the output head
+// when it is large (its float32 bytes above 1/kFloatHeadShare of the
+// blocks' int8 bytes: a translation model's vocabulary, not a byte LM's).
+// The encoder, the embeddings, the LayerNorms, the position tables and
+// attention itself stay float32.
+//
+// A session given one (DecoderSession's `quantized` argument) looks each
+// layer's weight up here and runs Int8Linear instead of the float product.
+// The copies are made from the model's weights when this object is built:
+// it must be rebuilt after they change.
+#ifndef RELPOS_SRC_MODEL_QUANTIZED_LINEARS_H_
+#define RELPOS_SRC_MODEL_QUANTIZED_LINEARS_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/int8_linear.h"
+#include "model/transformer.h"
+
+namespace relpos::model {
+
+enum class ComputeType { kFloat32, kInt8 };
+
+// The output head stays float32 when its float32 bytes are at most
+// 1/kFloatHeadShare of the decoder blocks' int8 bytes.
+inline constexpr int64_t kFloatHeadShare = 8;
+
+// "float32" or "int8"; InvalidArgument naming `option` otherwise.
+ComputeType ParseComputeType(const std::string& value, const char* option);
+
+class QuantizedLinears {
+ public:
+  // Quantizes the decoder side of `model` (a decoder or seq2seq model).
+  explicit QuantizedLinears(const BasicTransformer<float>& model);
+
+  // The int8 copy of the [out, in] weight `weight` points at, or nullptr
+  // for a weight that was not quantized.
+  const Int8Matrix* Find(const float* weight) const;
+  // Matrices held and their bytes.
+  int64_t size() const { return static_cast<int64_t>(matrices_.size()); }
+  int64_t bytes() const;
+
+ private:
+  void Add(const float* weight, int64_t out, int64_t in);
+  std::vector<std::pair<const float*, Int8Matrix>> matrices_;
+};
+
+// y [rows, out] = x W^T + b through `quantized`'s copy of w when it has
+// one, through the float product otherwise (quantized may be nullptr).
+void LinearMaybeInt8(const QuantizedLinears* quantized, const float* x,
+                     const float* w, const float* b, float* y, int64_t rows,
+                     int64_t in, int64_t out);
+// Doubles have no int8 path (the reference of the tests).
+void LinearMaybeInt8(const QuantizedLinears* quantized, const double* x,
+                     const double* w, const double* b, double* y, int64_t rows,
+                     int64_t in, int64_t out);
+
+}  // namespace relpos::model
+
+#endif  // RELPOS_SRC_MODEL_QUANTIZED_LINEARS_H_
