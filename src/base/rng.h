@@ -50,6 +50,18 @@ class Rng {
   uint64_t state_;
 };
 
+namespace base {
+// Mixes a seed with a stream id (SplitMix64's finaliser over (seed,
+// stream)): nearby inputs give unrelated outputs, so the streams of one seed
+// (initialisation, data, dropout, evaluation) do not overlap in practice.
+inline uint64_t DeriveSeed(uint64_t seed, uint64_t stream) {
+  uint64_t z = seed ^ (stream * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+}  // namespace base
+
 }  // namespace relpos
 
 #endif  // RELPOS_SRC_BASE_RNG_H_

@@ -8,7 +8,7 @@
 #include "model/nn/gelu.h"
 #include "model/nn/layer_norm.h"
 #include "model/nn/linear.h"
-#include "model/nn/parallel.h"
+#include "base/threads.h"
 
 namespace relpos::model {
 
@@ -158,7 +158,7 @@ void BlockForward(const T* x, const BlockWeights<T>& w, T* x_next,
     RowDropout<T>(true, branch.data(), branch.data(), shape, options.dropout,
                   a.ff_drop_seed);
   }
-#pragma omp parallel for schedule(static) if (rows * d >= nn::kMinParallelWork)
+#pragma omp parallel for schedule(static) if (rows * d >= base::kMinParallelWork)
   for (int64_t i = 0; i < rows * d; ++i) x_next[i] = a.h[i] + branch[i];
 }
 

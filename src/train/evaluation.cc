@@ -6,7 +6,7 @@
 #include "base/check.h"
 #include "model/positions.h"
 #include "train/batching.h"
-#include "base/determinism.h"
+#include "base/rng.h"
 
 namespace relpos::train {
 

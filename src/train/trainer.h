@@ -2,7 +2,8 @@
 // schedule, gradient clipping), with checks for non-finite values, progress
 // output, periodic checkpoints and stopping at a step boundary. The pieces
 // it runs on live beside it: train_config.h (settings), data_source.h,
-// batching.h, evaluation.h, determinism.h, checkpoint.h.
+// batching.h, evaluation.h, checkpoint.h; seeds and threads come from
+// base/rng.h and base/threads.h.
 //
 // Determinism: every random draw comes from relpos::Rng streams derived from
 // TrainConfig::seed (initialisation, data, dropout) and, for evaluation, from
@@ -23,7 +24,8 @@
 
 #include "model/transformer.h"
 #include "train/data_source.h"
-#include "base/determinism.h"
+#include "base/rng.h"
+#include "base/threads.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
 #include "train/signal_stats.h"

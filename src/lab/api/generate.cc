@@ -18,7 +18,7 @@
 #include "model/decoder_session.h"
 #include "model/positions.h"
 #include "model/quantized_linears.h"
-#include "base/determinism.h"
+#include "base/threads.h"
 #include "model/memory_plan.h"
 
 namespace relpos {

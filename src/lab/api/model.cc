@@ -14,7 +14,7 @@
 #include "model/quantized_linears.h"
 #include "train/checkpoint.h"
 #include "train/data_source.h"
-#include "base/determinism.h"
+#include "base/threads.h"
 #include "model/memory_plan.h"
 
 namespace relpos {

@@ -7,7 +7,7 @@
 #include "lab/api/internal.h"
 #include "relpos/lab/translation.h"
 #include "base/check.h"
-#include "base/determinism.h"
+#include "base/threads.h"
 #include "train/evaluation.h"
 #include "train/lengths.h"
 #include "model/memory_plan.h"

@@ -89,7 +89,7 @@ HWY_AFTER_NAMESPACE();
 #include <cmath>
 #include <vector>
 
-#include "model/nn/parallel.h"
+#include "base/threads.h"
 
 namespace relpos::nn {
 
@@ -191,7 +191,7 @@ CrossEntropyResult CrossEntropyForward(const T* logits, const int32_t* targets,
   std::vector<double> row_loss(s.rows, 0.0);
   std::vector<double> row_smoothed(eps > 0 ? s.rows : 0, 0.0);
   std::vector<int32_t> row_arg(s.rows, 0);
-#pragma omp parallel if (s.rows * s.vocab >= kMinParallelWork)
+#pragma omp parallel if (s.rows * s.vocab >= base::kMinParallelWork)
   {
     std::vector<T> scratch(s.vocab);
 #pragma omp for schedule(static)
@@ -231,7 +231,7 @@ void CrossEntropyBackward(const T* logits, const int32_t* targets, T scale,
   // smoothing, `row_smoothed[r]`: softmax minus the target distribution.
   const double eps = o.label_smoothing;
   const double uniform = eps / static_cast<double>(s.vocab);
-#pragma omp parallel if (s.rows * s.vocab >= kMinParallelWork)
+#pragma omp parallel if (s.rows * s.vocab >= base::kMinParallelWork)
   {
     std::vector<T> scratch(s.vocab);
 #pragma omp for schedule(static)

@@ -104,7 +104,7 @@ HWY_AFTER_NAMESPACE();
 #include <algorithm>
 #include <cmath>
 
-#include "model/nn/parallel.h"
+#include "base/threads.h"
 
 namespace relpos::nn {
 
@@ -160,7 +160,7 @@ template <typename T>
 void Apply(const T* in, T* out, int64_t n, const DropoutOptions& o) {
   if (o.p <= 0.0) {
     if (in != out) {
-#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (n >= base::kMinParallelWork)
       for (int64_t i = 0; i < n; ++i) out[i] = in[i];
     }
     return;
@@ -168,7 +168,7 @@ void Apply(const T* in, T* out, int64_t n, const DropoutOptions& o) {
   const T scale = static_cast<T>(1.0 / (1.0 - o.p));
   const uint64_t threshold = KeepThreshold(o.p);
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (n >= base::kMinParallelWork)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kChunk, len = std::min(kChunk, n - begin);
     ApplyChunk(in + begin, out + begin, len, o.seed, o.index_offset + begin,

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "model/nn/parallel.h"
+#include "base/threads.h"
 
 namespace relpos::nn {
 
@@ -11,7 +11,7 @@ void EmbeddingForward(const int32_t* tokens, const T* table, T* out,
                       const EmbeddingShape& s) {
   // Shapes: tokens [rows], table [vocab, dim], out [rows, dim].
 #pragma omp parallel for schedule(static) if (s.rows * s.dim >= \
-                                              kMinParallelWork)
+                                              base::kMinParallelWork)
   for (int64_t r = 0; r < s.rows; ++r) {
     T* o = out + r * s.dim;
     if (tokens[r] < 0) {
@@ -33,7 +33,7 @@ void EmbeddingBackward(const int32_t* tokens, const T* dout, T* dtable,
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (s.dim + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (s.rows * s.dim >= \
-                                              kMinParallelWork)
+                                              base::kMinParallelWork)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t c0 = blk * kBlock, c1 = std::min(s.dim, c0 + kBlock);
     for (int64_t r = 0; r < s.rows; ++r) {

@@ -96,7 +96,7 @@ HWY_AFTER_NAMESPACE();
 #include <algorithm>
 #include <cmath>
 
-#include "model/nn/parallel.h"
+#include "base/threads.h"
 
 namespace relpos::nn {
 
@@ -112,7 +112,7 @@ constexpr int64_t kChunk = 4096;
 void GeluForwardImpl(const float* x, float* y, int64_t n) {
   // Shapes: x, y [n].
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (n >= base::kMinParallelWork)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kChunk, len = std::min(kChunk, n - begin);
     HWY_DYNAMIC_DISPATCH(GeluForwardF32)(x + begin, y + begin, len);
@@ -123,7 +123,7 @@ void GeluBackwardImpl(const float* x, const float* dy, float* dx, int64_t n) {
   // Shapes: x, dy, dx [n].
   // Differentiates `hn::Mul(v, cdf)`: dx = dy (Phi(x) + x phi(x)).
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (n >= base::kMinParallelWork)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * kChunk, len = std::min(kChunk, n - begin);
     HWY_DYNAMIC_DISPATCH(GeluBackwardF32)
@@ -133,7 +133,7 @@ void GeluBackwardImpl(const float* x, const float* dy, float* dx, int64_t n) {
 
 void GeluForwardImpl(const double* x, double* y, int64_t n) {
   // Shapes: x, y [n].
-#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (n >= base::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     y[i] = 0.5 * x[i] * (1.0 + std::erf(x[i] * M_SQRT1_2));
   }
@@ -144,7 +144,7 @@ void GeluBackwardImpl(const double* x, const double* dy, double* dx,
   // Shapes: x, dy, dx [n].
   // Differentiates `y[i] = 0.5 * x[i] * (1.0 + std::erf(x[i] * M_SQRT1_2))`.
   const double inv_sqrt_2pi = 0.5 * M_2_SQRTPI * M_SQRT1_2;
-#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (n >= base::kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const double cdf = 0.5 * (1.0 + std::erf(x[i] * M_SQRT1_2));
     const double pdf = inv_sqrt_2pi * std::exp(-0.5 * x[i] * x[i]);

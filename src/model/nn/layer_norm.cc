@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/nn/parallel.h"
+#include "base/threads.h"
 
 namespace relpos::nn {
 
@@ -52,7 +52,7 @@ template <typename Body>
 void ForRowBlocks(const LayerNormShape& s, Body body) {
   const int64_t blocks = (s.rows + kRows - 1) / kRows;
 #pragma omp parallel for schedule(static) if (s.rows * s.dim >= \
-                                              kMinParallelWork)
+                                              base::kMinParallelWork)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t r0 = blk * kRows;
     body(r0, std::min(kRows, s.rows - r0));
@@ -157,7 +157,7 @@ void LayerNormBackward(const T* x, const T* gamma, const T* mean, const T* rstd,
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (s.dim + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (s.rows * s.dim >= \
-                                              kMinParallelWork)
+                                              base::kMinParallelWork)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t c0 = blk * kBlock, c1 = std::min(s.dim, c0 + kBlock);
     T acc_g[kBlock] = {}, acc_b[kBlock] = {};

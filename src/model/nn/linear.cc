@@ -1,7 +1,7 @@
 #include "model/nn/linear.h"
 
 #include "model/nn/matmul.h"
-#include "model/nn/parallel.h"
+#include "base/threads.h"
 
 namespace relpos::nn {
 
@@ -14,7 +14,7 @@ void LinearForward(const T* x, const T* weight, const T* bias, T* y,
   T beta = 0;
   if (bias != nullptr) {
 #pragma omp parallel for schedule(static) if (s.rows * s.out >= \
-                                              kMinParallelWork)
+                                              base::kMinParallelWork)
     for (int64_t r = 0; r < s.rows; ++r) {
       T* row = y + r * s.out;
       for (int64_t o = 0; o < s.out; ++o) row[o] = bias[o];

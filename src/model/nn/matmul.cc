@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "model/nn/parallel.h"
+#include "base/threads.h"
 
 namespace relpos::nn {
 
@@ -20,7 +20,7 @@ void MatmulImpl(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
                 int64_t ldb, double beta, double* c, int64_t ldc) {
   // Only the small gradient-check models run this, so clarity wins.
   const bool ta = trans_a == Trans::kYes, tb = trans_b == Trans::kYes;
-#pragma omp parallel for schedule(static) if (m * n * k >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (m * n * k >= base::kMinParallelWork)
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double sum = 0.0;
@@ -51,7 +51,7 @@ void ColumnSum(const T* x, int64_t rows, int64_t cols, T* out) {
   // loop over contiguous columns vectorises.
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (cols + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (rows * cols >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (rows * cols >= base::kMinParallelWork)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t c0 = blk * kBlock, c1 = std::min(cols, c0 + kBlock);
     T acc[kBlock] = {};

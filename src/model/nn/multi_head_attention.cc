@@ -7,7 +7,7 @@
 #include "base/check.h"
 #include "model/nn/linear.h"
 #include "model/nn/matmul.h"
-#include "model/nn/parallel.h"
+#include "base/threads.h"
 #include "model/nn/position_encoding.h"
 
 namespace relpos::nn {
@@ -249,7 +249,7 @@ void SplitHeads(const T* in, T* out, const MhaShape& s,
                 const AttentionLayout::Side& l) {
   const int64_t dh = s.head_dim();
 #pragma omp parallel for collapse(2) \
-    schedule(static) if (s.batch * s.length * s.d_model >= kMinParallelWork)
+    schedule(static) if (s.batch * s.length * s.d_model >= base::kMinParallelWork)
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads; ++h) {
       const int64_t valid = l.valid[b], padded = l.padded[b];
@@ -269,7 +269,7 @@ void MergeHeads(const T* in, T* out, const MhaShape& s,
                 const AttentionLayout::Side& l) {
   const int64_t dh = s.head_dim();
 #pragma omp parallel for schedule( \
-    static) if (s.batch * s.length * s.d_model >= kMinParallelWork)
+    static) if (s.batch * s.length * s.d_model >= base::kMinParallelWork)
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t n = 0; n < l.valid[b]; ++n) {
       for (int64_t h = 0; h < s.heads; ++h) {

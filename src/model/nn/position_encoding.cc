@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "model/nn/parallel.h"
+#include "base/threads.h"
 
 namespace relpos::nn {
 
@@ -42,7 +42,7 @@ template <typename T>
 void AddPositionForward(const T* table, T* x, const PositionShape& s) {
   // Shapes: table [>= length, dim], x [batch, length, dim].
 #pragma omp parallel for schedule(static) if (s.batch * s.length * s.dim >= \
-                                              kMinParallelWork)
+                                              base::kMinParallelWork)
   for (int64_t row = 0; row < s.batch * s.length; ++row) {
     const T* t = table + (row % s.length) * s.dim;
     T* xr = x + row * s.dim;
@@ -55,7 +55,7 @@ void AddPositionBackward(const T* dx, T* dtable, const PositionShape& s) {
   // Shapes: dx [batch, length, dim], dtable [>= length, dim].
   // Differentiates `xr[c] += t[c]`.
 #pragma omp parallel for schedule(static) if (s.batch * s.length * s.dim >= \
-                                              kMinParallelWork)
+                                              base::kMinParallelWork)
   for (int64_t p = 0; p < s.length; ++p) {
     T* d = dtable + p * s.dim;
     for (int64_t c = 0; c < s.dim; ++c) d[c] = T(0);

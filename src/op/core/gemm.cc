@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "base/check.h"
+#include "base/threads.h"
 #include "kernels/gemv.h"
 
 namespace relpos {
@@ -15,21 +16,6 @@ namespace {
 // OpenMP team costs more than the product itself (and on a busy machine, where
 // a spinning team waits for a descheduled member, far more).
 constexpr int64_t kSerialMacs = int64_t{1} << 17;
-
-// Sets this thread's OpenMP team size for the scope (oneDNN reads
-// omp_get_max_threads() on every call).
-class ScopedOmpThreads {
- public:
-  explicit ScopedOmpThreads(int threads) : saved_(omp_get_max_threads()) {
-    omp_set_num_threads(threads);
-  }
-  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
-  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
-  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
-
- private:
-  int saved_;
-};
 
 }  // namespace
 
@@ -51,7 +37,7 @@ void Sgemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
     Gemv(n, k, alpha, b, ldb, a, beta, c, omp_get_max_threads());
     return;
   }
-  std::optional<ScopedOmpThreads> serial;
+  std::optional<base::ScopedOmpThreads> serial;
   if (m * n * k < kSerialMacs && omp_get_max_threads() > 1) serial.emplace(1);
   const dnnl_status_t status =
       dnnl_sgemm(trans_a == Trans::kYes ? 'T' : 'N',

@@ -48,6 +48,7 @@ HWY_AFTER_NAMESPACE();
 #include <limits>
 
 #include "base/check.h"
+#include "base/threads.h"
 #include "hwy/aligned_allocator.h"
 
 namespace relpos {
@@ -61,10 +62,6 @@ namespace {
 
 using fused::HeadData;
 using fused::QueryTile;
-
-int ResolveThreads(int num_threads) {
-  return num_threads > 0 ? num_threads : std::max(1, omp_get_max_threads());
-}
 
 // Per-thread scratch rounded up to 64 bytes so threads never share a line.
 int64_t PaddedFloats(int64_t floats) { return (floats + 15) / 16 * 16; }
@@ -325,7 +322,7 @@ const char* FusedTargetName() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
 void FusedForward(const AttentionProblem& p, const AttentionInputs<float>& in,
                   float* out, float* lse, int num_threads) {
-  const int threads = ResolveThreads(num_threads);
+  const int threads = base::ResolveThreads(num_threads);
   const int64_t tiles = fused::NumQueryTiles(p);
   const int64_t items = p.batch * p.heads * tiles;
   if (items == 0) return;
@@ -410,7 +407,7 @@ fused::FewPass MakeFewPass(const AttentionProblem& p,
 }
 
 int FewQueryTeam(const AttentionProblem& p, int num_threads) {
-  return static_cast<int>(std::min<int64_t>(ResolveThreads(num_threads),
+  return static_cast<int>(std::min<int64_t>(base::ResolveThreads(num_threads),
                                             fused::FewItems(p)));
 }
 
@@ -452,7 +449,7 @@ void FewQueryForward(const AttentionProblem& p,
 void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
                    const float* out, const float* lse, const float* dout,
                    const AttentionGrads<float>& grads, int num_threads) {
-  const int threads = ResolveThreads(num_threads);
+  const int threads = base::ResolveThreads(num_threads);
   const BackwardLayout lay = MakeBackwardLayout(
       p, threads, !grads.dq.empty(), !grads.dk.empty(), !grads.dv.empty(),
       !grads.dak.empty(), !grads.dav.empty(), !grads.dbias.empty(),
@@ -497,7 +494,7 @@ void FusedBackward(const AttentionProblem& p, const AttentionInputs<float>& in,
 }
 
 int64_t FusedExtraBytes(const AttentionProblem& p, int num_threads) {
-  const int threads = ResolveThreads(num_threads);
+  const int threads = base::ResolveThreads(num_threads);
   const int64_t forward =
       p.FewQuery()
           ? PaddedFloats(fused::FewScratch(p).Floats()) *

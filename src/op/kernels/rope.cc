@@ -40,6 +40,8 @@ HWY_AFTER_NAMESPACE();
 #include <cmath>
 #include <vector>
 
+#include "base/threads.h"
+
 namespace relpos {
 
 HWY_EXPORT(RopeBlock);
@@ -103,11 +105,9 @@ void RopeFast(const RopeProblem& p, const float* x, float* y, int sign,
   const int64_t stride = interleaved ? 2 * p.d : p.d;
   // Small calls stay on one thread: starting a team costs more than the
   // work (about 2 flops per element).
-  const int threads =
-      p.outer * p.n * p.d < (int64_t{1} << 15)
-          ? 1
-          : (num_threads > 0 ? num_threads
-                             : std::max(1, omp_get_max_threads()));
+  const int threads = p.outer * p.n * p.d < base::kMinParallelWork
+                          ? 1
+                          : base::ResolveThreads(num_threads);
   std::vector<double> theta(static_cast<size_t>(h));
   std::vector<double> step_c(static_cast<size_t>(h));
   std::vector<double> step_s(static_cast<size_t>(h));
