@@ -17,8 +17,8 @@
 // benchmarks (`relpos bench --positions`), `relpos compare`, the CLI's
 // labels, the tests' scheme sweep and the Python package (relpos.schemes(),
 // relpos.torch.RelativeMultiheadAttention). Adding a scheme is one entry in
-// src/op/schemes.cc (and its SchemeId), its kernel path if it needs a new
-// AttentionOptions choice, and its tests; docs/model.md, "Adding a scheme",
+// src/op/schemes/registry.cc (and its SchemeId), its kernel path if it needs
+// a new AttentionOptions choice, and its tests; docs/model.md, "Adding a scheme",
 // lists what else a scheme may need (a new setting, a new table role).
 #ifndef RELPOS_SCHEMES_H_
 #define RELPOS_SCHEMES_H_
@@ -183,8 +183,8 @@ struct SchemeCall {
   bool xl_table = false;
 };
 
-// One entry of the registry (src/op/schemes.cc writes each with designated
-// initializers, in this order).
+// One entry of the registry (src/op/schemes/registry.cc writes each with
+// designated initializers, in this order).
 struct Scheme {
   SchemeId id;
   const char* name;

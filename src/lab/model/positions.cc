@@ -1,5 +1,5 @@
 // The position schemes of model/positions.h: the registry's entries
-// (src/op/schemes.cc) applied to this model's config.
+// (src/op/schemes/registry.cc) applied to this model's config.
 #include "model/positions.h"
 
 #include "nn/position_encoding.h"
