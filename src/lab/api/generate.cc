@@ -70,17 +70,17 @@ void CheckRequest(const model::Transformer& t, const ExperimentConfig& config,
                                                 << kMaxGenerateTokens
                                                 << " accepted");
   if (model::HasLearnedInputTable(c)) {
-    RELPOS_CHECK_ARG(n <= c.max_len,
+    RELPOS_CHECK_ARG(n <= c.scheme.max_len,
                      "prompt is " << n
                                   << " bytes, longer than the model allows: "
                                      "learned positions end at max_len = "
-                                  << c.max_len);
-    RELPOS_CHECK_ARG(n + o.max_new_tokens <= c.max_len,
+                                  << c.scheme.max_len);
+    RELPOS_CHECK_ARG(n + o.max_new_tokens <= c.scheme.max_len,
                      "max_new_tokens "
                          << o.max_new_tokens << " with the prompt's " << n
-                         << " bytes exceeds max_len = " << c.max_len
+                         << " bytes exceeds max_len = " << c.scheme.max_len
                          << " (learned positions); at most "
-                         << c.max_len - n << " new bytes fit");
+                         << c.scheme.max_len - n << " new bytes fit");
   }
 }
 

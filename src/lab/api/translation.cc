@@ -49,7 +49,7 @@ Vocabulary VocabularyOf(const Model& model) {
 int64_t MaxSourceTokens(const Model& model) {
   const model::ModelConfig& m = Internals(model.config()).model;
   return m.position == model::PositionScheme::kLearned
-             ? m.max_len
+             ? m.scheme.max_len
              : kMaxTranslationSourceTokens;
 }
 

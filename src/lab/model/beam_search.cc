@@ -281,7 +281,7 @@ std::vector<Hypothesis> Translate(
   for (const auto& src : sources) {
     int64_t n = MaxDecodingSteps(static_cast<int64_t>(src.size()), o);
     // A learned position table has no row beyond max_len.
-    if (HasLearnedInputTable(c)) n = std::min(n, c.max_len);
+    if (HasLearnedInputTable(c)) n = std::min(n, c.scheme.max_len);
     steps.push_back(n);
     capacity = std::max(capacity, n);
   }

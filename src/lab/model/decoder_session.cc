@@ -170,9 +170,9 @@ void BasicDecoderSession<T>::Init(int64_t batch) {
   RELPOS_CHECK_ARG(capacity_ >= 1, "DecoderSession: capacity must be >= 1 (got "
                                        << capacity_ << ")");
   RELPOS_CHECK_ARG(
-      !HasLearnedInputTable(c) || capacity_ <= c.max_len,
+      !HasLearnedInputTable(c) || capacity_ <= c.scheme.max_len,
       "DecoderSession: capacity "
-          << capacity_ << " exceeds max_len = " << c.max_len
+          << capacity_ << " exceeds max_len = " << c.scheme.max_len
           << " (the learned position table has no rows beyond it)");
   CheckCacheSize(c.layers, batch, capacity_, c.d_model, "a cache of batch");
   batch_ = batch;

@@ -11,20 +11,7 @@ SchemeLayer SchemeLayerOf(const ModelConfig& c) {
   l.heads = c.heads;
   l.head_dim = c.d_model / c.heads;
   l.causal = c.arch == Arch::kDecoder;
-  SchemeSettings& s = l.settings;
-  s.max_len = c.max_len;
-  s.max_distance = c.max_distance;
-  s.k_left = c.k_left;
-  s.k_right = c.k_right;
-  s.num_buckets = c.num_buckets;
-  s.bucket_max_distance = c.bucket_max_distance;
-  s.rope_base = c.rope_base;
-  s.rope_layout =
-      c.rope_interleaved ? RopeLayout::kInterleaved : RopeLayout::kSplitHalves;
-  s.key_term = c.key_term;
-  s.value_term = c.value_term;
-  s.per_head_tables = c.per_head_tables;
-  s.rel_init_scale = c.rel_init_scale;
+  l.settings = c.scheme;
   return l;
 }
 

@@ -297,11 +297,11 @@ void ValidateBatch(const Batch& b, const ModelConfig& c) {
       "batch.lengths must have batch = " << b.batch << " entries (got "
                                          << b.lengths.size() << ")");
   if (HasLearnedInputTable(c)) {
-    RELPOS_CHECK_ARG(b.length <= c.max_len,
+    RELPOS_CHECK_ARG(b.length <= c.scheme.max_len,
                      "batch.length " << b.length
                                      << " exceeds the learned position "
                                         "table's max_len = "
-                                     << c.max_len);
+                                     << c.scheme.max_len);
   }
   for (int64_t s = 0; s < b.batch; ++s) {
     const int64_t len = b.lengths[s];
@@ -362,11 +362,11 @@ void ValidateSource(const Batch& b, const ModelConfig& c) {
                        << b.batch << " entries (got " << b.source_lengths.size()
                        << ")");
   if (HasLearnedInputTable(c)) {
-    RELPOS_CHECK_ARG(b.source_length <= c.max_len,
+    RELPOS_CHECK_ARG(b.source_length <= c.scheme.max_len,
                      "batch.source_length "
                          << b.source_length
                          << " exceeds the learned position table's max_len = "
-                         << c.max_len);
+                         << c.scheme.max_len);
   }
   for (int64_t s = 0; s < b.batch; ++s) {
     const int64_t len = b.source_lengths[s];
@@ -916,11 +916,11 @@ void BasicTransformer<T>::Encode(const std::vector<std::vector<int32_t>>& source
   st.length = 1;
   for (size_t s = 0; s < sources.size(); ++s) {
     const int64_t n = static_cast<int64_t>(sources[s].size());
-    RELPOS_CHECK_ARG(!HasLearnedInputTable(c) || n <= c.max_len,
+    RELPOS_CHECK_ARG(!HasLearnedInputTable(c) || n <= c.scheme.max_len,
                      "Encode: source " << s << " has " << n
                                        << " tokens, beyond the learned "
                                           "position table's max_len = "
-                                       << c.max_len);
+                                       << c.scheme.max_len);
     for (size_t i = 0; i < sources[s].size(); ++i) {
       const int32_t t = sources[s][i];
       RELPOS_CHECK_ARG(t >= 0 && t < c.vocab_size,

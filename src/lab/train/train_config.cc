@@ -257,8 +257,8 @@ void CheckModelAndData(const model::ModelConfig& m, const TrainConfig& t,
                        << "'");
   const int64_t longest = data.SequenceLength(t.train_max_length);
   RELPOS_CHECK_ARG(
-      !model::HasLearnedInputTable(m) || longest <= m.max_len,
-      "learned positions: max_len " << m.max_len
+      !model::HasLearnedInputTable(m) || longest <= m.scheme.max_len,
+      "learned positions: max_len " << m.scheme.max_len
                                     << " is shorter than the longest "
                                        "training sequence ("
                                     << longest << " tokens)");
