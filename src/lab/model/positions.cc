@@ -3,6 +3,7 @@
 #include "model/positions.h"
 
 #include "nn/position_encoding.h"
+#include "relpos/position_schemes.h"
 
 namespace relpos::model {
 
@@ -55,7 +56,7 @@ void AddInputPositions(const ModelConfig& c, const BlockShape& shape,
     case SchemeInput::kSinusoid:
       if (static_cast<int64_t>(sinusoid->size()) < n) {
         Resize(sinusoid, n);
-        nn::SinusoidalTable<T>(shape.length, d, sinusoid->data());
+        SinusoidalTable(shape.length, d, sinusoid->data());
       }
       add(sinusoid->data());
       break;
