@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "model/arch.h"
 #include "model/positions.h"
 #include "nn/embedding.h"
 #include "nn/gelu.h"
@@ -215,14 +216,14 @@ BasicDecoderSession<T>::BasicDecoderSession(const BasicTransformer<T>& model,
       side_(DecoderSide(model.config())), batch_(0),
       capacity_(capacity) {
   const ModelConfig& c = model.config();
-  RELPOS_CHECK_ARG(c.arch == Arch::kDecoder,
+  const ArchInfo& arch = Describe(c.arch);
+  RELPOS_CHECK_ARG(arch.causal && !arch.source,
                    "incremental decoding needs a decoder model (arch = "
                    "decoder); this model's arch is "
                        << ToString(c.arch)
-                       << (c.arch == Arch::kSeq2seq
-                               ? " (a seq2seq session takes the source "
-                                 "sentences)"
-                               : ""));
+                       << (arch.source ? " (a seq2seq session takes the "
+                                         "source sentences)"
+                                       : ""));
   Init(batch);
 }
 
@@ -235,7 +236,7 @@ BasicDecoderSession<T>::BasicDecoderSession(
       side_(DecoderSide(model.config())), batch_(0),
       capacity_(capacity) {
   const ModelConfig& c = model.config();
-  RELPOS_CHECK_ARG(c.arch == Arch::kSeq2seq,
+  RELPOS_CHECK_ARG(Describe(c.arch).source,
                    "DecoderSession: source sentences need a seq2seq model; "
                    "this model's arch is "
                        << ToString(c.arch));

@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "core/check.h"
+#include "model/arch.h"
 #include "model/positions.h"
 #include "relpos/schemes.h"
 
@@ -123,6 +124,13 @@ std::vector<Setting<ModelConfig>> PositionSettings() {
   return settings;
 }
 
+// The architectures' names, in Arch order.
+std::vector<std::string> ArchNames() {
+  std::vector<std::string> names;
+  for (const ArchInfo& a : Arches()) names.push_back(a.name);
+  return names;
+}
+
 // The model's size and architecture.
 std::vector<Setting<ModelConfig>> ShapeSettings() {
   using C = ModelConfig;
@@ -132,8 +140,7 @@ std::vector<Setting<ModelConfig>> ShapeSettings() {
                    "Bidirectional encoder, causal decoder-only model, or "
                    "encoder-decoder (seq2seq: source -> target, "
                    "docs/model.md)",
-                   {"encoder", "decoder", "seq2seq"},
-                   [](const C& c) { return ToString(c.arch); },
+                   ArchNames(), [](const C& c) { return ToString(c.arch); },
                    [](C& c, const std::string& s, const std::string&) {
                      c.arch = ParseArch(s);
                    }),
@@ -179,26 +186,48 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
 
 }  // namespace
 
+const std::vector<ArchInfo>& Arches() {
+  static const std::vector<ArchInfo> rows = {
+      {.arch = Arch::kEncoder,
+       .name = "encoder",
+       .causal = false,
+       .source = false,
+       .tied_embedding = false},
+      {.arch = Arch::kDecoder,
+       .name = "decoder",
+       .causal = true,
+       .source = false,
+       .tied_embedding = false},
+      {.arch = Arch::kSeq2seq,
+       .name = "seq2seq",
+       .causal = true,
+       .source = true,
+       .tied_embedding = true},
+  };
+  return rows;
+}
+
+const ArchInfo& Describe(Arch arch) {
+  const auto i = static_cast<size_t>(arch);
+  RELPOS_CHECK_ARG(i < Arches().size() && Arches()[i].arch == arch,
+                   "unknown arch " << static_cast<int>(arch));
+  return Arches()[i];
+}
+
 std::string ToString(Arch arch) {
-  switch (arch) {
-    case Arch::kEncoder:
-      return "encoder";
-    case Arch::kDecoder:
-      return "decoder";
-    case Arch::kSeq2seq:
-      return "seq2seq";
-  }
-  return "unknown";
+  const auto i = static_cast<size_t>(arch);
+  return i < Arches().size() ? Arches()[i].name : "unknown";
 }
 
 Arch ParseArch(const std::string& name) {
-  for (Arch a : {Arch::kEncoder, Arch::kDecoder, Arch::kSeq2seq}) {
-    if (ToString(a) == name) return a;
+  std::string list;
+  for (const ArchInfo& a : Arches()) {
+    if (name == a.name) return a.arch;
+    list += std::string(list.empty() ? "" : ", ") + a.name;
   }
-  RELPOS_THROW(InvalidArgument,
-               "unknown arch '" << name
-                                << "' (expected one of: encoder, decoder, "
-                                   "seq2seq)");
+  RELPOS_THROW(InvalidArgument, "unknown arch '"
+                                    << name << "' (expected one of: " << list
+                                    << ")");
 }
 
 int64_t DecoderLayers(const ModelConfig& c) {
@@ -207,7 +236,7 @@ int64_t DecoderLayers(const ModelConfig& c) {
 
 namespace {
 ModelConfig SideOf(const ModelConfig& c, Arch side, int64_t layers) {
-  if (c.arch != Arch::kSeq2seq) return c;
+  if (!Describe(c.arch).source) return c;
   ModelConfig s = c;
   s.arch = side;
   s.layers = layers;
@@ -222,6 +251,12 @@ ModelConfig EncoderSide(const ModelConfig& c) {
 
 ModelConfig DecoderSide(const ModelConfig& c) {
   return SideOf(c, Arch::kDecoder, DecoderLayers(c));
+}
+
+std::vector<StackInfo> Stacks(const ModelConfig& c) {
+  if (!Describe(c.arch).source) return {{.side = c}};
+  return {{.side = EncoderSide(c), .prefix = "encoder.", .over_source = true},
+          {.side = DecoderSide(c), .prefix = "decoder.", .cross = true}};
 }
 
 const std::vector<io::Setting<ModelConfig>>& ModelSettings() {
@@ -319,32 +354,26 @@ void Validate(const ModelConfig& c) {
   RELPOS_CHECK_ARG(c.heads <= c.d_model && c.d_model % c.heads == 0,
                    "model config field 'heads' must divide d_model="
                        << c.d_model << " (got " << c.heads << ")");
-  RELPOS_CHECK_ARG(c.arch == Arch::kSeq2seq || c.decoder_layers == -1,
+  const ArchInfo& arch = Describe(c.arch);
+  RELPOS_CHECK_ARG(arch.source || c.decoder_layers == -1,
                    "model config field 'decoder_layers' applies to arch "
                    "seq2seq; arch '"
                        << ToString(c.arch) << "' has one stack, 'layers' (got "
                        << c.decoder_layers << ")");
   const double d = static_cast<double>(c.d_model);
   const double vocab = static_cast<double>(c.vocab_size);
-  double total = 0;
-  if (c.arch == Arch::kSeq2seq) {
-    // Each side's scheme (T5's buckets: bidirectional in the encoder,
-    // causal in the decoder); a decoder block adds the cross-attention
-    // sublayer (projections and its LayerNorm). One tied embedding, the
-    // output bias, two final LayerNorms and each side's tables held once.
-    const ModelConfig enc = EncoderSide(c), dec = DecoderSide(c);
-    ValidateScheme(enc);
-    ValidateScheme(dec);
-    const SideParameters e = BlockParameters(enc), t = BlockParameters(dec);
-    const double cross = 4.0 * (d * d + d) + 2.0 * d;
-    total = static_cast<double>(enc.layers) * e.per_block +
-            static_cast<double>(dec.layers) * (t.per_block + cross) +
-            vocab * d + vocab + 4.0 * d + e.once + t.once;
-  } else {
-    ValidateScheme(c);
-    const SideParameters p = BlockParameters(c);
-    total = static_cast<double>(c.layers) * p.per_block + 2.0 * vocab * d +
-            vocab + 2.0 * d + p.once;
+  // Each stack's scheme (T5's buckets: bidirectional in an encoder, causal
+  // in a decoder), its blocks (a cross-attending block adds the
+  // cross-attention sublayer: projections and its LayerNorm), its final
+  // LayerNorm and its tables held once; the token embedding (and the
+  // head's weight unless tied) and the output bias.
+  double total = (arch.tied_embedding ? 1.0 : 2.0) * vocab * d + vocab;
+  for (const StackInfo& stack : Stacks(c)) {
+    ValidateScheme(stack.side);
+    const SideParameters p = BlockParameters(stack.side);
+    const double cross = stack.cross ? 4.0 * (d * d + d) + 2.0 * d : 0.0;
+    total += static_cast<double>(stack.side.layers) * (p.per_block + cross) +
+             2.0 * d + p.once;
   }
   RELPOS_CHECK_ARG(total <= kMaxParams, "model config asks for "
                                             << total
