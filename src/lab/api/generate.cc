@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "relpos/error.h"
+#include "model/arch.h"
 #include "model/decoder_session.h"
 #include "model/positions.h"
 #include "model/quantized_linears.h"
@@ -34,7 +35,8 @@ void CheckRequest(const model::Transformer& t, const ExperimentConfig& config,
                    "generation needs a byte-level language model (train.task "
                    "lm); this checkpoint's task is "
                        << task);
-  RELPOS_CHECK_ARG(c.arch == model::Arch::kDecoder,
+  const model::ArchInfo& arch = model::Describe(c.arch);
+  RELPOS_CHECK_ARG(arch.causal && !arch.source,
                    "generation needs a decoder model (model.arch decoder); "
                    "this checkpoint's arch is "
                        << model::ToString(c.arch));
