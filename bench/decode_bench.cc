@@ -38,9 +38,9 @@ ModelConfig BenchConfig(PositionScheme position, int64_t max_len) {
   c.heads = EnvOr("RELPOS_BENCH_HEADS", 8);
   c.d_ff = EnvOr("RELPOS_BENCH_D_FF", 2048);
   c.layers = EnvOr("RELPOS_BENCH_LAYERS", 2);
-  c.max_len = max_len;
+  c.scheme.max_len = max_len;
   c.position = position;
-  c.max_distance = 16;
+  c.scheme.max_distance = 16;
   c.seed = 1;
   return c;
 }

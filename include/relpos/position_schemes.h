@@ -1,7 +1,9 @@
-// Bucket maps and fixed slopes of the relative-position family
-// (docs/math.md section 8): which table row a signed distance uses, and the
-// ALiBi slope of each head. These are the pieces a scheme is built from; the
-// attention kernels take them through their options.
+// Bucket maps, fixed slopes and fixed tables of the position schemes
+// (docs/math.md section 8): which table row a signed distance uses, the
+// ALiBi slope of each head, and the sinusoid tables nothing learns (the
+// absolute encoding at the input, Transformer-XL's relative encodings).
+// These are the pieces a scheme is built from; the attention kernels take
+// the maps and slopes through their options.
 //
 // Distances follow relpos's convention (docs/math.md section 1):
 //   r = j - (i + off)      key position minus query position,
@@ -90,6 +92,29 @@ void T5BucketRange(int64_t r_first, int64_t count, const T5Buckets& buckets,
 // double ulps, and identically after rounding to float32).
 // num_heads in [1, 2^20]; throws InvalidArgument otherwise.
 std::vector<double> AlibiSlopes(int64_t num_heads);
+
+// ---------------------------------------------------------------------------
+// Fixed sinusoid tables, computed in double and rounded once to the output
+// type (float or double), so that every length sees the same values for
+// its prefix.
+
+// The absolute encoding added to the token embeddings (scheme `sinusoidal`;
+// Vaswani et al. 2017, section 3.5), table [length, dim]:
+//   table[p, 2i]   = sin(p / 10000^(2i / dim))
+//   table[p, 2i+1] = cos(p / 10000^(2i / dim)).
+// length >= 0, dim >= 1, length * dim <= 2^40; InvalidArgument otherwise.
+void SinusoidalTable(int64_t length, int64_t dim, float* table);
+void SinusoidalTable(int64_t length, int64_t dim, double* table);
+
+// Transformer-XL's fixed relative encodings R (scheme `xl`; Dai et al.
+// 2019, section 3.3), for the distances r = -k .. k of relpos (key minus
+// query; XL's distance is x = -r), table [2k+1, dim]:
+//   table[r + k, t]         = sin(x f_t)
+//   table[r + k, dim/2 + t] = cos(x f_t),   f_t = 10000^(-2t / dim),
+// the sines first, then the cosines (XL's layout). k >= 0, dim >= 2 even,
+// (2k+1) * dim <= 2^40; InvalidArgument otherwise.
+void XlSinusoidTable(int64_t k, int64_t dim, float* table);
+void XlSinusoidTable(int64_t k, int64_t dim, double* table);
 
 }  // namespace relpos
 

@@ -17,15 +17,17 @@
 // benchmarks (`relpos bench --positions`), `relpos compare`, the CLI's
 // labels, the tests' scheme sweep and the Python package (relpos.schemes(),
 // relpos.torch.RelativeMultiheadAttention). Adding a scheme is one entry in
-// src/op/schemes.cc (and its SchemeId), its kernel path if it needs a new
-// AttentionOptions choice, and its tests; docs/model.md, "Adding a scheme",
-// lists what else a scheme may need (a new setting, a new table role).
+// src/op/schemes/registry.cc (and its SchemeId), its kernel path if it needs
+// a new AttentionOptions choice, and its tests; docs/model.md, "Adding a
+// scheme", lists what else a scheme may need (a new setting, a new table role).
 #ifndef RELPOS_SCHEMES_H_
 #define RELPOS_SCHEMES_H_
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "relpos/attention.h"
@@ -84,8 +86,51 @@ enum class SchemeSetting {
   kPerHeadTables,
   kRelInitScale,
 };
-// Its name: the SchemeSettings field, the model config's JSON key and the
-// Python keyword ("max_distance", "k_left", ..., "rope_layout").
+
+// Valid values of a numeric setting: [lo, hi], either end possibly open; a
+// real-valued one must also be finite. Default: no bounds.
+struct SettingRange {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+  bool bounded() const {
+    return lo != -std::numeric_limits<double>::infinity() ||
+           hi != std::numeric_limits<double>::infinity();
+  }
+};
+
+// A setting's field in SchemeSettings, of one of the settings' types: an
+// integer, a real, a switch, or RoPE's layout (which clients show and read
+// as its name: RopeLayoutName, ParseRopeLayout).
+using SchemeSettingMember =
+    std::variant<int64_t SchemeSettings::*, double SchemeSettings::*,
+                 bool SchemeSettings::*, RopeLayout SchemeSettings::*>;
+
+// One setting as the registry declares it (src/op/schemes/registry.cc, one
+// row each, in SchemeSetting order). Every client that lists, reads, writes
+// or checks scheme settings works from these rows: Scheme::Validate, the
+// model config's settings (JSON keys, flags, help, ranges, defaults;
+// docs/settings.md) and the Python binding's SchemeSettings attributes.
+struct SchemeSettingInfo {
+  SchemeSetting id;
+  // The SchemeSettings field's name, the model config's JSON key and the
+  // Python keyword ("max_distance", "k_left", ..., "rope_layout").
+  const char* key;
+  // One line: the schemes that read it, what it is, its paper's value.
+  const char* help;
+  SchemeSettingMember member;
+  // What a layer can run (Scheme::Validate checks the settings a scheme
+  // reads); no bounds where the scheme's own check decides (T5's buckets).
+  SettingRange range;
+  // What a stored configuration may hold: a model config checks every
+  // setting against it, whichever scheme reads it (it caps what an
+  // untrusted checkpoint may ask for).
+  SettingRange config_range;
+};
+// Every setting, in SchemeSettings's order.
+const std::vector<SchemeSettingInfo>& SchemeSettingInfos();
+const SchemeSettingInfo& FindSchemeSetting(SchemeSetting setting);
+// Its key (SchemeSettingInfo::key).
 const char* SettingKey(SchemeSetting setting);
 // Every setting, in SchemeSettings's order.
 const std::vector<SchemeSetting>& AllSchemeSettings();
@@ -183,8 +228,8 @@ struct SchemeCall {
   bool xl_table = false;
 };
 
-// One entry of the registry (src/op/schemes.cc writes each with designated
-// initializers, in this order).
+// One entry of the registry (src/op/schemes/registry.cc writes each with
+// designated initializers, in this order).
 struct Scheme {
   SchemeId id;
   const char* name;

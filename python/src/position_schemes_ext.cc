@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nanobind/ndarray.h>
@@ -88,6 +89,55 @@ void Rope(InArray<T> x, OutArray<T> out, int64_t position_offset, double base,
   }
 }
 
+// out [rows, dim]: its rows and width, or ValueError naming `what` unless
+// it has rank 2.
+template <typename T>
+std::pair<int64_t, int64_t> TableShape(const OutArray<T>& out,
+                                       const char* what) {
+  if (out.ndim() != 2) {
+    throw InvalidArgument(std::string("relpos: ") + what +
+                          ": out must have rank 2 (got rank " +
+                          std::to_string(out.ndim()) + ")");
+  }
+  return {int64_t(out.shape(0)), int64_t(out.shape(1))};
+}
+
+// out [length, dim] = the sinusoidal absolute encoding.
+template <typename T>
+void SinusoidalArray(OutArray<T> out) {
+  const auto [length, dim] = TableShape(out, "sinusoidal_table");
+  T* data = out.data();
+  nb::gil_scoped_release release;
+  SinusoidalTable(length, dim, data);
+}
+
+// out [2k+1, dim] = Transformer-XL's sinusoids R of the distances -k .. k.
+template <typename T>
+void XlSinusoidArray(int64_t k, OutArray<T> out) {
+  const auto [rows, dim] = TableShape(out, "xl_sinusoid_table");
+  if (k < 0 || k > rows || rows != 2 * k + 1) {
+    throw InvalidArgument(
+        "relpos: xl_sinusoid_table: k must be >= 0 and out must have 2k+1 "
+        "rows (got k = " +
+        std::to_string(k) + ", " + std::to_string(rows) + " rows)");
+  }
+  T* data = out.data();
+  nb::gil_scoped_release release;
+  XlSinusoidTable(k, dim, data);
+}
+
+template <typename T>
+void BindFixedTables(nb::module_& m, const std::string& suffix) {
+  using namespace nb::literals;
+  m.def(("sinusoidal_table_" + suffix).c_str(), &SinusoidalArray<T>, "out"_a,
+        "Internal: fills out [length, dim] with the sinusoidal absolute "
+        "encoding (relpos::SinusoidalTable).");
+  m.def(("xl_sinusoid_table_" + suffix).c_str(), &XlSinusoidArray<T>, "k"_a,
+        "out"_a,
+        "Internal: fills out [2k+1, dim] with Transformer-XL's sinusoids R "
+        "of the distances -k .. k (relpos::XlSinusoidTable).");
+}
+
 template <typename T>
 void BindRope(nb::module_& m, const std::string& suffix) {
   using namespace nb::literals;
@@ -112,6 +162,8 @@ void BindPositionSchemes(nb::module_& m) {
         "Internal. Use relpos.alibi_slopes.");
   BindRope<float>(m, "f32");
   BindRope<double>(m, "f64");
+  BindFixedTables<float>(m, "f32");
+  BindFixedTables<double>(m, "f64");
 }
 
 }  // namespace relpos

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "relpos/error.h"
@@ -25,30 +27,34 @@ const char* InitName(TableInitKind init) {
   return init == TableInitKind::kXavierNormal ? "xavier_normal" : "normal";
 }
 
-// relpos._relpos_ext.SchemeSettings: one attribute per setting, named by
-// its key (SettingKey), rope_layout as its name.
+// relpos._relpos_ext.SchemeSettings: one attribute per row of the registry
+// (SchemeSettingInfos), named by its key, rope_layout as its name.
 void BindSettings(nb::module_& m) {
   using S = SchemeSettings;
-  nb::class_<S>(m, "SchemeSettings",
-                "Internal: relpos::SchemeSettings (relpos/schemes.h).")
-      .def(nb::init<>())
-      .def_rw("max_len", &S::max_len)
-      .def_rw("max_distance", &S::max_distance)
-      .def_rw("k_left", &S::k_left)
-      .def_rw("k_right", &S::k_right)
-      .def_rw("num_buckets", &S::num_buckets)
-      .def_rw("bucket_max_distance", &S::bucket_max_distance)
-      .def_rw("rope_base", &S::rope_base)
-      .def_prop_rw(
-          "rope_layout",
-          [](const S& s) { return std::string(RopeLayoutName(s.rope_layout)); },
-          [](S& s, const std::string& name) {
-            s.rope_layout = ParseRopeLayout(name, "rope_layout");
-          })
-      .def_rw("key_term", &S::key_term)
-      .def_rw("value_term", &S::value_term)
-      .def_rw("per_head_tables", &S::per_head_tables)
-      .def_rw("rel_init_scale", &S::rel_init_scale);
+  nb::class_<S> settings(
+      m, "SchemeSettings",
+      "Internal: relpos::SchemeSettings (relpos/schemes.h).");
+  settings.def(nb::init<>());
+  for (const SchemeSettingInfo& info : SchemeSettingInfos()) {
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_cvref_t<decltype(S().*member)>;
+          if constexpr (std::is_same_v<T, RopeLayout>) {
+            const std::string key = info.key;
+            settings.def_prop_rw(
+                info.key,
+                [member](const S& s) {
+                  return std::string(RopeLayoutName(s.*member));
+                },
+                [member, key](S& s, const std::string& name) {
+                  s.*member = ParseRopeLayout(name, key.c_str());
+                });
+          } else {
+            settings.def_rw(info.key, member);
+          }
+        },
+        info.member);
+  }
 }
 
 // Every entry: {name, aliases, summary, sides, input, settings, label,

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "base/check.h"
+#include "model/arch.h"
 #include "model/decoder_session.h"
 #include "model/positions.h"
 
@@ -271,7 +272,7 @@ std::vector<Hypothesis> Translate(
     const std::vector<std::vector<int32_t>>& sources,
     const BeamSearchOptions& o) {
   const ModelConfig& c = model.config();
-  RELPOS_CHECK_ARG(c.arch == Arch::kSeq2seq,
+  RELPOS_CHECK_ARG(Describe(c.arch).source,
                    "translation needs a seq2seq model; this model's arch is "
                        << ToString(c.arch));
   Validate(o, c.vocab_size);
@@ -281,7 +282,7 @@ std::vector<Hypothesis> Translate(
   for (const auto& src : sources) {
     int64_t n = MaxDecodingSteps(static_cast<int64_t>(src.size()), o);
     // A learned position table has no row beyond max_len.
-    if (HasLearnedInputTable(c)) n = std::min(n, c.max_len);
+    if (HasLearnedInputTable(c)) n = std::min(n, c.scheme.max_len);
     steps.push_back(n);
     capacity = std::max(capacity, n);
   }

@@ -224,7 +224,7 @@ ModelConfig Seq2seq(PositionScheme p) {
   c.vocab_size = 10;
   c.d_model = 16;
   c.d_ff = 24;
-  c.max_len = 40;
+  c.scheme.max_len = 40;
   c.decoder_layers = 2;
   c.layers = 1;
   return c;

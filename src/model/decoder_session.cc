@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "model/arch.h"
 #include "model/positions.h"
 #include "model/nn/embedding.h"
 #include "model/nn/gelu.h"
@@ -170,9 +171,9 @@ void BasicDecoderSession<T>::Init(int64_t batch) {
   RELPOS_CHECK_ARG(capacity_ >= 1, "DecoderSession: capacity must be >= 1 (got "
                                        << capacity_ << ")");
   RELPOS_CHECK_ARG(
-      !HasLearnedInputTable(c) || capacity_ <= c.max_len,
+      !HasLearnedInputTable(c) || capacity_ <= c.scheme.max_len,
       "DecoderSession: capacity "
-          << capacity_ << " exceeds max_len = " << c.max_len
+          << capacity_ << " exceeds max_len = " << c.scheme.max_len
           << " (the learned position table has no rows beyond it)");
   CheckCacheSize(c.layers, batch, capacity_, c.d_model, "a cache of batch");
   batch_ = batch;
@@ -215,14 +216,14 @@ BasicDecoderSession<T>::BasicDecoderSession(const BasicTransformer<T>& model,
       side_(DecoderSide(model.config())), batch_(0),
       capacity_(capacity) {
   const ModelConfig& c = model.config();
-  RELPOS_CHECK_ARG(c.arch == Arch::kDecoder,
+  const ArchInfo& arch = Describe(c.arch);
+  RELPOS_CHECK_ARG(arch.causal && !arch.source,
                    "incremental decoding needs a decoder model (arch = "
                    "decoder); this model's arch is "
                        << ToString(c.arch)
-                       << (c.arch == Arch::kSeq2seq
-                               ? " (a seq2seq session takes the source "
-                                 "sentences)"
-                               : ""));
+                       << (arch.source ? " (a seq2seq session takes the "
+                                         "source sentences)"
+                                       : ""));
   Init(batch);
 }
 
@@ -235,7 +236,7 @@ BasicDecoderSession<T>::BasicDecoderSession(
       side_(DecoderSide(model.config())), batch_(0),
       capacity_(capacity) {
   const ModelConfig& c = model.config();
-  RELPOS_CHECK_ARG(c.arch == Arch::kSeq2seq,
+  RELPOS_CHECK_ARG(Describe(c.arch).source,
                    "DecoderSession: source sentences need a seq2seq model; "
                    "this model's arch is "
                        << ToString(c.arch));

@@ -57,19 +57,21 @@ ModelConfig ConfigFor(const Case& k) {
   c.heads = 2;
   c.layers = 2;
   c.d_ff = 24;
-  c.max_len = 20;
+  c.scheme.max_len = 20;
   c.position = k.position;
-  c.max_distance = 3;  // shorter than the sequences: clipping is exercised
-  c.per_head_tables = k.per_head;
-  c.key_term = k.key_term;
-  c.value_term = k.value_term;
+  // Shorter than the sequences: clipping is exercised.
+  c.scheme.max_distance = 3;
+  c.scheme.per_head_tables = k.per_head;
+  c.scheme.key_term = k.key_term;
+  c.scheme.value_term = k.value_term;
   // Reaches shorter than the sequences, so clipping and the logarithmic
   // buckets are exercised too.
-  c.k_left = 4;
-  c.k_right = 2;
-  c.num_buckets = 6;
-  c.bucket_max_distance = 9;
-  c.rope_interleaved = k.interleaved;
+  c.scheme.k_left = 4;
+  c.scheme.k_right = 2;
+  c.scheme.num_buckets = 6;
+  c.scheme.bucket_max_distance = 9;
+  c.scheme.rope_layout =
+      k.interleaved ? RopeLayout::kInterleaved : RopeLayout::kSplitHalves;
   c.seed = 5;
   return c;
 }

@@ -13,6 +13,7 @@
 
 #include "base/check.h"
 #include "base/io/file_io.h"
+#include "model/arch.h"
 #include "model/positions.h"
 #include "relpos/schemes.h"
 
@@ -42,16 +43,11 @@ struct ModelSizes {
 // over the targets; both sides are counted at the batch's length (the
 // longer side, DataSource::SequenceLength), and a decoder block as two.
 double BlockUnits(const model::ModelConfig& c) {
-  const double layers = static_cast<double>(c.layers);
-  if (c.arch != model::Arch::kSeq2seq) return layers;
-  return layers + 2 * static_cast<double>(model::DecoderLayers(c));
-}
-
-// The stacks of a model as the position functions see them: a seq2seq
-// model's encoder and decoder sides, otherwise the config itself.
-std::vector<model::ModelConfig> Stacks(const model::ModelConfig& c) {
-  if (c.arch != model::Arch::kSeq2seq) return {c};
-  return {model::EncoderSide(c), model::DecoderSide(c)};
+  double units = 0;
+  for (const model::StackInfo& stack : model::Stacks(c)) {
+    units += static_cast<double>(stack.side.layers) * (stack.cross ? 2 : 1);
+  }
+  return units;
 }
 
 // Whether the attention kernel reads a table of this role as one of its
@@ -71,9 +67,9 @@ ModelSizes SizesOf(const model::ModelConfig& c) {
   }
   // One layer's kernel tables per stack, as the registry declares them for
   // the scheme (ParameterShapes has validated the config).
-  for (const model::ModelConfig& side : Stacks(c)) {
-    const Scheme& scheme = FindScheme(side.position);
-    const SchemeLayer layer = model::SchemeLayerOf(side);
+  for (const model::StackInfo& stack : model::Stacks(c)) {
+    const Scheme& scheme = FindScheme(stack.side.position);
+    const SchemeLayer layer = model::SchemeLayerOf(stack.side);
     for (const SchemeTable& t : scheme.Tables(layer)) {
       if (!KernelTable(t.role)) continue;
       double n = 1;
@@ -312,7 +308,7 @@ MemoryPlan PlanInference(const model::ModelConfig& c, int64_t batch,
                   rows * (d + 2 + v) + 6 * rows + n * d;
   // Seq2seq: the encoder's output, kept while the decoder runs, and the
   // cross-attention's activations beside the self-attention's.
-  if (c.arch == model::Arch::kSeq2seq) {
+  if (model::Describe(c.arch).source) {
     floats += rows * d + BlockFloats(c, rows, n);
   }
   p.parts.push_back({z.label, kFloat * floats});

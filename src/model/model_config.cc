@@ -1,11 +1,15 @@
 // ModelConfig's settings table and what derives from it: JSON, validation.
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
+#include <variant>
 
 #include "base/check.h"
+#include "model/arch.h"
 #include "model/positions.h"
 #include "relpos/schemes.h"
 
@@ -13,14 +17,12 @@ namespace relpos::model {
 namespace {
 
 // Size caps: a config may come from an untrusted checkpoint, and these keep
-// every size product far from int64 overflow and allocations sane.
+// every size product far from int64 overflow and allocations sane (the
+// scheme settings' caps are the registry's, SchemeSettingInfo::config_range).
 constexpr double kMaxVocab = double(int64_t{1} << 24);
 constexpr double kMaxDModel = 65536;
 constexpr double kMaxLayers = 1024;
 constexpr double kMaxDff = double(int64_t{1} << 20);
-constexpr double kMaxLen = double(int64_t{1} << 24);
-constexpr double kMaxDistance = double(int64_t{1} << 20);
-constexpr double kMaxBuckets = 65536;
 constexpr double kMaxParams = 2147483648.0;  // 2^31 floats = 8 GiB
 
 constexpr const char* kWhat = "model config";
@@ -57,77 +59,76 @@ Setting<ModelConfig> PositionSetting() {
       });
 }
 
+// A setting of the scheme registry as a model config setting: the
+// registry's key, help, config range, type and default (those of
+// ModelConfig::scheme). Its flag is its key's, "--k-left" for k_left,
+// except that -k also names --max-distance (Shaw's k) and key_term and
+// value_term have none (--terms sets both).
+Setting<ModelConfig> SchemeField(const SchemeSettingInfo& info) {
+  using C = ModelConfig;
+  std::string flag;
+  if (info.id != SchemeSetting::kKeyTerm &&
+      info.id != SchemeSetting::kValueTerm) {
+    flag = "--" + std::string(info.key);
+    std::replace(flag.begin(), flag.end(), '_', '-');
+  }
+  if (info.id == SchemeSetting::kMaxDistance) flag += ",-k";
+  const SettingRange& r = info.config_range;
+  const Range range{
+      .lo = r.lo, .hi = r.hi, .lo_open = r.lo_open, .hi_open = r.hi_open};
+  return std::visit(
+      [&](auto member) -> Setting<C> {
+        using T = std::remove_cvref_t<decltype(SchemeSettings().*member)>;
+        if constexpr (std::is_same_v<T, RopeLayout>) {
+          const std::string key = info.key;
+          return Words<C>(
+              key, flag, info.help,
+              {RopeLayoutName(RopeLayout::kSplitHalves),
+               RopeLayoutName(RopeLayout::kInterleaved)},
+              [member](const C& c) {
+                return std::string(RopeLayoutName(c.scheme.*member));
+              },
+              [member, key](C& c, const std::string& s, const std::string&) {
+                c.scheme.*member = ParseRopeLayout(s, key.c_str());
+              });
+        } else {
+          return Field<C>(
+              info.key, flag, info.help,
+              [member](C& c) -> T& { return c.scheme.*member; }, range);
+        }
+      },
+      info.member);
+}
+
 // Where the model reads positions from (docs/settings.md's position group,
-// in its order).
+// in its order): the scheme, then the registry's settings in its order
+// (max_len is a size: ShapeSettings lists it), --terms after the terms.
 std::vector<Setting<ModelConfig>> PositionSettings() {
   using C = ModelConfig;
-  std::vector<Setting<C>> settings = {
-      PositionSetting(),
-      Field<C>("max_distance", "--max-distance,-k",
-               "shaw: clipping distance k of relative positions",
-               &C::max_distance, Range{0, kMaxDistance}),
-      Field<C>("k_left", "--k-left",
-               "shaw-asym: distances r <= -k_left (the past) "
-               "share a row (w2v-BERT 2.0: 64)",
-               &C::k_left, Range{0, kMaxDistance}),
-      Field<C>("k_right", "--k-right",
-               "shaw-asym: distances r >= k_right (the future) "
-               "share a row (w2v-BERT 2.0: 8)",
-               &C::k_right, Range{0, kMaxDistance}),
-      Field<C>("num_buckets", "--num-buckets",
-               "t5, shaw-log: T5 buckets (Raffel et al.: 32); "
-               "bidirectional for encoders, causal for decoders",
-               &C::num_buckets, Range{2, kMaxBuckets}),
-      Field<C>("bucket_max_distance", "--bucket-max-distance",
-               "t5, shaw-log: distance where T5's logarithmic "
-               "buckets end (Raffel et al.: 128)",
-               &C::bucket_max_distance, Range{2, kMaxLen}),
-      Field<C>("rope_base", "--rope-base",
-               "rope: theta_t = base^(-2t/d_head) (Su et al.: "
-               "10000)",
-               &C::rope_base,
-               Range{.lo = 0, .hi = double(int64_t{1} << 40), .lo_open = true}),
-      Words<C>(
-          "rope_layout", "--rope-layout",
-          "rope: pairs (t, t + d/2) as GPT-NeoX / Hugging Face "
-          "Llama, or (2t, 2t+1) as the paper and GPT-J",
-          {RopeLayoutName(RopeLayout::kSplitHalves),
-           RopeLayoutName(RopeLayout::kInterleaved)},
-          [](const C& c) {
-            return std::string(RopeLayoutName(c.rope_interleaved
-                                                  ? RopeLayout::kInterleaved
-                                                  : RopeLayout::kSplitHalves));
-          },
-          [](C& c, const std::string& s, const std::string&) {
-            c.rope_interleaved =
-                ParseRopeLayout(s, "rope_layout") == RopeLayout::kInterleaved;
-          }),
-      Field<C>("key_term", "",
-               "Shaw's tables: relative term inside the "
-               "attention score",
-               &C::key_term),
-      Field<C>("value_term", "",
-               "Shaw's tables: relative term inside the "
-               "attention output",
-               &C::value_term),
-      Words<C>("", "--terms",
-               "Relative terms: both|key|value|neither (Shaw et al.'s "
-               "ablation); sets key_term and value_term",
-               {"both", "key", "value", "neither"}, TermsName,
-               [](C& c, const std::string& s, const std::string&) {
-                 ApplyTerms(s, &c);
-               }),
-      Field<C>("per_head_tables", "--per-head-tables",
-               "Shaw's tables: one table pair per head "
-               "(default: shared per layer)",
-               &C::per_head_tables),
-      Field<C>("rel_init_scale", "--rel-init-scale",
-               "Multiplier on the Xavier std of the relative "
-               "tables",
-               &C::rel_init_scale, Range{.lo = 0}),
-  };
+  std::vector<Setting<C>> settings = {PositionSetting()};
+  for (const SchemeSettingInfo& info : SchemeSettingInfos()) {
+    if (info.id == SchemeSetting::kMaxLen) continue;
+    settings.push_back(SchemeField(info));
+    if (info.id == SchemeSetting::kValueTerm) {
+      settings.push_back(
+          Words<C>("", "--terms",
+                   "Relative terms: both|key|value|neither (Shaw et al.'s "
+                   "ablation); sets key_term and value_term",
+                   {"both", "key", "value", "neither"}, TermsName,
+                   [](C& c, const std::string& s, const std::string&) {
+                     ApplyTerms(s, &c);
+                   }));
+    }
+  }
   for (Setting<C>& s : settings) s = io::InGroup(std::move(s), kPositionGroup);
   return settings;
+}
+
+// The architectures' names, in Arch order.
+std::vector<std::string> ArchNames() {
+  std::vector<std::string> names;
+  for (const ArchInfo& a : Arches()) names.push_back(a.name);
+  return names;
 }
 
 // The model's size and architecture.
@@ -139,8 +140,7 @@ std::vector<Setting<ModelConfig>> ShapeSettings() {
                    "Bidirectional encoder, causal decoder-only model, or "
                    "encoder-decoder (seq2seq: source -> target, "
                    "docs/model.md)",
-                   {"encoder", "decoder", "seq2seq"},
-                   [](const C& c) { return ToString(c.arch); },
+                   ArchNames(), [](const C& c) { return ToString(c.arch); },
                    [](C& c, const std::string& s, const std::string&) {
                      c.arch = ParseArch(s);
                    }),
@@ -164,9 +164,7 @@ std::vector<Setting<ModelConfig>> ShapeSettings() {
           "`-1` (= layers)"),
       Field<C>("d_ff", "--d-ff", "Feed-forward width", &C::d_ff,
                Range{1, kMaxDff}),
-      Field<C>("max_len", "--max-len",
-               "Rows of the learned absolute position table", &C::max_len,
-               Range{1, kMaxLen}),
+      SchemeField(FindSchemeSetting(SchemeSetting::kMaxLen)),
   };
 }
 
@@ -188,26 +186,48 @@ std::vector<Setting<ModelConfig>> MakeModelSettings() {
 
 }  // namespace
 
+const std::vector<ArchInfo>& Arches() {
+  static const std::vector<ArchInfo> rows = {
+      {.arch = Arch::kEncoder,
+       .name = "encoder",
+       .causal = false,
+       .source = false,
+       .tied_embedding = false},
+      {.arch = Arch::kDecoder,
+       .name = "decoder",
+       .causal = true,
+       .source = false,
+       .tied_embedding = false},
+      {.arch = Arch::kSeq2seq,
+       .name = "seq2seq",
+       .causal = true,
+       .source = true,
+       .tied_embedding = true},
+  };
+  return rows;
+}
+
+const ArchInfo& Describe(Arch arch) {
+  const auto i = static_cast<size_t>(arch);
+  RELPOS_CHECK_ARG(i < Arches().size() && Arches()[i].arch == arch,
+                   "unknown arch " << static_cast<int>(arch));
+  return Arches()[i];
+}
+
 std::string ToString(Arch arch) {
-  switch (arch) {
-    case Arch::kEncoder:
-      return "encoder";
-    case Arch::kDecoder:
-      return "decoder";
-    case Arch::kSeq2seq:
-      return "seq2seq";
-  }
-  return "unknown";
+  const auto i = static_cast<size_t>(arch);
+  return i < Arches().size() ? Arches()[i].name : "unknown";
 }
 
 Arch ParseArch(const std::string& name) {
-  for (Arch a : {Arch::kEncoder, Arch::kDecoder, Arch::kSeq2seq}) {
-    if (ToString(a) == name) return a;
+  std::string list;
+  for (const ArchInfo& a : Arches()) {
+    if (name == a.name) return a.arch;
+    list += std::string(list.empty() ? "" : ", ") + a.name;
   }
-  RELPOS_THROW(InvalidArgument,
-               "unknown arch '" << name
-                                << "' (expected one of: encoder, decoder, "
-                                   "seq2seq)");
+  RELPOS_THROW(InvalidArgument, "unknown arch '"
+                                    << name << "' (expected one of: " << list
+                                    << ")");
 }
 
 int64_t DecoderLayers(const ModelConfig& c) {
@@ -216,7 +236,7 @@ int64_t DecoderLayers(const ModelConfig& c) {
 
 namespace {
 ModelConfig SideOf(const ModelConfig& c, Arch side, int64_t layers) {
-  if (c.arch != Arch::kSeq2seq) return c;
+  if (!Describe(c.arch).source) return c;
   ModelConfig s = c;
   s.arch = side;
   s.layers = layers;
@@ -233,6 +253,12 @@ ModelConfig DecoderSide(const ModelConfig& c) {
   return SideOf(c, Arch::kDecoder, DecoderLayers(c));
 }
 
+std::vector<StackInfo> Stacks(const ModelConfig& c) {
+  if (!Describe(c.arch).source) return {{.side = c}};
+  return {{.side = EncoderSide(c), .prefix = "encoder.", .over_source = true},
+          {.side = DecoderSide(c), .prefix = "decoder.", .cross = true}};
+}
+
 const std::vector<io::Setting<ModelConfig>>& ModelSettings() {
   static const std::vector<io::Setting<ModelConfig>> settings =
       MakeModelSettings();
@@ -244,14 +270,14 @@ void ApplyTerms(const std::string& terms, ModelConfig* c) {
                        terms == "neither",
                    "terms must be both, key, value or neither (got '" << terms
                                                                       << "')");
-  c->key_term = terms == "both" || terms == "key";
-  c->value_term = terms == "both" || terms == "value";
+  c->scheme.key_term = terms == "both" || terms == "key";
+  c->scheme.value_term = terms == "both" || terms == "value";
 }
 
 std::string TermsName(const ModelConfig& c) {
-  if (c.key_term && c.value_term) return "both";
-  if (c.key_term) return "key";
-  if (c.value_term) return "value";
+  if (c.scheme.key_term && c.scheme.value_term) return "both";
+  if (c.scheme.key_term) return "key";
+  if (c.scheme.value_term) return "value";
   return "neither";
 }
 
@@ -269,7 +295,7 @@ void CheckUnreadSwitches(const Scheme& scheme, const ModelConfig& c) {
     return names;
   };
   if (!scheme.Reads(SchemeSetting::kPerHeadTables)) {
-    RELPOS_CHECK_ARG(!c.per_head_tables,
+    RELPOS_CHECK_ARG(!c.scheme.per_head_tables,
                      "model config field 'per_head_tables' applies to "
                      "position "
                          << readers(SchemeSetting::kPerHeadTables)
@@ -279,13 +305,14 @@ void CheckUnreadSwitches(const Scheme& scheme, const ModelConfig& c) {
   if (!scheme.Reads(SchemeSetting::kKeyTerm) ||
       !scheme.Reads(SchemeSetting::kValueTerm)) {
     RELPOS_CHECK_ARG(
-        c.key_term && c.value_term,
+        c.scheme.key_term && c.scheme.value_term,
         "model config fields 'key_term' / 'value_term' (terms) "
         "apply to position "
             << readers(SchemeSetting::kKeyTerm) << "; position '" << scheme.name
             << "' has no such terms (got key_term = "
-            << (c.key_term ? "true" : "false")
-            << ", value_term = " << (c.value_term ? "true" : "false") << ")");
+            << (c.scheme.key_term ? "true" : "false")
+            << ", value_term = " << (c.scheme.value_term ? "true" : "false")
+            << ")");
   }
 }
 
@@ -327,32 +354,26 @@ void Validate(const ModelConfig& c) {
   RELPOS_CHECK_ARG(c.heads <= c.d_model && c.d_model % c.heads == 0,
                    "model config field 'heads' must divide d_model="
                        << c.d_model << " (got " << c.heads << ")");
-  RELPOS_CHECK_ARG(c.arch == Arch::kSeq2seq || c.decoder_layers == -1,
+  const ArchInfo& arch = Describe(c.arch);
+  RELPOS_CHECK_ARG(arch.source || c.decoder_layers == -1,
                    "model config field 'decoder_layers' applies to arch "
                    "seq2seq; arch '"
                        << ToString(c.arch) << "' has one stack, 'layers' (got "
                        << c.decoder_layers << ")");
   const double d = static_cast<double>(c.d_model);
   const double vocab = static_cast<double>(c.vocab_size);
-  double total = 0;
-  if (c.arch == Arch::kSeq2seq) {
-    // Each side's scheme (T5's buckets: bidirectional in the encoder,
-    // causal in the decoder); a decoder block adds the cross-attention
-    // sublayer (projections and its LayerNorm). One tied embedding, the
-    // output bias, two final LayerNorms and each side's tables held once.
-    const ModelConfig enc = EncoderSide(c), dec = DecoderSide(c);
-    ValidateScheme(enc);
-    ValidateScheme(dec);
-    const SideParameters e = BlockParameters(enc), t = BlockParameters(dec);
-    const double cross = 4.0 * (d * d + d) + 2.0 * d;
-    total = static_cast<double>(enc.layers) * e.per_block +
-            static_cast<double>(dec.layers) * (t.per_block + cross) +
-            vocab * d + vocab + 4.0 * d + e.once + t.once;
-  } else {
-    ValidateScheme(c);
-    const SideParameters p = BlockParameters(c);
-    total = static_cast<double>(c.layers) * p.per_block + 2.0 * vocab * d +
-            vocab + 2.0 * d + p.once;
+  // Each stack's scheme (T5's buckets: bidirectional in an encoder, causal
+  // in a decoder), its blocks (a cross-attending block adds the
+  // cross-attention sublayer: projections and its LayerNorm), its final
+  // LayerNorm and its tables held once; the token embedding (and the
+  // head's weight unless tied) and the output bias.
+  double total = (arch.tied_embedding ? 1.0 : 2.0) * vocab * d + vocab;
+  for (const StackInfo& stack : Stacks(c)) {
+    ValidateScheme(stack.side);
+    const SideParameters p = BlockParameters(stack.side);
+    const double cross = stack.cross ? 4.0 * (d * d + d) + 2.0 * d : 0.0;
+    total += static_cast<double>(stack.side.layers) * (p.per_block + cross) +
+             2.0 * d + p.once;
   }
   RELPOS_CHECK_ARG(total <= kMaxParams, "model config asks for "
                                             << total

@@ -19,19 +19,19 @@ ModelConfig NonDefault() {
   c.heads = 3;
   c.layers = 5;
   c.d_ff = 333;
-  c.max_len = 777;
+  c.scheme.max_len = 777;
   c.position = PositionScheme::kShawAsym;  // Shaw's switches apply to it
-  c.max_distance = 7;
-  c.key_term = false;
-  c.value_term = true;
-  c.per_head_tables = true;
-  c.rel_init_scale = 0.125;
-  c.k_left = 5;
-  c.k_right = 0;
-  c.num_buckets = 12;
-  c.bucket_max_distance = 99;
-  c.rope_base = 500000.0;
-  c.rope_interleaved = true;
+  c.scheme.max_distance = 7;
+  c.scheme.key_term = false;
+  c.scheme.value_term = true;
+  c.scheme.per_head_tables = true;
+  c.scheme.rel_init_scale = 0.125;
+  c.scheme.k_left = 5;
+  c.scheme.k_right = 0;
+  c.scheme.num_buckets = 12;
+  c.scheme.bucket_max_distance = 99;
+  c.scheme.rope_base = 500000.0;
+  c.scheme.rope_layout = RopeLayout::kInterleaved;
   c.dropout = 0.25;
   c.seed = 18446744073709551615ULL;  // 2^64 - 1 survives the trip
   return c;
@@ -45,19 +45,19 @@ void ExpectEqual(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.layers, b.layers);
   EXPECT_EQ(a.decoder_layers, b.decoder_layers);
   EXPECT_EQ(a.d_ff, b.d_ff);
-  EXPECT_EQ(a.max_len, b.max_len);
+  EXPECT_EQ(a.scheme.max_len, b.scheme.max_len);
   EXPECT_EQ(a.position, b.position);
-  EXPECT_EQ(a.max_distance, b.max_distance);
-  EXPECT_EQ(a.key_term, b.key_term);
-  EXPECT_EQ(a.value_term, b.value_term);
-  EXPECT_EQ(a.per_head_tables, b.per_head_tables);
-  EXPECT_EQ(a.rel_init_scale, b.rel_init_scale);
-  EXPECT_EQ(a.k_left, b.k_left);
-  EXPECT_EQ(a.k_right, b.k_right);
-  EXPECT_EQ(a.num_buckets, b.num_buckets);
-  EXPECT_EQ(a.bucket_max_distance, b.bucket_max_distance);
-  EXPECT_EQ(a.rope_base, b.rope_base);
-  EXPECT_EQ(a.rope_interleaved, b.rope_interleaved);
+  EXPECT_EQ(a.scheme.max_distance, b.scheme.max_distance);
+  EXPECT_EQ(a.scheme.key_term, b.scheme.key_term);
+  EXPECT_EQ(a.scheme.value_term, b.scheme.value_term);
+  EXPECT_EQ(a.scheme.per_head_tables, b.scheme.per_head_tables);
+  EXPECT_EQ(a.scheme.rel_init_scale, b.scheme.rel_init_scale);
+  EXPECT_EQ(a.scheme.k_left, b.scheme.k_left);
+  EXPECT_EQ(a.scheme.k_right, b.scheme.k_right);
+  EXPECT_EQ(a.scheme.num_buckets, b.scheme.num_buckets);
+  EXPECT_EQ(a.scheme.bucket_max_distance, b.scheme.bucket_max_distance);
+  EXPECT_EQ(a.scheme.rope_base, b.scheme.rope_base);
+  EXPECT_EQ(a.scheme.rope_layout, b.scheme.rope_layout);
   EXPECT_EQ(a.dropout, b.dropout);
   EXPECT_EQ(a.seed, b.seed);
 }
@@ -78,8 +78,8 @@ TEST(ModelConfigTest, Seq2seqRoundTripAndSides) {
   ModelConfig c = NonDefault();
   c.arch = Arch::kSeq2seq;
   c.position = PositionScheme::kT5;
-  c.key_term = c.value_term = true;
-  c.per_head_tables = false;
+  c.scheme.key_term = c.scheme.value_term = true;
+  c.scheme.per_head_tables = false;
   c.decoder_layers = 2;
   const nlohmann::json j = ToJson(c);
   EXPECT_EQ(j["arch"], "seq2seq");
@@ -121,10 +121,10 @@ TEST(ModelConfigTest, OldRelativeConfigLoads) {
                               {"seed", 3}};
   const ModelConfig c = ModelConfigFromJson(old);
   EXPECT_EQ(c.position, PositionScheme::kShaw);
-  EXPECT_EQ(c.max_distance, 8);
-  EXPECT_FALSE(c.value_term);
-  EXPECT_TRUE(c.per_head_tables);
-  EXPECT_EQ(c.k_left, ModelConfig().k_left);
+  EXPECT_EQ(c.scheme.max_distance, 8);
+  EXPECT_FALSE(c.scheme.value_term);
+  EXPECT_TRUE(c.scheme.per_head_tables);
+  EXPECT_EQ(c.scheme.k_left, ModelConfig().scheme.k_left);
   EXPECT_EQ(ToJson(c)["position"], "shaw");
 }
 

@@ -28,13 +28,13 @@ inline ModelConfig TinyConfig(Arch arch, PositionScheme position) {
   c.heads = 2;
   c.layers = 2;
   c.d_ff = 12;
-  c.max_len = 9;
+  c.scheme.max_len = 9;
   c.position = position;
-  c.max_distance = 2;
-  c.k_left = 3;
-  c.k_right = 1;
-  c.num_buckets = 8;
-  c.bucket_max_distance = 5;
+  c.scheme.max_distance = 2;
+  c.scheme.k_left = 3;
+  c.scheme.k_right = 1;
+  c.scheme.num_buckets = 8;
+  c.scheme.bucket_max_distance = 5;
   c.seed = 11;
   return c;
 }

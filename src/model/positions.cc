@@ -1,8 +1,9 @@
 // The position schemes of model/positions.h: the registry's entries
-// (src/op/schemes.cc) applied to this model's config.
+// (src/op/schemes/registry.cc) applied to this model's config.
 #include "model/positions.h"
 
 #include "model/nn/position_encoding.h"
+#include "relpos/position_schemes.h"
 
 namespace relpos::model {
 
@@ -11,20 +12,7 @@ SchemeLayer SchemeLayerOf(const ModelConfig& c) {
   l.heads = c.heads;
   l.head_dim = c.d_model / c.heads;
   l.causal = c.arch == Arch::kDecoder;
-  SchemeSettings& s = l.settings;
-  s.max_len = c.max_len;
-  s.max_distance = c.max_distance;
-  s.k_left = c.k_left;
-  s.k_right = c.k_right;
-  s.num_buckets = c.num_buckets;
-  s.bucket_max_distance = c.bucket_max_distance;
-  s.rope_base = c.rope_base;
-  s.rope_layout =
-      c.rope_interleaved ? RopeLayout::kInterleaved : RopeLayout::kSplitHalves;
-  s.key_term = c.key_term;
-  s.value_term = c.value_term;
-  s.per_head_tables = c.per_head_tables;
-  s.rel_init_scale = c.rel_init_scale;
+  l.settings = c.scheme;
   return l;
 }
 
@@ -68,7 +56,7 @@ void AddInputPositions(const ModelConfig& c, const BlockShape& shape,
     case SchemeInput::kSinusoid:
       if (static_cast<int64_t>(sinusoid->size()) < n) {
         Resize(sinusoid, n);
-        nn::SinusoidalTable<T>(shape.length, d, sinusoid->data());
+        SinusoidalTable(shape.length, d, sinusoid->data());
       }
       add(sinusoid->data());
       break;

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include "base/check.h"
+#include "model/arch.h"
 #include "model/transformer_block.h"
 #include "model/nn/linear.h"
 #include "model/nn/multi_head_attention.h"
@@ -18,7 +19,7 @@ ComputeType ParseComputeType(const std::string& value, const char* option) {
 
 QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model) {
   const ModelConfig& c = model.config();
-  RELPOS_CHECK_ARG(c.arch == Arch::kDecoder || c.arch == Arch::kSeq2seq,
+  RELPOS_CHECK_ARG(Describe(c.arch).causal,
                    "int8 inference needs a decoder or seq2seq model; this "
                    "model's arch is "
                        << ToString(c.arch));

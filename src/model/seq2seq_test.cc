@@ -93,11 +93,12 @@ std::vector<Case> Cases() {
 
 ModelConfig ConfigFor(const Case& k) {
   ModelConfig c = Tiny(k.position);
-  c.per_head_tables = k.per_head;
-  c.key_term = k.key_term;
-  c.value_term = k.value_term;
+  c.scheme.per_head_tables = k.per_head;
+  c.scheme.key_term = k.key_term;
+  c.scheme.value_term = k.value_term;
   c.dropout = k.dropout;
-  c.rope_interleaved = k.rope_interleaved;
+  c.scheme.rope_layout =
+      k.rope_interleaved ? RopeLayout::kInterleaved : RopeLayout::kSplitHalves;
   c.layers = k.layers;
   c.decoder_layers = k.decoder_layers;
   return c;
@@ -141,7 +142,7 @@ TEST(Seq2seqTest, FloatModelMatchesDoubleModel) {
     c.d_model = 32;
     c.heads = 4;
     c.d_ff = 48;
-    c.max_distance = 3;
+    c.scheme.max_distance = 3;
     testing::ExpectFloatMatchesDouble(c, TinyBatch(), k.label_smoothing,
                                       k.name);
   }

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "base/check.h"
+#include "model/arch.h"
 #include "model/positions.h"
 #include "model/transformer_block.h"
 #include "model/nn/cross_entropy.h"
@@ -214,26 +215,23 @@ ParamIndex BuildSpecs(const ModelConfig& c, std::vector<ParamSpec>* specs) {
   // LayerNorm gains and every position table (absolute or relative) are left
   // alone, as in common practice: decaying rarely-seen position rows would
   // pull them to zero for no benefit.
-  if (c.arch != Arch::kSeq2seq) {
-    // Token embeddings N(0, 1), on the scale of the sinusoidal table (RMS
-    // 1/sqrt(2)); the learned absolute table uses the same scale.
-    idx.token = add("embed.token", {c.vocab_size, d}, kDecay, Init::kNormal,
-                    1.0);
-    idx.main = AddStackSpecs(c, "", /*cross=*/false, add);
+  const ArchInfo& arch = Describe(c.arch);
+  // Token embeddings: N(0, 1), on the scale of the sinusoidal table (RMS
+  // 1/sqrt(2)); the learned absolute table uses the same scale. Tied (one
+  // embedding for the inputs and the output projection): N(0, 1/d_model)
+  // (fairseq's and Vaswani et al.'s d_model^-1/2): scaled by sqrt(d_model)
+  // at the inputs it is N(0, 1) like the untied embeddings, and as the head
+  // it gives unit-variance logits from the final LayerNorm.
+  idx.token = add("embed.token", {c.vocab_size, d}, kDecay, Init::kNormal,
+                  arch.tied_embedding ? lecun_d : 1.0);
+  for (const StackInfo& stack : Stacks(c)) {
+    (stack.over_source ? idx.encoder : idx.main) =
+        AddStackSpecs(stack.side, stack.prefix, stack.cross, add);
+  }
+  if (!arch.tied_embedding) {
     idx.head_w =
         add("head.weight", {c.vocab_size, d}, kDecay, Init::kNormal, lecun_d);
-    idx.head_b = add("head.bias", {c.vocab_size}, kNoDecay, Init::kZeros, 0.0);
-    return idx;
   }
-  // Seq2seq: one embedding for the encoder input, the decoder input and the
-  // output projection, N(0, 1/d_model) (fairseq's and Vaswani et al.'s
-  // d_model^-1/2): scaled by sqrt(d_model) at the inputs it is N(0, 1) like
-  // the other models' embeddings, and as the head it gives unit-variance
-  // logits from the final LayerNorm.
-  idx.token =
-      add("embed.token", {c.vocab_size, d}, kDecay, Init::kNormal, lecun_d);
-  idx.encoder = AddStackSpecs(EncoderSide(c), "encoder.", false, add);
-  idx.main = AddStackSpecs(DecoderSide(c), "decoder.", true, add);
   idx.head_b = add("head.bias", {c.vocab_size}, kNoDecay, Init::kZeros, 0.0);
   return idx;
 }
@@ -297,11 +295,11 @@ void ValidateBatch(const Batch& b, const ModelConfig& c) {
       "batch.lengths must have batch = " << b.batch << " entries (got "
                                          << b.lengths.size() << ")");
   if (HasLearnedInputTable(c)) {
-    RELPOS_CHECK_ARG(b.length <= c.max_len,
+    RELPOS_CHECK_ARG(b.length <= c.scheme.max_len,
                      "batch.length " << b.length
                                      << " exceeds the learned position "
                                         "table's max_len = "
-                                     << c.max_len);
+                                     << c.scheme.max_len);
   }
   for (int64_t s = 0; s < b.batch; ++s) {
     const int64_t len = b.lengths[s];
@@ -338,7 +336,7 @@ void ValidateBatch(const Batch& b, const ModelConfig& c) {
 // The source side of a batch: a seq2seq model needs one (InvalidArgument
 // naming the field), the other architectures take none.
 void ValidateSource(const Batch& b, const ModelConfig& c) {
-  if (c.arch != Arch::kSeq2seq) {
+  if (!Describe(c.arch).source) {
     RELPOS_CHECK_ARG(b.source_length == 0 && b.source_tokens.empty() &&
                          b.source_lengths.empty(),
                      "batch.source_length / source_tokens / source_lengths "
@@ -362,11 +360,11 @@ void ValidateSource(const Batch& b, const ModelConfig& c) {
                        << b.batch << " entries (got " << b.source_lengths.size()
                        << ")");
   if (HasLearnedInputTable(c)) {
-    RELPOS_CHECK_ARG(b.source_length <= c.max_len,
+    RELPOS_CHECK_ARG(b.source_length <= c.scheme.max_len,
                      "batch.source_length "
                          << b.source_length
                          << " exceeds the learned position table's max_len = "
-                         << c.max_len);
+                         << c.scheme.max_len);
   }
   for (int64_t s = 0; s < b.batch; ++s) {
     const int64_t len = b.source_lengths[s];
@@ -660,9 +658,12 @@ BasicTransformer<T>::BasicTransformer(const ModelConfig& config)
     p.decay = spec.decay;
     params_.push_back(std::move(p));
   }
-  const bool seq2seq = config_.arch == Arch::kSeq2seq;
-  state_->main = MakeStack<T>(DecoderSide(config_), seq2seq);
-  if (seq2seq) state_->encoder = MakeStack<T>(EncoderSide(config_), true);
+  // A tied embedding is scaled by sqrt(d_model) at every input.
+  const ArchInfo& arch = Describe(config_.arch);
+  state_->main = MakeStack<T>(DecoderSide(config_), arch.tied_embedding);
+  if (arch.source) {
+    state_->encoder = MakeStack<T>(EncoderSide(config_), arch.tied_embedding);
+  }
 }
 
 template <typename T>
@@ -713,7 +714,7 @@ T BasicTransformer<T>::Forward(const Batch& batch, ForwardMode mode, Rng* rng) {
   PackStack(batch.batch, batch.length, batch.tokens, &batch.targets,
             batch.lengths, &st.main);
   const BlockMemory<T>* memory = nullptr;
-  if (c.arch == Arch::kSeq2seq) {
+  if (Describe(c.arch).source) {
     PackStack(batch.batch, batch.source_length, batch.source_tokens, nullptr,
               batch.source_lengths, &st.encoder);
     StackForward<T>(pi.encoder, params_, pi.token, &st.encoder, &st.scratch,
@@ -843,14 +844,14 @@ void BasicTransformer<T>::Backward() {
 
   // ---- The stack(s) ----
   BlockMemory<T>* memory = nullptr;
-  if (c.arch == Arch::kSeq2seq) {
+  if (Describe(c.arch).source) {
     st.dmemory.assign(static_cast<size_t>(st.encoder.rows * d), T(0));
     st.memory.dmemory = st.dmemory.data();
     memory = &st.memory;
   }
   StackBackward<T>(pi.main, params_, pi.token, st.main, st.dlnf.data(), &st.dresid,
                 &st.scratch, memory, tied);
-  if (c.arch == Arch::kSeq2seq) {
+  if (Describe(c.arch).source) {
     StackBackward<T>(pi.encoder, params_, pi.token, st.encoder, st.dmemory.data(),
                   &st.dresid, &st.scratch, nullptr, true);
   }
@@ -907,7 +908,7 @@ template <typename T>
 void BasicTransformer<T>::Encode(const std::vector<std::vector<int32_t>>& sources,
                                  std::vector<T>* memory) const {
   const ModelConfig& c = config_;
-  RELPOS_CHECK_ARG(c.arch == Arch::kSeq2seq,
+  RELPOS_CHECK_ARG(Describe(c.arch).source,
                    "Encode needs a seq2seq model; this model's arch is "
                        << ToString(c.arch));
   RELPOS_CHECK_ARG(!sources.empty(), "Encode: no source sentence");
@@ -916,11 +917,11 @@ void BasicTransformer<T>::Encode(const std::vector<std::vector<int32_t>>& source
   st.length = 1;
   for (size_t s = 0; s < sources.size(); ++s) {
     const int64_t n = static_cast<int64_t>(sources[s].size());
-    RELPOS_CHECK_ARG(!HasLearnedInputTable(c) || n <= c.max_len,
+    RELPOS_CHECK_ARG(!HasLearnedInputTable(c) || n <= c.scheme.max_len,
                      "Encode: source " << s << " has " << n
                                        << " tokens, beyond the learned "
                                           "position table's max_len = "
-                                       << c.max_len);
+                                       << c.scheme.max_len);
     for (size_t i = 0; i < sources[s].size(); ++i) {
       const int32_t t = sources[s][i];
       RELPOS_CHECK_ARG(t >= 0 && t < c.vocab_size,

@@ -32,11 +32,11 @@ namespace relpos::model {
 // each relative scheme: docs/math.md section 8). The registry is the one
 // place a scheme is defined: its name, settings, tables (BuildSpecs in
 // transformer.cc adds them) and attention options (model/positions.h turns
-// this config into its layer). Adding a scheme is an entry there; this
-// model needs no change unless the scheme reads a setting ModelConfig does
-// not have yet (a field below, its declaration in model_config.cc and its
-// line in SchemeLayerOf, model/positions.cc) or has a table of a new
-// TableRole (the layer in src/model/nn must use it).
+// this config into its layer). Adding a scheme is an entry there, and so
+// is a setting (a SchemeSettings field and its row: ModelConfig holds the
+// SchemeSettings, its settings table is made from the rows); this model
+// needs no change unless the scheme has a table of a new TableRole (the
+// layer in src/model/nn must use it).
 using PositionScheme = SchemeId;
 // The scheme's registry name ("shaw"), and the scheme of a name or alias
 // (InvalidArgument listing the accepted names).
@@ -63,25 +63,14 @@ struct ModelConfig {
   // layers: the blocks of the one stack (seq2seq: the encoder's).
   int64_t vocab_size = 0, d_model = 64, heads = 4, layers = 2, d_ff = 256;
   int64_t decoder_layers = -1;  // kSeq2seq: the decoder's blocks; -1: layers
-  // The position scheme and its settings (relpos::SchemeSettings says which
-  // scheme reads which; the defaults are the registry's, those of the
-  // papers). T5's buckets (t5, shaw-log) are bidirectional for encoders,
-  // causal for decoders (seq2seq: per side, EncoderSide / DecoderSide).
-  int64_t max_len = kDefaultSchemeSettings.max_len;  // rows of `learned`
+  // The position scheme and its settings, held as the registry's
+  // relpos::SchemeSettings (whose rows, SchemeSettingInfos, say which scheme
+  // reads which and give their keys, help, ranges and the papers' defaults;
+  // the config's JSON keys are theirs, flat: "max_distance", ...). T5's
+  // buckets (t5, shaw-log) are bidirectional for encoders, causal for
+  // decoders (seq2seq: per side, EncoderSide / DecoderSide).
   PositionScheme position = PositionScheme::kShaw;
-  int64_t max_distance = kDefaultSchemeSettings.max_distance;
-  int64_t k_left = kDefaultSchemeSettings.k_left;
-  int64_t k_right = kDefaultSchemeSettings.k_right;
-  int64_t num_buckets = kDefaultSchemeSettings.num_buckets;
-  int64_t bucket_max_distance = kDefaultSchemeSettings.bucket_max_distance;
-  double rope_base = kDefaultSchemeSettings.rope_base;
-  // rope_layout: pairs (2t, 2t+1) when true, else (t, t+dh/2).
-  bool rope_interleaved =
-      kDefaultSchemeSettings.rope_layout == RopeLayout::kInterleaved;
-  bool key_term = kDefaultSchemeSettings.key_term;
-  bool value_term = kDefaultSchemeSettings.value_term;
-  bool per_head_tables = kDefaultSchemeSettings.per_head_tables;
-  double rel_init_scale = kDefaultSchemeSettings.rel_init_scale;
+  SchemeSettings scheme;
   double dropout = 0.0;         // in [0, 1); applied only in ForwardBackward
   uint64_t seed = 0;            // initialisation
 };

@@ -83,11 +83,12 @@ std::vector<SchemeCase> SchemeCases() {
 
 ModelConfig ConfigFor(const SchemeCase& sc) {
   ModelConfig c = Tiny(sc.arch, sc.position);
-  c.per_head_tables = sc.per_head;
-  c.key_term = sc.key_term;
-  c.value_term = sc.value_term;
+  c.scheme.per_head_tables = sc.per_head;
+  c.scheme.key_term = sc.key_term;
+  c.scheme.value_term = sc.value_term;
   c.dropout = sc.dropout;
-  c.rope_interleaved = sc.rope_interleaved;
+  c.scheme.rope_layout =
+      sc.rope_interleaved ? RopeLayout::kInterleaved : RopeLayout::kSplitHalves;
   return c;
 }
 
@@ -123,7 +124,7 @@ TEST(TransformerTest, FloatModelMatchesDoubleModel) {
     c.d_model = 32;
     c.heads = 4;
     c.d_ff = 48;
-    c.max_distance = 3;
+    c.scheme.max_distance = 3;
     testing::ExpectFloatMatchesDouble(c, TinyBatch(), 0.0, sc.name);
   }
 }
@@ -158,7 +159,7 @@ TEST(TransformerTest, DeterministicForSeed) {
 TEST(TransformerTest, ParameterNamesAndShapes) {
   ModelConfig c = Tiny(Arch::kEncoder, PositionScheme::kRelative);
   c.layers = 1;
-  c.per_head_tables = true;
+  c.scheme.per_head_tables = true;
   Transformer m(c);
   std::vector<std::string> names;
   for (const auto& p : m.parameters()) names.push_back(p.name);
@@ -216,7 +217,7 @@ TEST(TransformerTest, ParameterNamesAndShapes) {
   EXPECT_EQ(learned.FindParameter("blocks.0.attn.rel_k"), -1);
   // Shared tables are [2k+1, dh]; a switched-off term has no tensor.
   ModelConfig keys = Tiny(Arch::kEncoder, PositionScheme::kRelative);
-  keys.value_term = false;
+  keys.scheme.value_term = false;
   Transformer km(keys);
   EXPECT_EQ(km.parameters()[km.FindParameter("blocks.1.attn.rel_k")].shape,
             (std::vector<int64_t>{5, 4}));
@@ -245,8 +246,8 @@ TEST(TransformerTest, SchemeTensorsNamesAndShapes) {
   const Transformer none(Tiny(Arch::kEncoder, PositionScheme::kNone));
   for (const Want& w : wants) {
     ModelConfig c = Tiny(Arch::kEncoder, w.scheme);
-    c.k_left = 2;
-    c.k_right = 2;
+    c.scheme.k_left = 2;
+    c.scheme.k_right = 2;
     const Transformer m(c);
     int64_t extra = 0;
     for (int64_t l = 0; l < c.layers; ++l) {
@@ -347,7 +348,7 @@ TEST(TransformerTest, DecayIsDeclaredPerParameter) {
     ModelConfig c = ConfigFor(sc);
     // Both table layouts overall, where the scheme has Shaw's tables.
     if (FindScheme(c.position).Reads(SchemeSetting::kPerHeadTables)) {
-      c.per_head_tables = !c.per_head_tables;
+      c.scheme.per_head_tables = !c.scheme.per_head_tables;
     }
     Transformer m(c);
     for (const Parameter& p : m.parameters()) {
@@ -461,11 +462,11 @@ TEST(TransformerTest, RelativeTablesFollowInitScale) {
   // rel_init_scale multiplies the Xavier std sqrt(2 / (rows + d)); a scale of
   // 0 gives zero tables, and doubling it doubles every entry (same stream).
   ModelConfig c = Tiny(Arch::kEncoder, PositionScheme::kRelative);
-  c.rel_init_scale = 1.0;
+  c.scheme.rel_init_scale = 1.0;
   Transformer one(c);
-  c.rel_init_scale = 2.0;
+  c.scheme.rel_init_scale = 2.0;
   Transformer two(c);
-  c.rel_init_scale = 0.0;
+  c.scheme.rel_init_scale = 0.0;
   Transformer zero(c);
   const int64_t i = one.FindParameter("blocks.0.attn.rel_v");
   const auto& a = one.parameters()[i].value;
@@ -487,8 +488,8 @@ TEST(TransformerTest, RelativeWithBothTermsOffIsPlainAttention) {
   // Shaw's "neither" ablation: no tables, and the same function as `none`
   // (same tensor names, hence the same initial values).
   ModelConfig c = Tiny(Arch::kDecoder, PositionScheme::kRelative);
-  c.key_term = false;
-  c.value_term = false;
+  c.scheme.key_term = false;
+  c.scheme.value_term = false;
   BasicTransformer<double> neither(c);
   BasicTransformer<double> none(Tiny(Arch::kDecoder, PositionScheme::kNone));
   EXPECT_EQ(neither.FindParameter("blocks.0.attn.rel_k"), -1);

@@ -46,9 +46,9 @@ model::ModelConfig TinyModel(
   m.heads = 2;
   m.layers = 1;
   m.d_ff = 32;
-  m.max_len = 64;
+  m.scheme.max_len = 64;
   m.position = pos;
-  m.max_distance = 4;
+  m.scheme.max_distance = 4;
   return m;
 }
 
@@ -133,10 +133,10 @@ TEST(Checkpoint, EverySchemeSavesLoadsAndEvaluatesIdentically) {
       const std::string dir = TempDir("scheme_" + name);
       model::ModelConfig m = TinyModel(p);
       m.arch = arch;
-      m.num_buckets = 8;
-      m.bucket_max_distance = 6;
-      m.k_left = 3;
-      m.k_right = 1;
+      m.scheme.num_buckets = 8;
+      m.scheme.bucket_max_distance = 6;
+      m.scheme.k_left = 3;
+      m.scheme.k_right = 1;
       TrainConfig tc = TinyTrain();
       Trainer t(m, tc);
       RunOptions o;

@@ -20,11 +20,11 @@ void CheckEvalLengths(const model::ModelConfig& m, const DataSource& data,
                                    << "] for task '" << data.name() << "'");
     const int64_t tokens = data.SequenceLength(n);
     RELPOS_CHECK_ARG(
-        !model::HasLearnedInputTable(m) || tokens <= m.max_len,
+        !model::HasLearnedInputTable(m) || tokens <= m.scheme.max_len,
         "lengths: length " << n << " needs " << tokens
                              << " positions but the learned table "
                                 "has max_len "
-                             << m.max_len << " rows");
+                             << m.scheme.max_len << " rows");
   }
 }
 

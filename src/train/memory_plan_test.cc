@@ -48,7 +48,7 @@ model::ModelConfig Small(model::PositionScheme p) {
   c.layers = 2;
   c.d_ff = 32;
   c.position = p;
-  c.max_distance = 4;
+  c.scheme.max_distance = 4;
   return c;
 }
 
@@ -165,7 +165,7 @@ TEST(MemoryPlan, GrowsWithWhatARunAllocates) {
             PlanGeneration(c, 1, 64, true, 1).total());
   // The config: 7 layers of 2^20-distance tables, ~470M floats.
   model::ModelConfig big = Small(model::PositionScheme::kShaw);
-  big.max_distance = 1 << 20;
+  big.scheme.max_distance = 1 << 20;
   big.layers = 7;
   big.d_model = 64;
   big.heads = 4;

@@ -44,13 +44,13 @@ model::ModelConfig SmallSeq2seq(PositionScheme pos) {
   m.heads = 4;
   m.layers = 2;
   m.d_ff = 64;
-  m.max_len = 64;
+  m.scheme.max_len = 64;
   m.position = pos;
-  m.max_distance = 4;
-  m.num_buckets = 8;
-  m.bucket_max_distance = 6;
-  m.k_left = 3;
-  m.k_right = 1;
+  m.scheme.max_distance = 4;
+  m.scheme.num_buckets = 8;
+  m.scheme.bucket_max_distance = 6;
+  m.scheme.k_left = 3;
+  m.scheme.k_right = 1;
   return m;
 }
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "base/check.h"
+#include "model/arch.h"
 #include "model/positions.h"
 #include "relpos/schemes.h"
 
@@ -100,11 +101,8 @@ void StackTables(const model::ModelConfig& c, const std::string& prefix,
 
 std::vector<RelativeTable> RelativeTables(const model::ModelConfig& c) {
   std::vector<RelativeTable> tables;
-  if (c.arch == model::Arch::kSeq2seq) {
-    StackTables(model::EncoderSide(c), "encoder.", /*source=*/true, &tables);
-    StackTables(model::DecoderSide(c), "decoder.", false, &tables);
-  } else {
-    StackTables(c, "", false, &tables);
+  for (const model::StackInfo& stack : model::Stacks(c)) {
+    StackTables(stack.side, stack.prefix, stack.over_source, &tables);
   }
   return tables;
 }

@@ -44,11 +44,11 @@ TEST(RelativeTables, MatchTheModelsParametersForEveryScheme) {
       c.layers = 2;
       c.d_ff = 8;
       c.position = s;
-      c.max_distance = 3;
-      c.k_left = 5;
-      c.k_right = 2;
-      c.num_buckets = 10;
-      c.bucket_max_distance = 40;
+      c.scheme.max_distance = 3;
+      c.scheme.k_left = 5;
+      c.scheme.k_right = 2;
+      c.scheme.num_buckets = 10;
+      c.scheme.bucket_max_distance = 40;
       const model::BasicTransformer<double> m(c);
       const std::vector<RelativeTable> tables = RelativeTables(c);
       const bool learned_rows = s == PositionScheme::kShaw ||
@@ -191,7 +191,7 @@ TEST(SignalStats, TablesOfAConfig) {
   c.layers = 2;
   c.heads = 4;
   c.d_model = 32;
-  c.max_distance = 5;
+  c.scheme.max_distance = 5;
   std::vector<RelativeTable> t = RelativeTables(c);
   ASSERT_EQ(t.size(), 4u);
   EXPECT_EQ(t[0].parameter, "blocks.0.attn.rel_k");
@@ -201,8 +201,8 @@ TEST(SignalStats, TablesOfAConfig) {
   EXPECT_EQ(t[0].heads, 1);
   EXPECT_EQ(t[0].width, 8);
   EXPECT_EQ(t[0].map.rows, 11);
-  c.value_term = false;
-  c.per_head_tables = true;
+  c.scheme.value_term = false;
+  c.scheme.per_head_tables = true;
   t = RelativeTables(c);
   ASSERT_EQ(t.size(), 2u);
   EXPECT_EQ(t[1].parameter, "blocks.1.attn.rel_k");
@@ -218,8 +218,8 @@ model::ModelConfig TinyModel(model::Arch arch, bool per_head) {
   m.heads = 2;
   m.layers = 2;
   m.d_ff = 32;
-  m.max_distance = 16;  // > every distance of 8-token sequences
-  m.per_head_tables = per_head;
+  m.scheme.max_distance = 16;  // > every distance of 8-token sequences
+  m.scheme.per_head_tables = per_head;
   return m;
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/check.h"
+#include "model/arch.h"
 #include "model/positions.h"
 #include "data/tasks/text_corpus.h"
 #include "train/lengths.h"
@@ -238,12 +239,13 @@ void CheckModelAndData(const model::ModelConfig& m, const TrainConfig& t,
                        << m.vocab_size << " does not match task '"
                        << data.name() << "' (" << data.vocab_size() << ")");
   const bool pairs = data.pairs() != nullptr;
-  RELPOS_CHECK_ARG(!pairs || m.arch == model::Arch::kSeq2seq,
+  const bool source = model::Describe(m.arch).source;
+  RELPOS_CHECK_ARG(!pairs || source,
                    "task '" << data.name()
                             << "' maps a source to a target and needs arch "
                                "seq2seq (got "
                             << model::ToString(m.arch) << ")");
-  RELPOS_CHECK_ARG(pairs || m.arch != model::Arch::kSeq2seq,
+  RELPOS_CHECK_ARG(pairs || !source,
                    "arch seq2seq needs a source-target task (s2s_copy, "
                    "s2s_reverse, s2s_duplicate, s2s_difference, translate); "
                    "task '"
@@ -257,8 +259,8 @@ void CheckModelAndData(const model::ModelConfig& m, const TrainConfig& t,
                        << "'");
   const int64_t longest = data.SequenceLength(t.train_max_length);
   RELPOS_CHECK_ARG(
-      !model::HasLearnedInputTable(m) || longest <= m.max_len,
-      "learned positions: max_len " << m.max_len
+      !model::HasLearnedInputTable(m) || longest <= m.scheme.max_len,
+      "learned positions: max_len " << m.scheme.max_len
                                     << " is shorter than the longest "
                                        "training sequence ("
                                     << longest << " tokens)");

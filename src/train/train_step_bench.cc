@@ -75,8 +75,8 @@ void BM_TrainStep(benchmark::State& state, PositionScheme position) {
   c.layers = EnvOr("RELPOS_BENCH_LAYERS", 2);
   c.d_ff = EnvOr("RELPOS_BENCH_D_FF", 2048);
   c.position = position;
-  c.max_distance = EnvOr("RELPOS_BENCH_K", 16);
-  c.max_len = 4096;
+  c.scheme.max_distance = EnvOr("RELPOS_BENCH_K", 16);
+  c.scheme.max_len = 4096;
   c.seed = 1;
   Transformer model(c);
   Batch b;
@@ -167,7 +167,7 @@ void BM_Seq2seqTrainStep(benchmark::State& state, PositionScheme position) {
   c.layers = EnvOr("RELPOS_BENCH_LAYERS", 3);
   c.d_ff = EnvOr("RELPOS_BENCH_D_FF", 1024);
   c.position = position;
-  c.max_distance = EnvOr("RELPOS_BENCH_K", 16);
+  c.scheme.max_distance = EnvOr("RELPOS_BENCH_K", 16);
   const char* dropout = std::getenv("RELPOS_BENCH_DROPOUT");
   c.dropout = dropout == nullptr ? 0.1 : std::atof(dropout);
   c.seed = 1;

@@ -127,9 +127,9 @@ model::ModelConfig SmallModel(model::PositionScheme pos) {
   m.heads = 4;
   m.layers = 2;
   m.d_ff = 64;
-  m.max_len = 256;
+  m.scheme.max_len = 256;
   m.position = pos;
-  m.max_distance = 4;
+  m.scheme.max_distance = 4;
   return m;
 }
 

@@ -26,7 +26,7 @@ HeldOutSet::HeldOutSet(const DataSource& data, const model::ModelConfig& model,
     const int64_t source = static_cast<int64_t>(p.source_ids.size());
     const int64_t decoder = static_cast<int64_t>(p.target_ids.size()) + 1;
     if (model::HasLearnedInputTable(model) &&
-        (source > model.max_len || decoder > model.max_len)) {
+        (source > model.scheme.max_len || decoder > model.scheme.max_len)) {
       ++skipped_;
       continue;
     }

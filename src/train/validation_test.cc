@@ -125,11 +125,12 @@ TEST_F(ValidationTest, HeldOutLossIsThePlainLossOfEveryHeldOutPair) {
         static_cast<int64_t>(p.target_ids.size()) + 1));
   }
   std::sort(sizes.begin(), sizes.end());
-  learned.max_len = sizes[sizes.size() / 2];
+  learned.scheme.max_len = sizes[sizes.size() / 2];
   const HeldOutSet some(t.data(), learned, 8, 20);
   EXPECT_EQ(some.skipped(),
-            std::count_if(sizes.begin(), sizes.end(),
-                          [&](int64_t n) { return n > learned.max_len; }));
+            std::count_if(sizes.begin(), sizes.end(), [&](int64_t n) {
+              return n > learned.scheme.max_len;
+            }));
   EXPECT_GT(some.skipped(), 0);
   EXPECT_EQ(some.pairs() + some.skipped(), batched.pairs());
   // Only a translation corpus has this held-out split.

@@ -22,8 +22,8 @@ published formulas (not from relpos's C++):
 Storing 2^21 + 1 buckets per configuration would take megabytes, so each
 configuration is stored run-length encoded: the first distance of every run
 of equal buckets (the buckets are piecewise constant in r) and its bucket.
-The C++ test (src/op/position_schemes_test.cc) expands the runs and compares
-every distance.
+The C++ test (src/op/schemes/position_schemes_test.cc) expands the runs and
+compares every distance.
 
 Run with Debian's python3 (it has numpy), from the repository root:
 

@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "base/io/file_io.h"
 #include "base/io/settings.h"
+#include "model/arch.h"
 #include "model/model_config.h"
 #include "train/data_source.h"
 
@@ -245,7 +246,7 @@ void ExperimentConfig::Resolve() {
   const std::unique_ptr<train::DataSource> data = train::MakeDataSource(t.data);
   m.vocab_size = data->vocab_size();
   if (!Given(kModel, "arch")) m.arch = data->default_arch();
-  if (!Given(kTrain, "label_smoothing") && m.arch == model::Arch::kSeq2seq) {
+  if (!Given(kTrain, "label_smoothing") && model::Describe(m.arch).source) {
     t.label_smoothing = train::kSeq2seqLabelSmoothing;
   }
   model::Validate(m);

@@ -15,6 +15,7 @@
 #include "base/check.h"
 #include "base/rng.h"
 #include "relpos/error.h"
+#include "model/arch.h"
 #include "model/decoder_session.h"
 #include "model/positions.h"
 #include "model/quantized_linears.h"
@@ -34,7 +35,8 @@ void CheckRequest(const model::Transformer& t, const ExperimentConfig& config,
                    "generation needs a byte-level language model (train.task "
                    "lm); this checkpoint's task is "
                        << task);
-  RELPOS_CHECK_ARG(c.arch == model::Arch::kDecoder,
+  const model::ArchInfo& arch = model::Describe(c.arch);
+  RELPOS_CHECK_ARG(arch.causal && !arch.source,
                    "generation needs a decoder model (model.arch decoder); "
                    "this checkpoint's arch is "
                        << model::ToString(c.arch));
@@ -70,17 +72,17 @@ void CheckRequest(const model::Transformer& t, const ExperimentConfig& config,
                                                 << kMaxGenerateTokens
                                                 << " accepted");
   if (model::HasLearnedInputTable(c)) {
-    RELPOS_CHECK_ARG(n <= c.max_len,
+    RELPOS_CHECK_ARG(n <= c.scheme.max_len,
                      "prompt is " << n
                                   << " bytes, longer than the model allows: "
                                      "learned positions end at max_len = "
-                                  << c.max_len);
-    RELPOS_CHECK_ARG(n + o.max_new_tokens <= c.max_len,
+                                  << c.scheme.max_len);
+    RELPOS_CHECK_ARG(n + o.max_new_tokens <= c.scheme.max_len,
                      "max_new_tokens "
                          << o.max_new_tokens << " with the prompt's " << n
-                         << " bytes exceeds max_len = " << c.max_len
+                         << " bytes exceeds max_len = " << c.scheme.max_len
                          << " (learned positions); at most "
-                         << c.max_len - n << " new bytes fit");
+                         << c.scheme.max_len - n << " new bytes fit");
   }
 }
 

@@ -10,6 +10,7 @@
 #include "lab/api/internal.h"
 #include "base/check.h"
 #include "base/rng.h"
+#include "model/arch.h"
 #include "model/beam_search.h"
 #include "model/quantized_linears.h"
 #include "train/checkpoint.h"
@@ -298,7 +299,7 @@ std::vector<Translation> Model::Translate(
   o.bos = options.bos;
   o.eos = options.eos;
   const model::Transformer& t = *impl_->transformer;
-  RELPOS_CHECK_ARG(t.config().arch == model::Arch::kSeq2seq,
+  RELPOS_CHECK_ARG(model::Describe(t.config().arch).source,
                    "translation needs a seq2seq model; this model's arch is "
                        << model::ToString(t.config().arch));
   if (o.bos < 0 || o.eos < 0) {
@@ -348,7 +349,7 @@ std::vector<Translation> Model::Translate(
 }
 
 std::pair<int32_t, int32_t> Model::BosEos() const {
-  RELPOS_CHECK_ARG(impl_->transformer->config().arch == model::Arch::kSeq2seq,
+  RELPOS_CHECK_ARG(model::Describe(impl_->transformer->config().arch).source,
                    "BOS / EOS: this model's arch is "
                        << model::ToString(impl_->transformer->config().arch)
                        << ", not seq2seq");

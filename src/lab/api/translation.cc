@@ -8,6 +8,7 @@
 
 #include "lab/api/internal.h"
 #include "base/check.h"
+#include "model/arch.h"
 #include "relpos/lab/metrics.h"
 #include "relpos/lab/parallel_text.h"
 #include "train/lengths.h"
@@ -28,7 +29,7 @@ Vocabulary VocabularyOf(const Model& model) {
                    "not a translation checkpoint: its task is '"
                        << c.train.data.task << "' (translation needs task "
                        << translate::kTranslateTask << ")");
-  RELPOS_CHECK_ARG(c.model.arch == model::Arch::kSeq2seq,
+  RELPOS_CHECK_ARG(model::Describe(c.model.arch).source,
                    "not a translation checkpoint: its arch is "
                        << model::ToString(c.model.arch));
   if (c.train.data.vocabulary.empty()) {
@@ -49,7 +50,7 @@ Vocabulary VocabularyOf(const Model& model) {
 int64_t MaxSourceTokens(const Model& model) {
   const model::ModelConfig& m = Internals(model.config()).model;
   return m.position == model::PositionScheme::kLearned
-             ? m.max_len
+             ? m.scheme.max_len
              : kMaxTranslationSourceTokens;
 }
 

@@ -320,21 +320,6 @@ TEST(EmbeddingTest, GradientsWithRepeatedAndPaddingTokens) {
   }
 }
 
-TEST(PositionEncodingTest, SinusoidalValues) {
-  const int64_t len = 5, dim = 6;
-  std::vector<double> t(len * dim);
-  SinusoidalTable<double>(len, dim, t.data());
-  for (int64_t c = 0; c < dim; ++c) EXPECT_EQ(t[c], c % 2 == 0 ? 0.0 : 1.0);
-  // Position 3, pair 1 (dims 2 and 3): frequency 10000^(-2/6).
-  const double f = std::pow(10000.0, -2.0 / 6.0);
-  EXPECT_NEAR(t[3 * dim + 2], std::sin(3 * f), 1e-15);
-  EXPECT_NEAR(t[3 * dim + 3], std::cos(3 * f), 1e-15);
-  // A longer table extends a shorter one (the model caches it).
-  std::vector<double> longer(9 * dim);
-  SinusoidalTable<double>(9, dim, longer.data());
-  for (int64_t i = 0; i < len * dim; ++i) EXPECT_EQ(longer[i], t[i]);
-}
-
 TEST(PositionEncodingTest, AddPositionGradient) {
   Rng rng(7);
   const PositionShape s{3, 4, 5};

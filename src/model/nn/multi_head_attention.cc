@@ -8,7 +8,7 @@
 #include "model/nn/linear.h"
 #include "model/nn/matmul.h"
 #include "base/threads.h"
-#include "model/nn/position_encoding.h"
+#include "relpos/position_schemes.h"
 
 namespace relpos::nn {
 
@@ -73,7 +73,7 @@ void XlAttentionTables(const MhaWeights<T>& w, int64_t d_model, int64_t heads,
   const int64_t d = d_model, H = heads, dh = d / heads, rows = 2 * k + 1;
   if (static_cast<int64_t>(c->xl_r.size()) != rows * d) {
     c->xl_r.resize(rows * d);
-    XlSinusoidTable<T>(k, d, c->xl_r.data());
+    XlSinusoidTable(k, d, c->xl_r.data());
   }
   std::vector<T> flat(rows * d);
   Matmul<T>(Trans::kNo, Trans::kYes, rows, d, d, T(1), c->xl_r.data(), d,

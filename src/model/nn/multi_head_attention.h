@@ -38,10 +38,11 @@ struct MhaPositions {
   RopeLayout rope_layout = RopeLayout::kSplitHalves;
   // Transformer-XL (docs/math.md section 8): the per-head key table
   // AK_h[r + k] = W_h R_{-r}, k = attention.max_distance, is built on every
-  // call from MhaWeights::xl_w and XL's fixed sinusoids R (XlSinusoidTable);
-  // the queries get + u_h (content term), the position term pb = v - u. The
-  // attention options must have per_head_tables, key_term,
-  // position_query_bias and no value term (model/positions.h sets them).
+  // call from MhaWeights::xl_w and XL's fixed sinusoids R
+  // (relpos::XlSinusoidTable); the queries get + u_h (content term), the
+  // position term pb = v - u. The attention options must have
+  // per_head_tables, key_term, position_query_bias and no value term
+  // (model/positions.h sets them).
   bool xl = false;
 };
 

@@ -14,6 +14,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "support/attention_cases.h"
@@ -123,46 +125,57 @@ TEST(Schemes, SettingsEachSchemeReads) {
     for (const Scheme& s : Schemes()) read = read || s.Reads(setting);
     EXPECT_TRUE(read) << SettingKey(setting);
   }
-  EXPECT_EQ(keys.size(), 12u);
+  EXPECT_EQ(keys.size(), AllSchemeSettings().size());
 }
 
 // The registry's defaults as docs/settings.md writes them.
 std::string DefaultText(S setting) {
   const SchemeSettings& d = kDefaultSchemeSettings;
-  auto number = [](double x) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", x);
-    return std::string(buf);
-  };
-  auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
-  switch (setting) {
-    case S::kMaxLen:
-      return std::to_string(d.max_len);
-    case S::kMaxDistance:
-      return std::to_string(d.max_distance);
-    case S::kKLeft:
-      return std::to_string(d.k_left);
-    case S::kKRight:
-      return std::to_string(d.k_right);
-    case S::kNumBuckets:
-      return std::to_string(d.num_buckets);
-    case S::kBucketMaxDistance:
-      return std::to_string(d.bucket_max_distance);
-    case S::kRopeBase:
-      return number(d.rope_base);
-    case S::kRopeLayout:
-      return d.rope_layout == RopeLayout::kSplitHalves ? "split_halves"
-                                                       : "interleaved";
-    case S::kKeyTerm:
-      return flag(d.key_term);
-    case S::kValueTerm:
-      return flag(d.value_term);
-    case S::kPerHeadTables:
-      return flag(d.per_head_tables);
-    case S::kRelInitScale:
-      return number(d.rel_init_scale);
+  return std::visit(
+      [&](auto member) -> std::string {
+        const auto value = d.*member;
+        using T = std::remove_cvref_t<decltype(value)>;
+        if constexpr (std::is_same_v<T, RopeLayout>) {
+          return value == RopeLayout::kSplitHalves ? "split_halves"
+                                                   : "interleaved";
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return value ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, double>) {
+          char buf[32];
+          std::snprintf(buf, sizeof buf, "%g", value);
+          return buf;
+        } else {
+          return std::to_string(value);
+        }
+      },
+      FindSchemeSetting(setting).member);
+}
+
+// The rows: one per setting in id order, unique keys with help, and a
+// stored config's range inside the layer's (a config that passes its own
+// checks never fails the registry's on a range).
+TEST(Schemes, SettingRows) {
+  ASSERT_EQ(SchemeSettingInfos().size(), AllSchemeSettings().size());
+  for (size_t i = 0; i < SchemeSettingInfos().size(); ++i) {
+    const SchemeSettingInfo& info = SchemeSettingInfos()[i];
+    EXPECT_EQ(static_cast<size_t>(info.id), i) << info.key;
+    EXPECT_EQ(AllSchemeSettings()[i], info.id) << info.key;
+    EXPECT_EQ(&FindSchemeSetting(info.id), &info) << info.key;
+    EXPECT_EQ(SettingKey(info.id), std::string(info.key));
+    EXPECT_NE(std::string(info.help), "") << info.key;
+    const SettingRange &r = info.range, &c = info.config_range;
+    if (r.bounded()) {
+      EXPECT_TRUE(c.lo > r.lo || (c.lo == r.lo && (c.lo_open || !r.lo_open)))
+          << info.key;
+      EXPECT_TRUE(c.hi < r.hi || (c.hi == r.hi && (c.hi_open || !r.hi_open)))
+          << info.key;
+    }
   }
-  return "";
+  // A row's member is its own field (DefaultsMatchDocsSettings compares
+  // every row's default with docs/settings.md).
+  EXPECT_EQ(DefaultText(S::kMaxDistance), "16");
+  EXPECT_EQ(DefaultText(S::kKLeft), "64");
+  EXPECT_EQ(DefaultText(S::kRopeLayout), "split_halves");
 }
 
 TEST(Schemes, DefaultsMatchDocsSettings) {

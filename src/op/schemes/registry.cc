@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include "base/check.h"
 #include "relpos/position_schemes.h"
@@ -28,48 +31,50 @@ constexpr int64_t kMaxLen = int64_t{1} << 24;
   RELPOS_CHECK_ARG(condition,                           \
                    "position scheme '" << (scheme) << "': " << message)
 
-void CheckReach(const char* scheme, const char* key, int64_t value) {
-  RELPOS_CHECK_SCHEME(value >= 0 && value <= kMaxReach, scheme,
-                      key << " must be in [0, 2^24] (got " << value << ")");
+// A bound as the messages write it: 2^k for the large powers of two.
+std::string BoundText(double x) {
+  const int64_t i = static_cast<int64_t>(x);
+  if (static_cast<double>(i) == x && i > 65536 && (i & (i - 1)) == 0) {
+    int k = 0;
+    while ((int64_t{1} << k) != i) ++k;
+    return "2^" + std::to_string(k);
+  }
+  std::ostringstream os;
+  os << x;
+  return os.str();
 }
 
-// The range of one setting the scheme reads.
-void CheckSetting(const char* scheme, SchemeSetting id,
+// The range of one setting the scheme reads (SchemeSettingInfo::range), if
+// it has one: "KEY must be in [lo, hi] (got v)", or "must be finite and >
+// lo" for a real without an upper bound.
+void CheckSetting(const char* scheme, const SchemeSettingInfo& info,
                   const SchemeSettings& s) {
-  const char* key = SettingKey(id);
-  switch (id) {
-    case SchemeSetting::kMaxLen:
-      RELPOS_CHECK_SCHEME(
-          s.max_len >= 1 && s.max_len <= kMaxLen, scheme,
-          key << " must be in [1, 2^24] (got " << s.max_len << ")");
-      break;
-    case SchemeSetting::kMaxDistance:
-      CheckReach(scheme, key, s.max_distance);
-      break;
-    case SchemeSetting::kKLeft:
-      CheckReach(scheme, key, s.k_left);
-      break;
-    case SchemeSetting::kKRight:
-      CheckReach(scheme, key, s.k_right);
-      break;
-    case SchemeSetting::kRopeBase:
-      RELPOS_CHECK_SCHEME(
-          std::isfinite(s.rope_base) && s.rope_base > 0, scheme,
-          key << " must be finite and > 0 (got " << s.rope_base << ")");
-      break;
-    case SchemeSetting::kRelInitScale:
-      RELPOS_CHECK_SCHEME(
-          std::isfinite(s.rel_init_scale) && s.rel_init_scale >= 0, scheme,
-          key << " must be finite and >= 0 (got " << s.rel_init_scale << ")");
-      break;
-    case SchemeSetting::kNumBuckets:         // CheckT5Buckets
-    case SchemeSetting::kBucketMaxDistance:  // CheckT5Buckets
-    case SchemeSetting::kRopeLayout:         // an enum: always valid
-    case SchemeSetting::kKeyTerm:
-    case SchemeSetting::kValueTerm:
-    case SchemeSetting::kPerHeadTables:
-      break;
-  }
+  const SettingRange& r = info.range;
+  if (!r.bounded()) return;
+  std::visit(
+      [&](auto member) {
+        using T = std::remove_cvref_t<decltype(s.*member)>;
+        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
+          const T v = s.*member;
+          const double x = static_cast<double>(v);
+          const bool ok = std::isfinite(x) &&
+                          (r.lo_open ? x > r.lo : x >= r.lo) &&
+                          (r.hi_open ? x < r.hi : x <= r.hi);
+          if (std::isinf(r.hi)) {
+            RELPOS_CHECK_SCHEME(
+                ok, scheme,
+                info.key << " must be finite and " << (r.lo_open ? "> " : ">= ")
+                         << BoundText(r.lo) << " (got " << v << ")");
+          } else {
+            RELPOS_CHECK_SCHEME(
+                ok, scheme,
+                info.key << " must be in " << (r.lo_open ? "(" : "[")
+                         << BoundText(r.lo) << ", " << BoundText(r.hi)
+                         << (r.hi_open ? ")" : "]") << " (got " << v << ")");
+          }
+        }
+      },
+      info.member);
 }
 
 // T5's buckets of the layer: bidirectional unless causal (Hugging Face T5's
@@ -407,43 +412,108 @@ Scheme XlEntry() {
 
 }  // namespace
 
+const std::vector<SchemeSettingInfo>& SchemeSettingInfos() {
+  using S = SchemeSetting;
+  using Set = SchemeSettings;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  // A stored config's caps (a model config from an untrusted checkpoint):
+  // reaches to 2^20, buckets to 2^16, RoPE's base to 2^40.
+  constexpr double kConfigReach = double(int64_t{1} << 20);
+  constexpr double kConfigBuckets = 65536;
+  constexpr double kConfigRopeBase = double(int64_t{1} << 40);
+  const SettingRange reach{0, double(kMaxReach)}, config_reach{0, kConfigReach};
+  static const std::vector<SchemeSettingInfo> rows = {
+      {.id = S::kMaxLen,
+       .key = "max_len",
+       .help = "Rows of the learned absolute position table",
+       .member = &Set::max_len,
+       .range = {1, double(kMaxLen)},
+       .config_range = {1, double(kMaxLen)}},
+      {.id = S::kMaxDistance,
+       .key = "max_distance",
+       .help = "shaw: clipping distance k of relative positions",
+       .member = &Set::max_distance,
+       .range = reach,
+       .config_range = config_reach},
+      {.id = S::kKLeft,
+       .key = "k_left",
+       .help = "shaw-asym: distances r <= -k_left (the past) share a row "
+               "(w2v-BERT 2.0: 64)",
+       .member = &Set::k_left,
+       .range = reach,
+       .config_range = config_reach},
+      {.id = S::kKRight,
+       .key = "k_right",
+       .help = "shaw-asym: distances r >= k_right (the future) share a row "
+               "(w2v-BERT 2.0: 8)",
+       .member = &Set::k_right,
+       .range = reach,
+       .config_range = config_reach},
+      // The layer's limits of T5's buckets are CheckT5Buckets's.
+      {.id = S::kNumBuckets,
+       .key = "num_buckets",
+       .help = "t5, shaw-log: T5 buckets (Raffel et al.: 32); bidirectional "
+               "for encoders, causal for decoders",
+       .member = &Set::num_buckets,
+       .config_range = {2, kConfigBuckets}},
+      {.id = S::kBucketMaxDistance,
+       .key = "bucket_max_distance",
+       .help = "t5, shaw-log: distance where T5's logarithmic buckets end "
+               "(Raffel et al.: 128)",
+       .member = &Set::bucket_max_distance,
+       .config_range = {2, double(kMaxLen)}},
+      {.id = S::kRopeBase,
+       .key = "rope_base",
+       .help = "rope: theta_t = base^(-2t/d_head) (Su et al.: 10000)",
+       .member = &Set::rope_base,
+       .range = {.lo = 0, .hi = kInf, .lo_open = true},
+       .config_range = {.lo = 0, .hi = kConfigRopeBase, .lo_open = true}},
+      {.id = S::kRopeLayout,
+       .key = "rope_layout",
+       .help = "rope: pairs (t, t + d/2) as GPT-NeoX / Hugging Face Llama, or "
+               "(2t, 2t+1) as the paper and GPT-J",
+       .member = &Set::rope_layout},
+      {.id = S::kKeyTerm,
+       .key = "key_term",
+       .help = "Shaw's tables: relative term inside the attention score",
+       .member = &Set::key_term},
+      {.id = S::kValueTerm,
+       .key = "value_term",
+       .help = "Shaw's tables: relative term inside the attention output",
+       .member = &Set::value_term},
+      {.id = S::kPerHeadTables,
+       .key = "per_head_tables",
+       .help = "Shaw's tables: one table pair per head (default: shared per "
+               "layer)",
+       .member = &Set::per_head_tables},
+      {.id = S::kRelInitScale,
+       .key = "rel_init_scale",
+       .help = "Multiplier on the Xavier std of the relative tables",
+       .member = &Set::rel_init_scale,
+       .range = {.lo = 0, .hi = kInf},
+       .config_range = {.lo = 0}},
+  };
+  return rows;
+}
+
+const SchemeSettingInfo& FindSchemeSetting(SchemeSetting setting) {
+  const auto i = static_cast<size_t>(setting);
+  RELPOS_CHECK_ARG(
+      i < SchemeSettingInfos().size() && SchemeSettingInfos()[i].id == setting,
+      "unknown scheme setting " << static_cast<int>(setting));
+  return SchemeSettingInfos()[i];
+}
+
 const char* SettingKey(SchemeSetting setting) {
-  switch (setting) {
-    case SchemeSetting::kMaxLen:
-      return "max_len";
-    case SchemeSetting::kMaxDistance:
-      return "max_distance";
-    case SchemeSetting::kKLeft:
-      return "k_left";
-    case SchemeSetting::kKRight:
-      return "k_right";
-    case SchemeSetting::kNumBuckets:
-      return "num_buckets";
-    case SchemeSetting::kBucketMaxDistance:
-      return "bucket_max_distance";
-    case SchemeSetting::kRopeBase:
-      return "rope_base";
-    case SchemeSetting::kRopeLayout:
-      return "rope_layout";
-    case SchemeSetting::kKeyTerm:
-      return "key_term";
-    case SchemeSetting::kValueTerm:
-      return "value_term";
-    case SchemeSetting::kPerHeadTables:
-      return "per_head_tables";
-    case SchemeSetting::kRelInitScale:
-      return "rel_init_scale";
-  }
-  return "unknown";
+  return FindSchemeSetting(setting).key;
 }
 
 const std::vector<SchemeSetting>& AllSchemeSettings() {
-  using S = SchemeSetting;
-  static const std::vector<SchemeSetting> all = {
-      S::kMaxLen,    S::kMaxDistance,   S::kKLeft,
-      S::kKRight,    S::kNumBuckets,    S::kBucketMaxDistance,
-      S::kRopeBase,  S::kRopeLayout,    S::kKeyTerm,
-      S::kValueTerm, S::kPerHeadTables, S::kRelInitScale};
+  static const std::vector<SchemeSetting> all = [] {
+    std::vector<SchemeSetting> ids;
+    for (const SchemeSettingInfo& i : SchemeSettingInfos()) ids.push_back(i.id);
+    return ids;
+  }();
   return all;
 }
 
@@ -514,7 +584,8 @@ void Scheme::Validate(const SchemeLayer& l) const {
       "position scheme '" << name << "': heads and head width must be >= 1 "
                           << "with heads x head width <= 2^24 (got " << l.heads
                           << " x " << l.head_dim << ")");
-  for (SchemeSetting s : settings) CheckSetting(name, s, l.settings);
+  for (SchemeSetting s : settings)
+    CheckSetting(name, FindSchemeSetting(s), l.settings);
   if (check != nullptr) check(l);
 }
 
