@@ -55,20 +55,10 @@ from typing import Mapping, NamedTuple, Optional, Union
 import numpy as np
 
 from . import ClipBuckets, T5Buckets, attention, t5_bucket
+from .position_schemes import xl_sinusoids as _xl_sinusoids
 
 __all__ = ["LoadedAttention", "from_opennmt", "from_t5",
            "from_wav2vec2_bert", "from_wav2vec2_conformer"]
-
-
-def _xl_sinusoids(k, dim):
-    """Transformer-XL's encodings R_{-r} for r = -k .. k (row r + k), float64:
-    sin(x f_t) for t < dim/2, then cos(x f_t), x = -r, f_t =
-    10000^(-2t/dim); the numpy twin of relpos.torch's (same layout)."""
-    x = np.arange(k, -k - 1, -1, dtype=np.float64)
-    t = np.arange(dim // 2, dtype=np.float64)
-    freq = np.exp(-math.log(10000.0) * 2.0 * t / dim)
-    angles = x[:, None] * freq[None, :]
-    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
 
 
 class LoadedAttention(NamedTuple):
@@ -237,8 +227,8 @@ class LoadedAttention(NamedTuple):
         ak, pb = t(self.ak), None
         if self.xl_weight is not None:
             reach = kw["max_distance"]
-            r = rtorch._xl_sinusoids(reach, self.xl_weight.shape[1],
-                                     torch.float64, x.device)
+            r = torch.from_numpy(
+                _xl_sinusoids(reach, self.xl_weight.shape[1])).to(x.device)
             flat = r @ torch.from_numpy(
                 np.asarray(self.xl_weight, np.float64)).t()
             ak = flat.view(2 * reach + 1, h, d).transpose(0, 1) \
