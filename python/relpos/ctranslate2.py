@@ -86,6 +86,7 @@ import numpy as np
 
 from . import position_schemes as _schemes
 from . import _relpos_ext as _ext
+from ._convert import UnsupportedModelError
 
 __all__ = ["QUANTIZATIONS", "UnsupportedModelError", "build_spec", "export",
            "main",
@@ -111,10 +112,6 @@ _POSITIONS = ("none", "sinusoidal", "learned", "shaw", "shaw-asym")
 # --quantization take.
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16",
                  "int16", "float16", "bfloat16", "float32")
-
-
-class UnsupportedModelError(ValueError):
-    """The checkpoint uses something CTranslate2 cannot represent."""
 
 
 def _require_ctranslate2():
