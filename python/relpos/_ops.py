@@ -43,9 +43,10 @@ import torch
 from torch import Tensor
 
 import relpos as _relpos
-from relpos.position_schemes import decode_buckets, encode_buckets
 from relpos._call import check_scale
 from relpos._checks import boolean, torch_tensor
+from relpos.position_schemes import decode_buckets, encode_buckets
+
 
 def _version_at_least(major, minor):
     parts = torch.__version__.split("+")[0].split(".")

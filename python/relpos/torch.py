@@ -41,6 +41,7 @@ from relpos.position_schemes import bucket_map, xl_sinusoids
 
 __all__ = ["attention", "RelativeMultiheadAttention", "SCHEMES"]
 
+
 def _numpy(name, t):
     """A contiguous numpy view (or copy) of a CPU float tensor."""
     _checks.torch_tensor("torch.attention", name, t)
