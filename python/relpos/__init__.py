@@ -46,7 +46,9 @@ from ._checks import boolean as _bool
 from ._checks import contiguous as _array
 from ._checks import float_array as _dtype_of
 from ._checks import integer as _int
+from ._call import native as native_args
 from ._call import parse as parse_call
+from ._call import per_head_tables
 # Position schemes, one module (relpos/position_schemes.py, docs/schemes.md):
 # the registry of named schemes, T5 / clip bucket maps, ALiBi slopes, RoPE.
 from .position_schemes import (
@@ -144,13 +146,7 @@ class _Call:
         self.ak = None if ak is None else _array(fn, "ak", ak, dtype, (2, 3))
         self.av = None if av is None else _array(fn, "av", av, dtype, (2, 3))
         # Shared [2k+1, d] or per-head [H, 2k+1, d]: read from the rank.
-        ranks = {t.ndim for t in (self.ak, self.av) if t is not None}
-        if len(ranks) == 2:
-            raise ValueError(
-                f"relpos.{fn}: ak has shape {self.ak.shape} and av has shape "
-                f"{self.av.shape}; both must be shared [2k+1, d] or both "
-                f"per-head [H, 2k+1, d]")
-        self.per_head_tables = ranks == {3}
+        self.per_head_tables = per_head_tables(fn, self.ak, self.av)
         self.bias = None if bias is None else _array(fn, "bias", bias, dtype,
                                                      (2,))
         self.pb = None if pb is None else _array(fn, "pb", pb, dtype, (2,))
@@ -161,26 +157,11 @@ class _Call:
                        alibi=alibi, causal=causal, key_lengths=key_lengths,
                        query_offset=query_offset, key_starts=key_starts,
                        scale=scale)
-        self.scheme = _ext.SchemeArgs()
-        if a.bucket_kind == "clip":
-            self.scheme.buckets = "clip"
-            self.scheme.clip_left, self.scheme.clip_right = a.bucket_args
-        elif a.bucket_kind == "t5":
-            self.scheme.buckets = "t5"
-            (self.scheme.t5_num_buckets, self.scheme.t5_max_distance,
-             bidirectional) = a.bucket_args
-            self.scheme.t5_bidirectional = bool(bidirectional)
-        if a.score in ("scalar_table", "alibi"):
-            self.scheme.score = a.score
-            self.scheme.alibi_slopes = a.alibi or []  # []: the paper's
+        self.scheme, self.rows = native_args(a)
         self.max_distance = a.max_distance
         self.causal = a.causal
         self.key_lengths = a.key_lengths
         self.query_offset = a.query_offset
-        self.rows = _ext.RowArgs()
-        self.rows.query_offsets = a.query_offsets
-        self.rows.key_starts = a.key_starts
-        self.rows.scale = a.scale
         self.suffix = "f32" if dtype == np.float32 else "f64"
 
     def options(self):

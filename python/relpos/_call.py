@@ -10,11 +10,11 @@ Types and the rules between arguments are checked here (max_distance or
 buckets; at most one of ak, bias, alibi; pb needs ak; one offset or one per
 batch item; a finite positive scale). Values against the tensors' shapes
 (ranges, table rows, one entry per batch item) are the C++ core's to check
-(src/op/core/attention_problem.cc, reached by the numpy path); the Triton
-path, which does not call it, repeats those value checks in
-relpos/triton/_problem.py with the core's wording, and refuses there what
-its kernels cannot do (grouped-query attention, left padding, per-row
-offsets).
+(src/op/core/attention_problem.cc), and only there: the numpy path reaches
+it through the kernels; the Triton path, which does not call them, asks it
+through check_problem (the extension's check_attention_problem, on the
+tensors' shapes) and refuses in relpos/triton/_problem.py only what its
+kernels cannot do (grouped-query attention, left padding, per-row offsets).
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from typing import List, NamedTuple, Optional
 
 import numpy as np
 
+from . import _relpos_ext as _ext
 from ._checks import boolean, integer
 from .position_schemes import bucket_map, encode_buckets
 
-__all__ = ["CallArgs", "check_scale", "parse", "per_item"]
+__all__ = ["CallArgs", "check_problem", "check_scale", "native", "parse",
+           "per_head_tables", "per_item"]
 
 
 class CallArgs(NamedTuple):
@@ -173,3 +175,62 @@ def parse(fn, *, ak=None, bias=None, pb=None, max_distance=None,
         query_offset=offset, query_offsets=offsets,
         key_starts=per_item(fn, "key_starts", key_starts),
         scale=check_scale(fn, scale))
+
+
+def per_head_tables(fn, ak, av):
+    """Whether the tables are per head ([H, nb, d], rank 3) or shared
+    ([nb, d]), read from the ranks; both tables must agree."""
+    ranks = {len(t.shape) for t in (ak, av) if t is not None}
+    if len(ranks) == 2:
+        raise ValueError(
+            f"relpos.{fn}: ak has shape {_shape(ak)} and av has shape "
+            f"{_shape(av)}; both must be shared [2k+1, d] or both per-head "
+            f"[H, 2k+1, d]")
+    return ranks == {3}
+
+
+def _shape(t):
+    return tuple(int(s) for s in t.shape) if isinstance(t, np.ndarray) \
+        else "[" + ", ".join(str(int(s)) for s in t.shape) + "]"
+
+
+def native(a):
+    """The extension's (SchemeArgs, RowArgs) of parsed options."""
+    s = _ext.SchemeArgs()
+    if a.bucket_kind == "clip":
+        s.buckets = "clip"
+        s.clip_left, s.clip_right = a.bucket_args
+    elif a.bucket_kind == "t5":
+        s.buckets = "t5"
+        s.t5_num_buckets, s.t5_max_distance, bidirectional = a.bucket_args
+        s.t5_bidirectional = bool(bidirectional)
+    if a.score in ("scalar_table", "alibi"):
+        s.score = a.score
+        s.alibi_slopes = a.alibi or []  # []: the paper's slopes
+    rows = _ext.RowArgs()
+    rows.query_offsets = a.query_offsets
+    rows.key_starts = a.key_starts
+    rows.scale = a.scale
+    return s, rows
+
+
+def check_problem(fn, a, q, k, v, ak=None, av=None, bias=None, pb=None):
+    """The C++ core's checks of a call (src/op/core/attention_problem.cc:
+    shapes against each other and the options, every range) on the
+    tensors' shapes alone, for a path that does not call the core
+    (relpos.triton); the resolved problem as a dict (heads, kv_heads,
+    table_rows, t5_reach, alibi_slopes, query_offsets, key_lengths,
+    key_starts, min_offset, max_offset). ValueError as the core words it,
+    with relpos.<fn> in front."""
+    def shape(t):
+        return None if t is None else [int(s) for s in t.shape]
+
+    scheme, rows = native(a)
+    try:
+        return _ext.check_attention_problem(
+            shape(q), shape(k), shape(v), shape(ak), shape(av), shape(bias),
+            shape(pb), a.max_distance, per_head_tables(fn, ak, av), a.causal,
+            a.key_lengths, a.query_offset, scheme, rows)
+    except ValueError as e:
+        raise ValueError(f"relpos.{fn}: "
+                         f"{str(e).removeprefix('relpos: ')}") from None

@@ -65,7 +65,7 @@ def test_refusals(kw, error, message):
         parse("f", **kw)
 
 
-def test_same_message_on_the_numpy_and_gpu_paths():
+def test_same_refusal_on_the_numpy_and_gpu_paths():
     torch = pytest.importorskip("torch")
     from relpos.triton import _problem
     if not _problem.interpreting():
@@ -75,11 +75,45 @@ def test_same_message_on_the_numpy_and_gpu_paths():
     t = torch.zeros(1, 2, 3, 4)
     for kw in (dict(max_distance=1, pb=np.zeros((2, 4), np.float32)),
                dict(max_distance=1, scale=-1.0),
-               dict(buckets=relpos.ClipBuckets(1, 1), max_distance=1)):
+               dict(buckets=relpos.ClipBuckets(1, 1), max_distance=1),
+               # The C++ core's own rules, which the GPU path asks it for
+               # (relpos._call.check_problem) on the tensors' shapes:
+               dict(max_distance=2 ** 25),
+               dict(max_distance=1, key_lengths=[9]),
+               dict(max_distance=1, alibi=[1e30, 1.0]),
+               dict(max_distance=1, alibi=[1.0]),
+               dict(max_distance=1, query_offset=2 ** 41),
+               dict(max_distance=2, ak=np.zeros((4, 4), np.float32)),
+               dict(max_distance=2, av=np.zeros((2, 5, 3), np.float32)),
+               dict(buckets=relpos.T5Buckets(3, 8)),
+               dict(buckets=relpos.ClipBuckets(2 ** 25, 0))):
         with pytest.raises((TypeError, ValueError)) as cpu:
             relpos.attention(q, q, q, **kw)
         gpu_kw = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
                   for k, v in kw.items()}
         with pytest.raises((TypeError, ValueError)) as gpu:
             _problem.prepare("attention", t, t, t, **gpu_kw)
-        assert str(cpu.value) == str(gpu.value)
+        # The numpy path shows the C++ core's own messages as "relpos: ...",
+        # the GPU path puts the function in front ("relpos.attention: ...").
+        assert str(cpu.value).split(": ", 1)[1] == \
+            str(gpu.value).split(": ", 1)[1], kw
+        assert type(cpu.value) is type(gpu.value)
+
+
+def test_check_problem_resolves_the_call():
+    from relpos._call import check_problem
+    q = np.zeros((2, 4, 3, 8), np.float32)
+    kv = np.zeros((2, 2, 5, 8), np.float32)
+    a = parse("f", buckets=relpos.T5Buckets(8, 20, False), alibi=None,
+              key_lengths=[5, 3], query_offset=4)
+    p = check_problem("f", a, q, kv, kv, np.zeros((8, 8), np.float32))
+    assert (p["heads"], p["kv_heads"], p["table_rows"]) == (4, 2, 8)
+    assert p["t5_reach"] == relpos.T5Buckets(8, 20, False).reach()[0]
+    assert (p["key_lengths"], p["query_offsets"]) == ([5, 3], [4, 4])
+    a = parse("f", max_distance=0, alibi=True)
+    p = check_problem("f", a, q, kv, kv)
+    np.testing.assert_array_equal(p["alibi_slopes"], relpos.alibi_slopes(4))
+    with pytest.raises(ValueError, match=r"^relpos\.f: k has shape "
+                       r"\[2, 3, 5, 8\] but its heads Hkv = 3 must divide "
+                       r"the heads of q, H = 4$"):
+        check_problem("f", a, q, np.zeros((2, 3, 5, 8)), kv)

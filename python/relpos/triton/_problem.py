@@ -2,11 +2,13 @@
 validated into a Call (the kernels' scalar parameters and small device
 tensors). The options go through the package's one parsing path
 (relpos/_call.py, shared with the numpy / CPU and context-parallel paths);
-here are the tensors' checks (relpos/_checks.py), the value checks of the
-C++ core that this path does not reach (shapes, ranges; the wording follows
-src/op/core/attention_problem.cc with the calling function in front) and
-the refusals of what the kernels cannot do (grouped-query attention, left
-padding, per-row offsets, distances beyond 32 bits).
+their values against the tensors' shapes are checked by the C++ core's own
+problem check (src/op/core/attention_problem.cc, through
+relpos._call.check_problem: the rules live only there, the messages are its
+own with the calling function in front). Here are only the tensors' checks
+(relpos/_checks.py) and the refusals of what the kernels cannot do
+(empty tensors, grouped-query attention, left padding, per-row offsets,
+distances beyond 32 bits).
 
 The bucket map is stored as the kernels use it (docs/math.md section 8):
 distances r <= -L share row bL, r >= R row bR, and the interior distances
@@ -28,6 +30,7 @@ import torch
 
 import relpos
 
+from .._call import check_problem, per_head_tables
 from .._call import parse as parse_call
 from .._checks import gpu_tensor
 from ..position_schemes import decode_buckets
@@ -36,9 +39,6 @@ from ._interpret import fix_bfloat16_dot
 # Score terms, as the kernels number them (_kernels.py).
 NONE, VECTOR, SCALAR, ALIBI = 0, 1, 2, 3
 
-_MAX_DISTANCE = 1 << 24      # the C++ core's kMaxDistance
-_MAX_OFFSET = 1 << 40        # the C++ core's kMaxQueryOffset
-_MAX_ALIBI = float(1 << 20)  # the C++ core's kMaxAlibiSlope
 # The kernels form distances in int32: |query_offset| + Nq + Nk (and the
 # reaches) must stay below 2^30.
 _GPU_RANGE = 1 << 30
@@ -65,12 +65,6 @@ def _check_rank(fn, name, t, rank):
         raise ValueError(f"relpos.{fn}: {name} {what}")
 
 
-def _check_dim(fn, name, t, axis, want, what):
-    if t.shape[axis] != want:
-        raise ValueError(f"relpos.{fn}: {name} has shape {_shape(t)} but "
-                         f"dim {axis} must equal {what} = {want}")
-
-
 @dataclasses.dataclass
 class Buckets:
     """The bucket map as the kernels see it (module docstring)."""
@@ -84,33 +78,17 @@ class Buckets:
     t5: Optional[relpos.T5Buckets] = None
 
 
-def _buckets(fn, a):
-    """The kernels' form of the parsed call's bucket map, with the C++
-    core's range checks."""
-    if a.bucket_kind == "":
-        k = a.max_distance
-        if k < 0:
-            raise ValueError(f"relpos.{fn}: max_distance must be >= 0 (got "
-                             f"{k})")
-        if k > _MAX_DISTANCE:
-            raise ValueError(f"relpos.{fn}: max_distance must be <= "
-                             f"{_MAX_DISTANCE} (got {k})")
-        return Buckets(2 * k + 1, "2*max_distance+1", True, k, k, 0, 2 * k)
-    if a.bucket_kind == "clip":
-        left, right = a.bucket_args
-        if left < 0 or right < 0:
-            raise ValueError(f"relpos.{fn}: buckets.clip: left and right "
-                             f"must be >= 0 (got left {left}, right "
-                             f"{right})")
-        if left > _MAX_DISTANCE or right > _MAX_DISTANCE:
-            raise ValueError(f"relpos.{fn}: buckets.clip: left and right "
-                             f"must be <= {_MAX_DISTANCE} (got left {left}, "
-                             f"right {right})")
-        return Buckets(left + right + 1,
-                       "buckets.clip.left+buckets.clip.right+1", True, left,
-                       right, 0, left + right)
+def _buckets(a, problem):
+    """The kernels' form of the call's bucket map (checked by the C++
+    core: problem is check_problem's)."""
+    if a.bucket_kind in ("", "clip"):
+        left, right = a.bucket_map().reach()
+        name = ("2*max_distance+1" if a.bucket_kind == "" else
+                "buckets.clip.left+buckets.clip.right+1")
+        return Buckets(left + right + 1, name, True, left, right, 0,
+                       left + right)
     t5 = decode_buckets(a.bucket_kind, a.bucket_args)
-    reach, _ = t5.reach()  # validates, as the C++ core
+    reach = problem["t5_reach"]
     ends = t5.bucket(np.array([-reach, reach]))
     return Buckets(t5.num_buckets, "buckets.t5.num_buckets", False,
                    reach, reach, int(ends[0]), int(ends[1]), t5)
@@ -157,88 +135,24 @@ class Call:
         return max(self.left + self.right - 1, 0)
 
 
-def _check_tables(fn, q, k, v, ak, av, bias, pb, bk):
-    b, h, _, dk = q.shape
-    _check_rank(fn, "k", k, 4)
-    _check_rank(fn, "v", v, 4)
-    _check_dim(fn, "k", k, 0, b, "batch of q")
-    hkv = k.shape[1]
-    if hkv != h and hkv > 0 and h % hkv == 0:
-        raise NotImplementedError(
-            f"relpos.{fn}: grouped-query attention (k and v with {hkv} "
-            f"heads for {h} query heads) is not implemented on the GPU path; "
-            f"repeat k and v to {h} heads (torch.repeat_interleave(k, "
-            f"{h // hkv}, dim=1)) or run on the CPU")
-    _check_dim(fn, "k", k, 1, h, "heads of q")
-    _check_dim(fn, "k", k, 3, dk, "dk of q")
-    _check_dim(fn, "v", v, 0, b, "batch of q")
-    _check_dim(fn, "v", v, 1, h, "heads of q")
-    _check_dim(fn, "v", v, 2, k.shape[2], "Nk of k")
-    ranks = {t.dim() for t in (ak, av) if t is not None}
-    if len(ranks) == 2:
-        raise ValueError(f"relpos.{fn}: ak has shape {_shape(ak)} and av has "
-                         f"shape {_shape(av)}; both must be shared [2k+1, d] "
-                         f"or both per-head [H, 2k+1, d]")
-    per_head = ranks == {3}
-    for name, t, width, wname in (("ak", ak, dk, "dk"),
-                                  ("av", av, v.shape[3], "dv")):
-        if t is None:
-            continue
-        if t.dim() not in (2, 3):
-            raise ValueError(f"relpos.{fn}: {name} must have rank 2 or 3 "
-                             f"(got shape {_shape(t)})")
-        lead = 1 if per_head else 0
-        if per_head:
-            _check_dim(fn, name, t, 0, h, "heads")
-        _check_dim(fn, name, t, lead, bk.nb, bk.rows_name)
-        _check_dim(fn, name, t, lead + 1, width, wname)
-    if bias is not None:
-        _check_rank(fn, "bias", bias, 2)
-        _check_dim(fn, "bias", bias, 0, h, "heads")
-        _check_dim(fn, "bias", bias, 1, bk.nb, bk.rows_name)
-    if pb is not None:
-        _check_rank(fn, "pb", pb, 2)
-        _check_dim(fn, "pb", pb, 0, h, "heads")
-        _check_dim(fn, "pb", pb, 1, dk, "dk")
-    return per_head
-
-
 _SCORES = {"none": NONE, "vector": VECTOR, "scalar_table": SCALAR,
            "alibi": ALIBI}
 
 
-def _slopes(fn, alibi, heads, device, dtype):
-    """The parsed slopes ([]: the paper's), checked as the C++ core does."""
-    if not alibi:
-        slopes = relpos.alibi_slopes(heads)
-    else:
-        slopes = np.asarray(alibi, np.float64)
-        if slopes.shape[0] != heads:
-            raise ValueError(f"relpos.{fn}: alibi_slopes must have one entry "
-                             f"per head (heads = {heads}, got "
-                             f"{slopes.shape[0]})")
-        for i, m in enumerate(slopes):
-            if not (math.isfinite(m) and abs(m) <= _MAX_ALIBI):
-                raise ValueError(f"relpos.{fn}: alibi_slopes[{i}] must be "
-                                 f"finite with |m| <= 2^20 (got {m})")
+def _slopes(slopes, dtype, device):
+    """The call's ALiBi slopes (resolved and checked by the C++ core)."""
     acc = torch.float64 if dtype == torch.float64 else torch.float32
     return torch.as_tensor(np.asarray(slopes, np.float64), dtype=acc,
                            device=device)
 
 
-def _lengths(fn, key_lengths, b, nk, device):
-    """The parsed key_lengths ([]: none), checked as the C++ core does, as
-    int32 on the device."""
-    if not key_lengths:  # none given ([] is none, as in the C++ core)
+def _lengths(a, problem, device):
+    """key_lengths (checked by the C++ core) as int32 on the device; None
+    when none was given."""
+    if not a.key_lengths:
         return None
-    if len(key_lengths) != b:
-        raise ValueError(f"relpos.{fn}: key_lengths must have one entry per "
-                         f"batch item (batch = {b}, got {len(key_lengths)})")
-    for i, n in enumerate(key_lengths):
-        if not 0 <= n <= nk:
-            raise ValueError(f"relpos.{fn}: key_lengths[{i}] must be in "
-                             f"[0, Nk = {nk}] (got {n})")
-    return torch.as_tensor(np.asarray(key_lengths, np.int32), device=device)
+    return torch.as_tensor(np.asarray(problem["key_lengths"], np.int32),
+                           device=device)
 
 
 def _cut_reaches(bk, nq, nk, off):
@@ -261,25 +175,30 @@ def prepare(fn, q, k, v, ak=None, av=None, bias=None, pb=None, *,
             query_offset=None, buckets=None, alibi=None, key_starts=None,
             scale=None):
     """Validates one call of relpos.torch.attention's arguments: the options
-    through the package's one parsing path (relpos/_call.py), then their
-    values against the shapes (the C++ core's checks, which this path does
-    not reach) and what the kernels cannot do."""
+    through the package's one parsing path (relpos/_call.py), their values
+    against the shapes by the C++ core's own checks (check_problem), then
+    what the kernels cannot do."""
     check_tensor(fn, "q", q)
     for name, t in (("k", k), ("v", v), ("ak", ak), ("av", av),
                     ("bias", bias), ("pb", pb)):
         if t is not None or name in ("k", "v"):
             check_tensor(fn, name, t, like=q)
-    _check_rank(fn, "q", q, 4)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_rank(fn, name, t, 4)
     a = parse_call(fn, ak=ak, bias=bias, pb=pb, max_distance=max_distance,
                    buckets=buckets, alibi=alibi, causal=causal,
                    key_lengths=key_lengths, query_offset=query_offset,
                    key_starts=key_starts, scale=scale)
-    bk = _buckets(fn, a)
-    score = _SCORES[a.score]
-    per_head = _check_tables(fn, q, k, v, ak, av, bias, pb, bk)
     b, h, nq, dk = q.shape
     nk, dv = k.shape[2], v.shape[3]
     # Capability limits of the kernels, not argument rules.
+    hkv = k.shape[1]
+    if hkv != h and hkv > 0 and h % hkv == 0:
+        raise NotImplementedError(
+            f"relpos.{fn}: grouped-query attention (k and v with {hkv} "
+            f"heads for {h} query heads) is not implemented on the GPU path; "
+            f"repeat k and v to {h} heads (torch.repeat_interleave(k, "
+            f"{h // hkv}, dim=1)) or run on the CPU")
     if key_starts is not None:
         raise NotImplementedError(
             f"relpos.{fn}: key_starts (left padding) is not implemented on "
@@ -289,15 +208,15 @@ def prepare(fn, q, k, v, ak=None, av=None, bias=None, pb=None, *,
             f"relpos.{fn}: one query_offset per batch item is not "
             f"implemented on the GPU path; give one offset, or run on the "
             f"CPU")
-    off = nk - nq if a.query_offset is None else a.query_offset
-    if abs(off) > _MAX_OFFSET:
-        raise ValueError(f"relpos.{fn}: query_offset must be within +-2^40 "
-                         f"(got {off})")
+    problem = check_problem(fn, a, q, k, v, ak, av, bias, pb)
+    off = problem["min_offset"]  # the one offset (per-row ones refused)
     if abs(off) + nq + nk >= _GPU_RANGE:
         raise NotImplementedError(
             f"relpos.{fn}: |query_offset| + Nq + Nk must be below 2^30 on "
             f"the GPU path (32-bit distances; got query_offset {off}, Nq "
             f"{nq}, Nk {nk})")
+    bk = _buckets(a, problem)
+    score = _SCORES[a.score]
     left, right = _cut_reaches(bk, nq, nk, off)
     if interpreting() and q.dtype == torch.bfloat16:
         fix_bfloat16_dot()
@@ -306,10 +225,10 @@ def prepare(fn, q, k, v, ak=None, av=None, bias=None, pb=None, *,
     return Call(
         fn=fn, b=b, h=h, nq=nq, nk=nk, dk=dk, dv=dv, off=off,
         causal=a.causal, score=score, has_pb=pb is not None,
-        has_av=has_av, per_head=per_head, buckets=bk, left=left, right=right,
-        all_far=not bucketed or bk.nb == 1,
-        lens=_lengths(fn, a.key_lengths, b, nk, q.device),
+        has_av=has_av, per_head=per_head_tables(fn, ak, av), buckets=bk,
+        left=left, right=right, all_far=not bucketed or bk.nb == 1,
+        lens=_lengths(a, problem, q.device),
         rowmap=_rowmap(bk, left, right, q.device),
-        slopes=_slopes(fn, a.alibi, h, q.device, q.dtype)
+        slopes=_slopes(problem["alibi_slopes"], q.dtype, q.device)
         if score == ALIBI else None,
         device=q.device, dtype=q.dtype, scale_given=a.scale)
