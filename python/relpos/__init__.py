@@ -20,7 +20,7 @@ Functions:
     attention_backward  gradients of q, k, v and both tables
     init_relative_table seeded Xavier initialisation of a table (docs/math.md section 5)
     inspect             per-row statistics of a checkpoint's relative tables (docs/inspect.md)
-    schemes, scheme     the registry of named position schemes (relpos/_registry.py)
+    schemes, scheme     the registry of named position schemes (relpos/position_schemes.py)
 
 Translation data and scores (BLEU / chrF as sacrebleu computes them, gettext
 catalogs, the parallel corpus) are in the submodule ``relpos.translate``
@@ -37,7 +37,6 @@ submodule ``relpos.torch`` (imported on first use; needs PyTorch).
 from __future__ import annotations
 
 import importlib
-import math
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -47,13 +46,15 @@ from ._checks import boolean as _bool
 from ._checks import contiguous as _array
 from ._checks import float_array as _dtype_of
 from ._checks import integer as _int
-# Position schemes: T5 / clip bucket maps, ALiBi slopes, RoPE
-# (relpos/position_schemes.py, docs/schemes.md); the registry of named
-# schemes (relpos/_registry.py).
+from ._call import native as native_args
+from ._call import parse as parse_call
+from ._call import per_head_tables
+# Position schemes, one module (relpos/position_schemes.py, docs/schemes.md):
+# the registry of named schemes, T5 / clip bucket maps, ALiBi slopes, RoPE.
 from .position_schemes import (
-    ClipBuckets, T5Buckets, alibi_slopes, clip_bucket, rope, rope_backward,
-    t5_bucket, t5_bucket_reach)
-from ._registry import Scheme, SchemeCall, SchemeTable, scheme, schemes
+    ClipBuckets, Scheme, SchemeCall, SchemeTable, T5Buckets, alibi_slopes,
+    clip_bucket, rope, rope_backward, scheme, schemes, t5_bucket,
+    t5_bucket_reach)
 
 __version__ = _ext.__version__
 
@@ -127,106 +128,8 @@ def __dir__():
         n for n in _LAZY_SUBMODULES if _lazy_submodule_exists(n)})
 
 
-# --- argument checking: relpos/_checks.py, every message names the argument
-
-
-def _per_item(fn, name, x):
-    """B integers, one per batch item (None -> []), as a list of ints."""
-    if x is None:
-        return []
-    a = np.asarray(x)
-    if a.dtype.kind not in "iu":
-        raise TypeError(
-            f"relpos.{fn}: {name} must hold integers (got dtype {a.dtype})")
-    if a.ndim != 1:
-        raise ValueError(
-            f"relpos.{fn}: {name} must be one-dimensional, one entry per "
-            f"batch item (got shape {a.shape})")
-    # Ranges are checked by the C++ core; this keeps int64 intact.
-    return [_int(fn, f"{name}[{i}]", int(v)) for i, v in enumerate(a)]
-
-
-def _key_lengths(fn, x):
-    return _per_item(fn, "key_lengths", x)
-
-
-def _query_offset(fn, x):
-    """query_offset as (one offset or None, per-row offsets or [])."""
-    if x is None or isinstance(x, (int, np.integer)) or (
-            isinstance(x, np.ndarray) and x.ndim == 0):
-        return _int(fn, "query_offset", x, allow_none=True), []
-    return None, _per_item(fn, "query_offset", x)
-
-
-def _scale(fn, x):
-    if x is None:
-        return None
-    if isinstance(x, bool) or not isinstance(x, (int, float, np.floating,
-                                                 np.integer)):
-        raise TypeError(f"relpos.{fn}: scale must be None or a number (got "
-                        f"{type(x).__name__})")
-    x = float(x)
-    if not (x > 0 and math.isfinite(x)):
-        raise ValueError(f"relpos.{fn}: scale must be finite and > 0 (got "
-                         f"{x})")
-    return x
-
-
-def _scheme(fn, buckets, max_distance, bias, alibi, ak, pb):
-    """The SchemeArgs of a call and its resolved max_distance."""
-    s = _ext.SchemeArgs()
-    if buckets is None:
-        if max_distance is None:
-            raise TypeError(
-                f"relpos.{fn}: max_distance (the clipping distance k) is "
-                f"required unless buckets is given")
-        max_distance = _int(fn, "max_distance", max_distance)
-    else:
-        if max_distance is not None:
-            raise ValueError(
-                f"relpos.{fn}: max_distance applies to the default symmetric "
-                f"clip only; leave it out with buckets={buckets!r}")
-        max_distance = 0
-        if isinstance(buckets, ClipBuckets):
-            s.buckets = "clip"
-            s.clip_left = _int(fn, "buckets.left", buckets.left)
-            s.clip_right = _int(fn, "buckets.right", buckets.right)
-        elif isinstance(buckets, T5Buckets):
-            s.buckets = "t5"
-            s.t5_num_buckets = _int(fn, "buckets.num_buckets",
-                                    buckets.num_buckets)
-            s.t5_max_distance = _int(fn, "buckets.max_distance",
-                                     buckets.max_distance)
-            s.t5_bidirectional = _bool(fn, "buckets.bidirectional",
-                                       buckets.bidirectional)
-        else:
-            raise TypeError(
-                f"relpos.{fn}: buckets must be None, relpos.ClipBuckets or "
-                f"relpos.T5Buckets (got {type(buckets).__name__})")
-    use_alibi = not (alibi is None or alibi is False)
-    given = [name for name, on in (("ak", ak is not None),
-                                   ("bias", bias is not None),
-                                   ("alibi", use_alibi)) if on]
-    if len(given) > 1:
-        raise ValueError(
-            f"relpos.{fn}: ak, bias and alibi are alternative score terms; "
-            f"give at most one (got {', '.join(given)})")
-    if bias is not None:
-        s.score = "scalar_table"
-    elif use_alibi:
-        s.score = "alibi"
-        if alibi is not True:
-            slopes = np.asarray(alibi)
-            if slopes.ndim != 1 or slopes.dtype.kind not in "iuf":
-                raise TypeError(
-                    f"relpos.{fn}: alibi must be True, False, None or a "
-                    f"sequence of one slope per head (got {alibi!r})")
-            s.alibi_slopes = [float(m) for m in slopes]
-    if pb is not None and ak is None:
-        raise ValueError(
-            f"relpos.{fn}: pb (the position query bias) needs the key table "
-            f"ak (got ak=None)")
-    return s, max_distance
+# --- argument checking: relpos/_checks.py (types), relpos/_call.py (an
+# attention call's options); every message names the argument
 
 
 class _Call:
@@ -243,25 +146,22 @@ class _Call:
         self.ak = None if ak is None else _array(fn, "ak", ak, dtype, (2, 3))
         self.av = None if av is None else _array(fn, "av", av, dtype, (2, 3))
         # Shared [2k+1, d] or per-head [H, 2k+1, d]: read from the rank.
-        ranks = {t.ndim for t in (self.ak, self.av) if t is not None}
-        if len(ranks) == 2:
-            raise ValueError(
-                f"relpos.{fn}: ak has shape {self.ak.shape} and av has shape "
-                f"{self.av.shape}; both must be shared [2k+1, d] or both "
-                f"per-head [H, 2k+1, d]")
-        self.per_head_tables = ranks == {3}
+        self.per_head_tables = per_head_tables(fn, self.ak, self.av)
         self.bias = None if bias is None else _array(fn, "bias", bias, dtype,
                                                      (2,))
         self.pb = None if pb is None else _array(fn, "pb", pb, dtype, (2,))
-        self.scheme, self.max_distance = _scheme(
-            fn, buckets, max_distance, self.bias, alibi, self.ak, self.pb)
-        self.causal = _bool(fn, "causal", causal)
-        self.key_lengths = _key_lengths(fn, key_lengths)
-        self.query_offset, query_offsets = _query_offset(fn, query_offset)
-        self.rows = _ext.RowArgs()
-        self.rows.query_offsets = query_offsets
-        self.rows.key_starts = _per_item(fn, "key_starts", key_starts)
-        self.rows.scale = _scale(fn, scale)
+        # The options, through the package's one parsing path
+        # (relpos/_call.py); the C++ core checks their values.
+        a = parse_call(fn, ak=self.ak, bias=self.bias, pb=self.pb,
+                       max_distance=max_distance, buckets=buckets,
+                       alibi=alibi, causal=causal, key_lengths=key_lengths,
+                       query_offset=query_offset, key_starts=key_starts,
+                       scale=scale)
+        self.scheme, self.rows = native_args(a)
+        self.max_distance = a.max_distance
+        self.causal = a.causal
+        self.key_lengths = a.key_lengths
+        self.query_offset = a.query_offset
         self.suffix = "f32" if dtype == np.float32 else "f64"
 
     def options(self):

@@ -43,8 +43,9 @@ import torch
 from torch import Tensor
 
 import relpos as _relpos
-
-_DTYPES = (torch.float32, torch.float64)
+from relpos._call import check_scale
+from relpos._checks import boolean, torch_tensor
+from relpos.position_schemes import decode_buckets, encode_buckets
 
 
 def _version_at_least(major, minor):
@@ -58,37 +59,14 @@ def _version_at_least(major, minor):
 ENABLED = _version_at_least(2, 4) and hasattr(torch.library, "custom_op")
 
 
-_CUDA_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-def check_tensor(fn, name, t, like=None):
-    """The type / device / dtype checks of relpos.torch, one message each:
-    CPU tensors are float32 or float64 (the C++ kernel), CUDA tensors
-    float16, bfloat16, float32 or float64 (the Triton kernels); `like` (q)
-    fixes the call's device."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"relpos.torch.{fn}: {name} must be a torch.Tensor "
-                        f"(got {type(t).__name__})")
-    if like is not None and t.device != like.device:
-        raise ValueError(f"relpos.torch.{fn}: {name} is on {t.device} but q "
-                         f"is on {like.device}; every tensor of one call "
-                         f"must be on one device")
-    kind = t.device.type
-    if kind == "cuda":
-        if t.dtype not in _CUDA_DTYPES:
-            error = (NotImplementedError if t.dtype.is_floating_point
-                     else TypeError)
-            raise error(f"relpos.torch.{fn}: {name} must have dtype "
-                        f"torch.float16, torch.bfloat16, torch.float32 or "
-                        f"torch.float64 on CUDA (got {t.dtype})")
-        return
-    if kind != "cpu":
-        raise ValueError(f"relpos.torch.{fn}: {name} is on {t.device}; "
-                         f"relpos runs CPU tensors (its C++ kernel) and CUDA "
-                         f"tensors (its Triton kernels)")
-    if t.dtype not in _DTYPES:
-        raise TypeError(f"relpos.torch.{fn}: {name} must have dtype "
-                        f"torch.float32 or torch.float64 (got {t.dtype})")
+def check_tensors(fn, q, k, v, ak, av, bias, pb):
+    """The tensors of an attention call (relpos._checks.torch_tensor): q
+    fixes the device; the optional ones may be None."""
+    torch_tensor(fn, "q", q)
+    for name, t in (("k", k), ("v", v), ("ak", ak), ("av", av),
+                    ("bias", bias), ("pb", pb)):
+        if t is not None or name in ("k", "v"):
+            torch_tensor(fn, name, t, like=q)
 
 
 def on_cuda(t):
@@ -99,30 +77,6 @@ def lse_dtype(dtype):
     """The log-sum-exp's dtype for inputs of `dtype`."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) \
         else dtype
-
-
-def encode_buckets(buckets):
-    """relpos.ClipBuckets / T5Buckets / None -> (kind, int arguments)."""
-    if buckets is None:
-        return "", []
-    if isinstance(buckets, _relpos.ClipBuckets):
-        return "clip", [int(buckets.left), int(buckets.right)]
-    if isinstance(buckets, _relpos.T5Buckets):
-        return "t5", [int(buckets.num_buckets), int(buckets.max_distance),
-                      int(bool(buckets.bidirectional))]
-    raise TypeError(f"relpos.torch.attention: buckets must be None, "
-                    f"relpos.ClipBuckets or relpos.T5Buckets (got "
-                    f"{type(buckets).__name__})")
-
-
-def decode_buckets(kind, args):
-    if kind == "":
-        return None
-    if kind == "clip":
-        return _relpos.ClipBuckets(args[0], args[1])
-    if kind == "t5":
-        return _relpos.T5Buckets(args[0], args[1], bool(args[2]))
-    raise ValueError(f"relpos::attention: unknown bucket kind {kind!r}")
 
 
 def encode_alibi(alibi):
@@ -377,24 +331,18 @@ def attention(q, k, v, ak, av, bias, pb, *, max_distance, causal,
               key_lengths, query_offset, buckets, alibi, key_starts=None,
               scale=None):
     """relpos.torch.attention through relpos::attention_forward."""
-    check_tensor("attention", "q", q)
-    for name, t in (("k", k), ("v", v), ("ak", ak), ("av", av),
-                    ("bias", bias), ("pb", pb)):
-        if t is not None or name in ("k", "v"):
-            check_tensor("attention", name, t, like=q)
+    check_tensors("torch.attention", q, k, v, ak, av, bias, pb)
     if key_lengths is not None and not isinstance(key_lengths, torch.Tensor):
         key_lengths = torch.as_tensor(key_lengths, dtype=torch.int64)
-    if not isinstance(causal, bool):
-        raise TypeError(f"relpos.torch.attention: causal must be a bool "
-                        f"(got {type(causal).__name__})")
+    causal = boolean("torch.attention", "causal", causal)
     query_offsets = None
     if _is_per_row(query_offset):
         query_offsets = _per_row("attention", "query_offset", query_offset)
         query_offset = None
     elif isinstance(query_offset, torch.Tensor):  # a 0-d tensor
         query_offset = int(query_offset)
-    scale = _relpos._scale("torch.attention", scale)
-    kind, args = encode_buckets(buckets)
+    scale = check_scale("torch.attention", scale)
+    kind, args = encode_buckets("torch.attention", buckets)
     out, _ = attention_forward(q, k, v, ak, av, bias, pb, max_distance,
                                causal, key_lengths, query_offset,
                                kind, args, encode_alibi(alibi), query_offsets,
@@ -405,7 +353,7 @@ def attention(q, k, v, ak, av, bias, pb, *, max_distance, causal,
 
 def rope(x, *, position_offset, base, layout):
     """relpos.torch.rope through relpos::rope."""
-    check_tensor("rope", "x", x)
+    torch_tensor("torch.rope", "x", x)
     if _is_per_row(position_offset):
         return rope_forward(x, 0, float(base), str(layout),
                             _per_row("rope", "position_offset",

@@ -84,8 +84,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from . import _registry
+from . import position_schemes as _schemes
 from . import _relpos_ext as _ext
+from ._convert import UnsupportedModelError
 
 __all__ = ["QUANTIZATIONS", "UnsupportedModelError", "build_spec", "export",
            "main",
@@ -101,7 +102,7 @@ _MODEL_KEYS = {"arch", "vocab_size", "d_model", "heads", "layers", "d_ff",
                "position", "dropout", "seed",
                # seq2seq: the decoder's depth (-1: as many as layers).
                "decoder_layers"}
-_KNOWN_MODEL_KEYS = _MODEL_KEYS | set(_registry.SETTING_DEFAULTS)
+_KNOWN_MODEL_KEYS = _MODEL_KEYS | set(_schemes.SETTING_DEFAULTS)
 # The schemes CTranslate2's Transformer specs represent as relpos computes
 # them (each checked against CTranslate2 in python/tests/test_ctranslate2.py).
 _POSITIONS = ("none", "sinusoidal", "learned", "shaw", "shaw-asym")
@@ -111,10 +112,6 @@ _POSITIONS = ("none", "sinusoidal", "learned", "shaw", "shaw-asym")
 # --quantization take.
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16",
                  "int16", "float16", "bfloat16", "float32")
-
-
-class UnsupportedModelError(ValueError):
-    """The checkpoint uses something CTranslate2 cannot represent."""
 
 
 def _require_ctranslate2():
@@ -132,7 +129,7 @@ def _position(mc: Dict) -> str:
     """The registry's name of the config's position scheme ("relative",
     the older name of "shaw", reads as "shaw")."""
     try:
-        return _registry.scheme(mc["position"]).name
+        return _schemes.scheme(mc["position"]).name
     except ValueError as e:
         raise UnsupportedModelError(f"relpos.ctranslate2: {e}") from None
 
@@ -176,18 +173,6 @@ def _check_supported(mc: Dict) -> None:
             "encoder and decoder architectures only: CTranslate2's "
             "asymmetric key table is not checked against relpos in its "
             "incremental (Translator) decoding")
-
-
-def _sinusoid(rows: int, d: int) -> np.ndarray:
-    """relpos's table (docs/model.md): PE[p, 2i] = sin(p / 10000^(2i/d)),
-    PE[p, 2i+1] = cos(p / 10000^(2i/d))."""
-    pe = np.zeros((rows, d), dtype=np.float64)
-    p = np.arange(rows, dtype=np.float64)[:, None]
-    two_i = np.arange(0, d, 2, dtype=np.float64)
-    angle = p / np.power(10000.0, two_i / d)
-    pe[:, 0::2] = np.sin(angle)
-    pe[:, 1::2] = np.cos(angle[:, : d // 2])
-    return pe.astype(np.float32)
 
 
 def _set_layer_norm(spec, gamma: np.ndarray, beta: np.ndarray) -> None:
@@ -256,7 +241,7 @@ def _absolute_table(mc: Dict, P, side: str = "") -> Optional[np.ndarray]:
     if pos == "learned":
         return P(side + "embed.position")
     if pos == "sinusoidal":
-        return _sinusoid(rows, d)
+        return _schemes.sinusoidal_table(rows, d).astype(np.float32)
     if pos in ("none", "shaw-asym"):
         # shaw-asym: CTranslate2 does not count the asymmetric key table as
         # a position scheme and would add its sinusoid without a table.

@@ -52,7 +52,9 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 import relpos as _relpos
-from relpos._ops import check_tensor
+from relpos._checks import torch_tensor
+from relpos._call import parse as parse_call
+from relpos.position_schemes import encode_buckets
 
 __all__ = ["context_parallel_attention"]
 
@@ -67,30 +69,22 @@ class _Scheme:
     context_parallel_attention's first step): the tables, the bucket map
     and its reach, and ALiBi's slopes."""
 
-    def __init__(self, heads, ak, av, bias, max_distance, buckets, alibi):
+    def __init__(self, heads, ak, av, bias, args):
+        # args: the call's options as relpos/_call.py parsed them.
         self.ak, self.av, self.bias = ak, av, bias
         self.slopes = None
-        use_alibi = not (alibi is None or alibi is False)
+        use_alibi = args.alibi is not None
         if use_alibi:
-            self.slopes = (_relpos.alibi_slopes(heads) if alibi is True
-                           else [float(m) for m in alibi])
-        self.kwargs = dict(max_distance=max_distance, buckets=buckets,
-                           alibi=None if self.slopes is None
-                           else list(self.slopes))
-        if buckets is None:
-            left = right = int(max_distance)
-            self._map = lambda r: _relpos.clip_bucket(r, left=left,
-                                                      right=right)
-        elif isinstance(buckets, _relpos.ClipBuckets):
-            left, right = int(buckets.left), int(buckets.right)
-            self._map = lambda r: _relpos.clip_bucket(r, left=left,
-                                                      right=right)
-        else:
-            t5 = dict(num_buckets=buckets.num_buckets,
-                      max_distance=buckets.max_distance,
-                      bidirectional=buckets.bidirectional)
-            left = right = _relpos.t5_bucket_reach(**t5)
-            self._map = lambda r: _relpos.t5_bucket(r, **t5)
+            self.slopes = args.alibi or list(_relpos.alibi_slopes(heads))
+        self.kwargs = dict(
+            max_distance=None if args.buckets is not None
+            else args.max_distance, buckets=args.buckets,
+            alibi=None if self.slopes is None else list(self.slopes))
+        # The map's own behaviour (relpos/position_schemes.py); the
+        # symmetric clip by max_distance is ClipBuckets(k, k).
+        bmap = args.bucket_map()
+        left, right = bmap.reach()
+        self._map = bmap.bucket
         # The bucket map is constant for r >= hi and for r <= lo; ALiBi's
         # -m |r| is not, so it has no far pairs.
         self.reach = None if use_alibi else (-left, right)
@@ -476,13 +470,13 @@ def _check_local(q, k, v, ak, av, bias, max_distance, causal, buckets,
                  alibi):
     """This rank's own argument checks; returns the call's _Scheme."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(_FN, name, t)
+        torch_tensor("torch." + _FN, name, t)
         if t.dim() != 4:
             raise ValueError(f"relpos.{_FN}: {name} must be [B, H, n, d] "
                              f"(got shape {tuple(t.shape)})")
     for name, t in (("ak", ak), ("av", av), ("bias", bias)):
         if t is not None:
-            check_tensor(_FN, name, t)
+            torch_tensor("torch." + _FN, name, t)
             if t.dtype != q.dtype:
                 raise TypeError(f"relpos.{_FN}: {name} has dtype {t.dtype} "
                                 f"but q has {q.dtype}")
@@ -505,7 +499,9 @@ def _check_local(q, k, v, ak, av, bias, max_distance, causal, buckets,
                       max_distance=max_distance, buckets=buckets,
                       alibi=alibi.detach().cpu().numpy()
                       if isinstance(alibi, torch.Tensor) else alibi)
-    return _Scheme(h, ak, av, bias, max_distance, buckets, alibi)
+    args = parse_call(_FN, ak=ak, bias=bias, max_distance=max_distance,
+                      buckets=buckets, alibi=alibi, causal=causal)
+    return _Scheme(h, ak, av, bias, args)
 
 
 def _digest(value):
@@ -525,12 +521,11 @@ def _field(get):
 
 
 def _buckets_key(b):
-    if isinstance(b, _relpos.ClipBuckets):
-        return ("clip", int(b.left), int(b.right))
-    if isinstance(b, _relpos.T5Buckets):
-        return ("t5", int(b.num_buckets), int(b.max_distance),
-                bool(b.bidirectional))
-    return None if b is None else ("?", type(b).__name__)
+    try:
+        kind, args = encode_buckets(_FN, b)
+    except (TypeError, ValueError):  # the rank's own check reports it
+        return ("?", type(b).__name__)
+    return None if b is None else (kind, *args)
 
 
 def _table_key(t):

@@ -84,13 +84,8 @@ def _ints(fn: str, name: str, values: Any, minimum: int = 0) -> List[int]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise TypeError(f"relpos.experiment.{fn}: {name} must be a list of "
                         "integers")
-    out = [_int(f"experiment.{fn}", f"{name}[{i}]", x)
-           for i, x in enumerate(values)]
-    for i, x in enumerate(out):
-        if x < minimum:
-            raise ValueError(f"relpos.experiment.{fn}: {name}[{i}] must be "
-                             f">= {minimum} (got {x})")
-    return out
+    return [_int(f"experiment.{fn}", f"{name}[{i}]", x, minimum=minimum)
+            for i, x in enumerate(values)]
 
 
 def _strs(fn: str, name: str, values: Any) -> List[str]:
@@ -102,11 +97,7 @@ def _strs(fn: str, name: str, values: Any) -> List[str]:
 
 
 def _positive(fn: str, name: str, x: Any) -> int:
-    v = _int(f"experiment.{fn}", name, x)
-    if v < 1:
-        raise ValueError(f"relpos.experiment.{fn}: {name} must be >= 1 "
-                         f"(got {v})")
-    return v
+    return _int(f"experiment.{fn}", name, x, minimum=1)
 
 
 def _folder(fn: str, out_dir: Any) -> str:

@@ -1,4 +1,11 @@
-"""Run the attention of loaded Hugging Face transformers models on relpos.
+"""What relpos knows about Hugging Face transformers: running a loaded
+model's attention on relpos (patch), and importing single attention layers'
+weights (the loaders, numpy; no PyTorch needed).
+
+    from_t5(state_dict, config=None, ...)   a T5 / mT5 self-attention layer
+    from_wav2vec2_bert(state_dict, ...)     Wav2Vec2-BERT (relative_key)
+    from_wav2vec2_conformer(state_dict, ...)  Wav2Vec2-Conformer (relative)
+    LoadedAttention  what they return (relpos/_convert.py; docs/interop.md)
 
     patch(model)     replace the forward of every supported attention module
                      of a transformers model by one that calls relpos (the
@@ -23,12 +30,25 @@ the module and the setting.
 from __future__ import annotations
 
 import inspect
+import re
 import types
 import weakref
+from typing import Mapping, Optional
 
-import torch
+import numpy as np
 
-__all__ = ["patch", "unpatch", "is_patched", "SUPPORTED", "PatchError"]
+try:
+    import torch
+except ModuleNotFoundError:  # the loaders need numpy only; patch needs a
+    torch = None             # transformers model, hence PyTorch
+
+from . import ClipBuckets, T5Buckets, t5_bucket
+from ._convert import (LoadedAttention, Source, _array, _clip, _geometry,
+                       _positive, _projections, _rows, _setting)
+
+__all__ = ["patch", "unpatch", "is_patched", "SUPPORTED", "PatchError",
+           "LoadedAttention", "from_t5", "from_wav2vec2_bert",
+           "from_wav2vec2_conformer"]
 
 _STATE = "_relpos_hf_state"
 
@@ -925,3 +945,220 @@ def patched_modules(model):
 
 
 __all__ += ["patched_modules"]
+
+
+# --------------------------------------------------------------------------
+# Loaders: one attention layer's weights from a state_dict (numpy)
+
+
+def from_wav2vec2_bert(state_dict: Mapping, num_heads: int, prefix: str = "",
+                       left: int = 64, right: int = 8) -> LoadedAttention:
+    """A Hugging Face ``Wav2Vec2BertSelfAttention`` (``relative_key``) from
+    its tensors ``{prefix}linear_q / linear_k / linear_v / linear_out
+    .weight / .bias`` and ``{prefix}distance_embedding.weight``, e.g. prefix
+    ``"encoder.layers.3.self_attn."``. left / right: the config's
+    ``left_max_position_embeddings`` / ``right_max_position_embeddings``."""
+    source = Source("Wav2Vec2-BERT", "hf.from_wav2vec2_bert")
+    left, right = _clip(source, "left", left), _clip(source, "right", right)
+    e, d = _geometry(state_dict, prefix + "linear_q.weight", num_heads, source)
+
+    get, w = _projections(state_dict, prefix, source, e,
+                          ("linear_q", "linear_k", "linear_v", "linear_out"))
+    table = get("distance_embedding.weight", (left + right + 1, d))
+    return LoadedAttention(num_heads=num_heads, ak=table, av=None,
+                           buckets=ClipBuckets(left, right),
+                           source=str(source),
+                           **w)
+
+
+# The block index of a T5 prefix: "encoder.block.3.layer.0.SelfAttention."
+_T5_BLOCK = re.compile(r"(^|.*\.)block\.(\d+)\.(.*)$")
+_T5_STACK = re.compile(r"(^|\.)(encoder|decoder)\.block\.\d+\.")
+
+
+def _t5_check_prefix(prefix):
+    """Refuses a prefix that is not a str or names cross-attention."""
+    if not isinstance(prefix, str):
+        raise TypeError(f"relpos.hf.from_t5: prefix must be a str (got "
+                        f"{type(prefix).__name__})")
+    if "EncDecAttention" in prefix:
+        raise ValueError(
+            f"relpos.hf.from_t5: prefix {prefix!r} is T5's cross-attention "
+            f"(EncDecAttention), which has no relative position bias; "
+            f"from_t5 loads self-attention layers (layer.0.SelfAttention)")
+
+
+def _t5_geometry(state_dict, config, prefix, num_heads, d_kv, source):
+    """num_heads, d_kv and d_model of a T5 layer: the keywords, else the
+    config, else (d_kv) the q rows / num_heads."""
+    if num_heads is None:
+        num_heads = _setting(config, "num_heads")
+    if num_heads is None:
+        raise ValueError(f"relpos.hf.from_t5: from_t5 needs num_heads (a "
+                         "keyword, or a config with num_heads)")
+    num_heads = _positive(source, "num_heads", num_heads)
+    inner, d_model = _rows(state_dict, prefix + "q.weight", source)
+    if d_kv is None:
+        d_kv = _setting(config, "d_kv")
+    if d_kv is None:
+        if inner % num_heads:
+            raise ValueError(
+                f"relpos.hf.from_t5: {source} tensor '{prefix}q.weight' has "
+                f"{inner} rows, not divisible by num_heads = {num_heads}")
+        d_kv = inner // num_heads
+    return num_heads, _positive(source, "d_kv", d_kv), d_model
+
+
+def _t5_is_decoder(config, prefix, is_decoder):
+    """is_decoder checked, or else the stack the prefix names, else
+    config.is_decoder, else False."""
+    if is_decoder is None:
+        stack = _T5_STACK.search(prefix)
+        is_decoder = (stack.group(2) == "decoder" if stack else
+                      bool(_setting(config, "is_decoder", False)))
+    elif not isinstance(is_decoder, (bool, np.bool_)):
+        raise TypeError(f"relpos.hf.from_t5: is_decoder must be a bool (got "
+                        f"{type(is_decoder).__name__})")
+    return is_decoder
+
+
+def _t5_bias_prefix(prefix, bias_prefix):
+    """bias_prefix, or else the prefix with its block index replaced by 0
+    (the prefix itself if it names no block)."""
+    if bias_prefix is None:
+        block = _T5_BLOCK.match(prefix)
+        bias_prefix = (f"{block.group(1)}block.0.{block.group(3)}" if block
+                       else prefix)
+    return bias_prefix
+
+
+def _t5_buckets(state_dict, config, bias_name, num_buckets, max_distance,
+                is_decoder, source):
+    """The layer's T5Buckets (keywords, else config, else the bias table's
+    rows and max_distance 128), validated by relpos.t5_bucket."""
+    if num_buckets is None:
+        num_buckets = _setting(config, "relative_attention_num_buckets")
+    if num_buckets is None:
+        num_buckets = _rows(state_dict, bias_name, source)[0]
+    num_buckets = _positive(source, "num_buckets", num_buckets)
+    max_distance = _positive(source, "max_distance", max_distance
+                             if max_distance is not None else
+                             _setting(config,
+                                      "relative_attention_max_distance", 128))
+    buckets = T5Buckets(num_buckets, max_distance, not is_decoder)
+    try:  # relpos's validation of the bucket map, at load time
+        t5_bucket(np.zeros(1, np.int64), **buckets._asdict())
+    except ValueError as err:
+        raise ValueError(f"relpos.hf.from_t5: {source} buckets {buckets}: "
+                         f"{str(err).removeprefix('relpos: ')}") from None
+    return buckets
+
+
+def from_t5(state_dict: Mapping, config=None, *,
+            prefix: str = "encoder.block.0.layer.0.SelfAttention.",
+            bias_prefix: Optional[str] = None,
+            num_heads: Optional[int] = None, d_kv: Optional[int] = None,
+            num_buckets: Optional[int] = None,
+            max_distance: Optional[int] = None,
+            is_decoder: Optional[bool] = None) -> LoadedAttention:
+    """A Hugging Face ``T5Attention`` self-attention layer (T5, mT5, ByT5,
+    Flan-T5, T5 v1.1) from its tensors ``{prefix}q / k / v / o .weight``
+    (no biases; q, k, v [num_heads * d_kv, d_model], o [d_model, num_heads
+    * d_kv]) and the stack's ``{bias_prefix}relative_attention_bias.weight``
+    [num_buckets, num_heads].
+
+    Args:
+        config: a ``T5Config`` / ``MT5Config`` or its config.json as a dict
+            (``num_heads``, ``d_kv``, ``relative_attention_num_buckets``,
+            ``relative_attention_max_distance``, ``is_decoder`` are read);
+            the keywords below override it. Without it, num_heads is
+            required; d_kv is the q rows / num_heads, num_buckets the bias
+            table's rows, max_distance 128 (T5Config's default).
+        prefix: the layer, e.g. ``"encoder.block.3.layer.0.SelfAttention."``
+            or ``"decoder.block.1.layer.0.SelfAttention."``. Cross-attention
+            (``EncDecAttention``) has no position term and is refused.
+        bias_prefix: where the bias table is; default: the prefix with its
+            block index replaced by 0 (only block 0 of each stack holds the
+            table; the stack's other blocks reuse it), or the prefix itself
+            if it names no block.
+        is_decoder: causal buckets and mask (decoder self-attention) or
+            bidirectional buckets, no mask (encoder). Default: the stack the
+            prefix names (``encoder.`` / ``decoder.``), else
+            ``config.is_decoder``, else False. (A
+            ``T5ForConditionalGeneration`` config says ``is_decoder =
+            False`` for both stacks; Hugging Face sets it per stack, as the
+            prefix does here.)
+
+    relpos: ``score_bias`` = weight.T [H, nb], ``buckets =
+    T5Buckets(num_buckets, max_distance, bidirectional=not is_decoder)``,
+    ``scale = 1.0`` (T5 does not divide q . k by sqrt(d_kv)), ``causal =
+    is_decoder``.
+    """
+    source = Source("T5", "hf.from_t5")
+    _t5_check_prefix(prefix)
+    num_heads, d_kv, d_model = _t5_geometry(state_dict, config, prefix,
+                                            num_heads, d_kv, source)
+    inner = num_heads * d_kv  # checked against every projection's shape
+    is_decoder = _t5_is_decoder(config, prefix, is_decoder)
+    bias_name = (_t5_bias_prefix(prefix, bias_prefix) +
+                 "relative_attention_bias.weight")
+    buckets = _t5_buckets(state_dict, config, bias_name, num_buckets,
+                          max_distance, is_decoder, source)
+
+    _, w = _projections(state_dict, prefix, source, d_model,
+                        ("q", "k", "v", "o"), inner=inner, bias=False)
+    table = _array(state_dict, bias_name, (buckets.num_buckets, num_heads),
+                   source)
+    return LoadedAttention(
+        num_heads=num_heads, ak=None, av=None, buckets=buckets,
+        source=str(source), score_bias=np.ascontiguousarray(table.T),
+        scale=1.0,
+        causal=bool(is_decoder), **w)
+
+
+def from_wav2vec2_conformer(state_dict: Mapping, num_heads,
+                            prefix: str = "") -> LoadedAttention:
+    """A Hugging Face ``Wav2Vec2ConformerSelfAttention`` with
+    ``position_embeddings_type = "relative"`` from its tensors
+    ``{prefix}linear_q / linear_k / linear_v / linear_out .weight / .bias``
+    [E, E] / [E], ``{prefix}linear_pos.weight`` [E, E] (no bias) and
+    ``{prefix}pos_bias_u`` / ``pos_bias_v`` [H, E / H], e.g. prefix
+    ``"wav2vec2.encoder.layers.0.self_attn."``. num_heads: an int, or the
+    model's ``Wav2Vec2ConformerConfig`` (or its dict), whose
+    ``num_attention_heads`` is read and whose ``position_embeddings_type``
+    must be "relative".
+
+    Hugging Face scores ``((q_i + pos_bias_u) . k_j + (q_i + pos_bias_v) .
+    linear_pos(pe(i - j))) / sqrt(E / H)``, ``pe`` its sinusoids of width E
+    with sin and cos interleaved (``pe[2t] = sin(x f_t)``, ``pe[2t+1] =
+    cos(x f_t)``, ``f_t = 10000^(-2t/E)``), the distance unclipped (its
+    rel_shift). relpos's scheme ``xl`` (docs/math.md section 8) lays its
+    sinusoids out sines first, then cosines, so the loader permutes
+    linear_pos's input columns: ``xl_weight[:, t] = linear_pos.weight[:,
+    2t]`` and ``xl_weight[:, E/2 + t] = linear_pos.weight[:, 2t + 1]``;
+    ``xl_u = pos_bias_u`` (content), ``xl_v = pos_bias_v`` (position).
+    """
+    source = Source("Wav2Vec2-Conformer", "hf.from_wav2vec2_conformer")
+    if not isinstance(num_heads, (int, np.integer)):
+        kind = _setting(num_heads, "position_embeddings_type")
+        if kind is not None and kind != "relative":
+            raise ValueError(
+                f"relpos.{source.where}: {source} config has "
+                f"position_embeddings_type = {kind!r}; "
+                f"from_wav2vec2_conformer loads "
+                f"\"relative\" (Transformer-XL) attention only")
+        num_heads = _setting(num_heads, "num_attention_heads", num_heads)
+    e, d = _geometry(state_dict, prefix + "linear_q.weight", num_heads, source)
+    if e % 2:
+        raise ValueError(f"relpos.{source.where}: {source} width {e} is odd; "
+                         f"its sinusoids pair sin and cos, so it must be "
+                         f"even")
+    get, w = _projections(state_dict, prefix, source, e,
+                          ("linear_q", "linear_k", "linear_v", "linear_out"))
+    pos = get("linear_pos.weight", (e, e))
+    perm = np.concatenate([np.arange(0, e, 2), np.arange(1, e, 2)])
+    return LoadedAttention(
+        num_heads=int(num_heads), ak=None, av=None, buckets=None,
+        source=str(source), xl_weight=np.ascontiguousarray(pos[:, perm]),
+        xl_u=get("pos_bias_u", (num_heads, d)),
+        xl_v=get("pos_bias_v", (num_heads, d)), **w)

@@ -1,5 +1,7 @@
-"""Import an OpenNMT-py or eole Transformer translation checkpoint into a
-relpos seq2seq checkpoint folder.
+"""What relpos knows about OpenNMT-py and eole: importing a Transformer
+translation checkpoint into a relpos seq2seq checkpoint folder, and one
+relative-attention layer's weights (:func:`from_opennmt`, numpy, giving a
+:class:`LoadedAttention`; docs/interop.md).
 
     python -m relpos.opennmt MODEL.pt OUTPUT_DIR --task TASK [--tokens LIST]
     python -m relpos.opennmt EOLE_MODEL_DIR OUTPUT_DIR --task TASK [...]
@@ -83,20 +85,20 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from . import ClipBuckets
 from . import _relpos_ext as _ext
+from ._convert import (LoadedAttention, Source, UnsupportedModelError, _clip,
+                       _geometry, _projections)
 
-__all__ = ["UnsupportedModelError", "S2S_TOKENS", "import_checkpoint",
-           "load_checkpoint", "load_eole", "main", "parameters_from_opennmt"]
+__all__ = ["UnsupportedModelError", "S2S_TOKENS", "LoadedAttention",
+           "from_opennmt", "import_checkpoint", "load_checkpoint",
+           "load_eole", "main", "parameters_from_opennmt"]
 
 RELPOS_LAYER_NORM_EPS = 1e-5
 # relpos's s2s tasks: symbols 0..7, then BOS and EOS, as OpenNMT-py tokens.
 S2S_TOKENS = [str(i) for i in range(8)] + ["<s>", "</s>"]
 _DROPPABLE = ("<unk>", "<blank>")
 _FILLER = "averyunlikelytoken"  # OpenNMT-py's vocabulary padding
-
-
-class UnsupportedModelError(ValueError):
-    """The OpenNMT-py model uses something relpos's seq2seq model lacks."""
 
 
 def load_checkpoint(path: str) -> Dict:
@@ -519,3 +521,31 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- one attention layer's weights (numpy) -----------------------------------
+
+
+def from_opennmt(state_dict: Mapping, num_heads: int,
+                 max_relative_positions: int,
+                 prefix: str = "") -> LoadedAttention:
+    """An OpenNMT-py ``MultiHeadedAttention`` with ``max_relative_positions
+    = k > 0`` from its tensors ``{prefix}linear_query / linear_keys /
+    linear_values / final_linear .weight / .bias`` and
+    ``{prefix}relative_positions_embeddings.weight``, e.g. prefix
+    ``"encoder.transformer.0.self_attn."``."""
+    source = Source("OpenNMT-py", "opennmt.from_opennmt")
+    k = _clip(source, "max_relative_positions", max_relative_positions)
+    if k == 0:
+        raise ValueError(f"relpos.{source.where}: max_relative_positions = 0 "
+                         "has no relative table (OpenNMT-py's plain "
+                         "attention)")
+    e, d = _geometry(state_dict, prefix + "linear_query.weight", num_heads,
+                     source)
+
+    get, w = _projections(state_dict, prefix, source, e,
+                          ("linear_query", "linear_keys", "linear_values",
+                           "final_linear"))
+    table = get("relative_positions_embeddings.weight", (2 * k + 1, d))
+    return LoadedAttention(num_heads=num_heads, ak=table, av=table,
+                           buckets=ClipBuckets(k, k), source=str(source), **w)

@@ -1,11 +1,18 @@
-"""Bucket maps, ALiBi slopes and RoPE: the pieces of the relative-position
-family (docs/math.md section 8, docs/schemes.md), numpy interface.
+"""The position schemes, in one module: the registry of named schemes,
+the bucket maps, ALiBi slopes, RoPE and the fixed tables (docs/math.md
+section 8, docs/schemes.md). The rest of the package imports them from here.
 
 Distances follow relpos's convention r = j - (i + off): key position minus
 query position, negative when the key is in the past. This is Hugging Face
 T5's ``relative_position = memory_position - context_position``.
 
-Bucket maps (the ``buckets=`` of relpos.attention):
+The registry (include/relpos/schemes.h, through the extension):
+    schemes, scheme   every named scheme / one by name or alias
+    Scheme, SchemeTable, SchemeCall
+    SETTING_DEFAULTS  {key: default} of every scheme setting, in order
+
+Bucket maps (the ``buckets=`` of relpos.attention), each with its
+behaviour (``rows()``, ``reach()``, ``bucket(r)``):
     ClipBuckets       asymmetric clip clip(r, -left, right) + left
     T5Buckets         T5's logarithmic buckets
 
@@ -16,12 +23,16 @@ Functions:
     alibi_slopes      ALiBi's per-head slopes for any head count
     rope              rotary position embedding of [..., N, d] rows
     rope_backward     its gradient (rotation by the opposite angle)
+
+Fixed tables (float64 numpy arrays):
+    sinusoidal_table  the absolute sinusoidal table of relpos's models
+    xl_sinusoids      Transformer-XL's encodings of the distances -k .. k
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -33,13 +44,21 @@ from ._checks import choice, float_array, integer as _int, number
 
 __all__ = [
     "ClipBuckets",
+    "SETTING_DEFAULTS",
+    "Scheme",
+    "SchemeCall",
+    "SchemeTable",
     "T5Buckets",
     "alibi_slopes",
     "clip_bucket",
     "rope",
     "rope_backward",
+    "scheme",
+    "schemes",
+    "sinusoidal_table",
     "t5_bucket",
     "t5_bucket_reach",
+    "xl_sinusoids",
 ]
 
 _INT64_MAX = 2**63 - 1
@@ -56,6 +75,23 @@ class ClipBuckets(NamedTuple):
     left: int
     right: int
 
+    def rows(self):
+        """Rows of a table under this map: left + right + 1."""
+        return self.left + self.right + 1
+
+    def reach(self):
+        """(L, R): every r <= -L reads row 0, every r >= R the last row."""
+        return self.left, self.right
+
+    def bucket(self, r):
+        """The table rows (int64 array) of the distances r."""
+        return clip_bucket(r, left=self.left, right=self.right)
+
+    def _encode(self, fn):
+        """("clip", [left, right]), the integers checked."""
+        return "clip", [_int(fn, "buckets.left", self.left),
+                        _int(fn, "buckets.right", self.right)]
+
 
 class T5Buckets(NamedTuple):
     """T5's logarithmic buckets (relpos.t5_bucket): ``num_buckets`` rows,
@@ -65,6 +101,73 @@ class T5Buckets(NamedTuple):
     num_buckets: int = 32
     max_distance: int = 128
     bidirectional: bool = True
+
+    def _kw(self):
+        return dict(num_buckets=self.num_buckets,
+                    max_distance=self.max_distance,
+                    bidirectional=bool(self.bidirectional))
+
+    def rows(self):
+        """Rows of a table under this map: num_buckets."""
+        return self.num_buckets
+
+    def reach(self):
+        """(a, a), a = t5_bucket_reach: the buckets stop changing beyond."""
+        a = t5_bucket_reach(**self._kw())
+        return a, a
+
+    def bucket(self, r):
+        """The table rows (int64 array) of the distances r."""
+        return t5_bucket(r, **self._kw())
+
+    def _encode(self, fn):
+        """("t5", [num_buckets, max_distance, bidirectional]), checked."""
+        return "t5", [
+            _int(fn, "buckets.num_buckets", self.num_buckets),
+            _int(fn, "buckets.max_distance", self.max_distance),
+            int(_bool(fn, "buckets.bidirectional", self.bidirectional))]
+
+
+_BUCKET_KINDS = {"clip": ClipBuckets, "t5": T5Buckets}
+
+
+def check_buckets(fn, buckets):
+    """buckets, a ClipBuckets or T5Buckets (TypeError naming the argument
+    otherwise)."""
+    if not isinstance(buckets, tuple(_BUCKET_KINDS.values())):
+        raise TypeError(
+            f"relpos.{fn}: buckets must be None, relpos.ClipBuckets or "
+            f"relpos.T5Buckets (got {type(buckets).__name__})")
+    return buckets
+
+
+def encode_buckets(fn, buckets):
+    """A call's buckets= as (kind, integer arguments), checked: ("", [])
+    for None (the symmetric clip by max_distance), ("clip", [left, right])
+    or ("t5", [num_buckets, max_distance, bidirectional]): the form of the
+    extension's SchemeArgs and of the relpos::attention op's schema."""
+    if buckets is None:
+        return "", []
+    return check_buckets(fn, buckets)._encode(fn)
+
+
+def decode_buckets(kind, args):
+    """The bucket map encode_buckets encoded (None for kind "")."""
+    if kind == "":
+        return None
+    if kind == "t5":
+        return T5Buckets(args[0], args[1], bool(args[2]))
+    if kind in _BUCKET_KINDS:
+        return _BUCKET_KINDS[kind](*args)
+    raise ValueError(f"relpos: unknown bucket kind {kind!r}")
+
+
+def bucket_map(buckets, max_distance):
+    """The map of a call: buckets, or the symmetric clip by max_distance
+    (ClipBuckets(k, k), the same rows) when buckets is None."""
+    if buckets is None:
+        return ClipBuckets(int(max_distance), int(max_distance))
+    return buckets
 
 
 def _require_bindings():
@@ -233,3 +336,199 @@ def rope_backward(dy, *, position_offset=0, base=10000.0,
     """
     return _rope_call("rope_backward", dy, position_offset, base, layout,
                       True)
+
+
+# --- fixed tables ----------------------------------------------------------
+
+
+def sinusoidal_table(rows, d):
+    """The absolute sinusoidal table of relpos's models (scheme
+    "sinusoidal", docs/model.md; Vaswani et al. 3.5), float64 [rows, d]:
+    PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d))."""
+    pe = np.zeros((rows, d), dtype=np.float64)
+    p = np.arange(rows, dtype=np.float64)[:, None]
+    two_i = np.arange(0, d, 2, dtype=np.float64)
+    angle = p / np.power(10000.0, two_i / d)
+    pe[:, 0::2] = np.sin(angle)
+    pe[:, 1::2] = np.cos(angle[:, : d // 2])
+    return pe
+
+
+def xl_sinusoids(k, dim):
+    """Transformer-XL's encodings R_{-r} for r = -k .. k (row r + k),
+    float64 [2k+1, dim]: sin(x f_t) for t < dim/2, then cos(x f_t), x = -r
+    (XL's distance i - j), f_t = 10000^(-2t/dim). relpos.torch's scheme
+    "xl" multiplies them by its learned xl_w (docs/math.md section 8)."""
+    x = np.arange(k, -k - 1, -1, dtype=np.float64)
+    t = np.arange(dim // 2, dtype=np.float64)
+    freq = np.exp(-math.log(10000.0) * 2.0 * t / dim)
+    angles = x[:, None] * freq[None, :]
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+
+
+# --- the registry (include/relpos/schemes.h) --------------------------------
+#
+#     schemes()       every named scheme, in the registry's order
+#     scheme(name)    one, by name or alias (ValueError listing the names)
+#
+# Each Scheme says what the C++ entry says: its name and aliases, where it
+# acts (sides), the settings it reads with their defaults, its learned
+# tables (names, shapes for a layer, initialisation) and the attention call
+# a layer makes (Scheme.call). relpos.torch builds RelativeMultiheadAttention
+# from it (its keyword arguments are the settings); the C++ model,
+# `relpos bench` and `relpos compare` use the same entries.
+
+# {key: default} of every setting (relpos::SchemeSettings, the papers'
+# defaults), in its order.
+SETTING_DEFAULTS = {key: getattr(_ext.SchemeSettings(), key)
+                    for key in _ext.scheme_setting_keys()}
+
+
+class SchemeTable(NamedTuple):
+    """One learned tensor of a scheme in a layer. ``name`` is the tensor's
+    name in the layer (the C++ model's checkpoint calls it
+    ``blocks.L.attn.<name>``; the input table is ``embed.position``);
+    ``role`` what the layer does with it ("key_table", "value_table",
+    "score_bias", "xl_projection", "xl_content_bias", "xl_position_bias",
+    "input_table"); ``init`` "xavier_normal" (times ``scale``, docs/math.md
+    section 5) or "normal" (std ``scale``)."""
+
+    name: str
+    role: str
+    shape: Tuple[int, ...]
+    init: str
+    scale: float
+
+
+class SchemeCall(NamedTuple):
+    """How a layer runs a scheme: ``attention`` holds the keywords of
+    relpos.attention / relpos.torch.attention for the scheme's options
+    (max_distance or buckets, alibi, causal); the other fields the options
+    the tables must match, RoPE's rotation (None, or dict(base=, layout=))
+    and whether the layer builds Transformer-XL's key table."""
+
+    attention: dict
+    key_term: bool
+    value_term: bool
+    per_head_tables: bool
+    position_query_bias: bool
+    rope: Optional[dict]
+    xl_table: bool
+
+
+def _settings(fn, given):
+    """The settings given by keyword, type-checked against the defaults'
+    types (values are the C++ registry's to check)."""
+    out = {}
+    for key, value in given.items():
+        if key not in SETTING_DEFAULTS:
+            raise TypeError(f"relpos.{fn}: unknown scheme setting {key!r} "
+                            f"(settings: {', '.join(SETTING_DEFAULTS)})")
+        default = SETTING_DEFAULTS[key]
+        if isinstance(default, bool):
+            out[key] = _bool(fn, key, value)
+        elif isinstance(default, int):
+            out[key] = _int(fn, key, value)
+        elif isinstance(default, float):
+            out[key] = number(fn, key, value)
+        elif not isinstance(value, str):
+            raise TypeError(f"relpos.{fn}: {key} must be a str (got "
+                            f"{type(value).__name__})")
+        else:
+            out[key] = value
+    return out
+
+
+def _attention_keywords(a):
+    kw = dict(causal=a["causal"])
+    if a["buckets"] in _BUCKET_KINDS:
+        kw["buckets"] = decode_buckets(a["buckets"], a["bucket_args"])
+    else:
+        kw["max_distance"] = a["max_distance"]
+    if a["score"] == "alibi":
+        kw["alibi"] = True
+    return kw
+
+
+class Scheme:
+    """One entry of the registry (read-only attributes):
+
+    name, aliases, summary, sides ("input", "score", "value",
+    "query_bias", "rotation"), input ("none", "sinusoid", "learned_table"),
+    settings ({key: default} of the settings it reads), table_names (every
+    table it may have, in order) and their table_roles (SchemeTable.role),
+    inside_attention.
+    """
+
+    __slots__ = ("name", "aliases", "summary", "sides", "input", "settings",
+                 "table_names", "table_roles", "label")
+
+    def __init__(self, entry):
+        self.name = entry["name"]
+        self.aliases = tuple(entry["aliases"])
+        self.summary = entry["summary"]
+        self.sides = tuple(entry["sides"])
+        self.input = entry["input"]
+        self.settings = {k: SETTING_DEFAULTS[k] for k in entry["settings"]}
+        self.table_names = tuple(t[0] for t in entry["tables"])
+        self.table_roles = tuple(t[1] for t in entry["tables"])
+        self.label = entry["label"]
+
+    @property
+    def inside_attention(self):
+        return any(side != "input" for side in self.sides)
+
+    def _layer(self, fn, num_heads, head_dim, causal, settings):
+        native = _ext.SchemeSettings()
+        for key, value in _settings(fn, settings).items():
+            setattr(native, key, value)
+        return (_int(fn, "num_heads", num_heads),
+                _int(fn, "head_dim", head_dim),
+                _bool(fn, "causal", causal), native)
+
+    def tables(self, num_heads, head_dim, *, causal=False, **settings):
+        """The tables of a layer of num_heads heads of width head_dim
+        (settings: any subset of relpos.SETTING_DEFAULTS' keys, the rest at
+        their defaults); ValueError naming a setting the scheme cannot run
+        with."""
+        h, d, c, s = self._layer("Scheme.tables", num_heads, head_dim, causal,
+                                 settings)
+        return tuple(SchemeTable(name, role, tuple(shape), init, scale)
+                     for name, role, shape, init, scale
+                     in _ext.scheme_tables(self.name, h, d, c, s))
+
+    def call(self, num_heads, head_dim, *, causal=False, max_key_length=1,
+             **settings):
+        """The attention call of such a layer over at most max_key_length
+        keys (only Transformer-XL's unclipped table depends on it)."""
+        fn = "Scheme.call"
+        h, d, c, s = self._layer(fn, num_heads, head_dim, causal, settings)
+        n = _int(fn, "max_key_length", max_key_length)
+        raw = _ext.scheme_call(self.name, h, d, c, n, s)
+        a = raw["attention"]
+        return SchemeCall(_attention_keywords(a), a["key_term"],
+                          a["value_term"], a["per_head_tables"],
+                          a["position_query_bias"], raw["rope"],
+                          raw["xl_table"])
+
+    def __repr__(self):
+        return f"relpos.scheme({self.name!r})"
+
+
+_SCHEMES = tuple(Scheme(e) for e in _ext.scheme_entries())
+
+
+def schemes():
+    """Every scheme of the registry, in its order (none, sinusoidal,
+    learned, shaw, shaw-asym, shaw-log, t5, alibi, rope, xl)."""
+    return _SCHEMES
+
+
+def scheme(name):
+    """The scheme called `name` or one of its aliases ("relative" is
+    "shaw"); ValueError listing the accepted names otherwise."""
+    if not isinstance(name, str):
+        raise TypeError(f"relpos.scheme: name must be a str (got "
+                        f"{type(name).__name__})")
+    canonical = _ext.scheme_name(name)  # the C++ registry's FindScheme
+    return next(s for s in _SCHEMES if s.name == canonical)

@@ -36,15 +36,15 @@ from torch.autograd.function import once_differentiable
 
 import relpos as _relpos
 from relpos import _checks, _ops
+from relpos._call import check_scale
+from relpos.position_schemes import bucket_map, xl_sinusoids
 
 __all__ = ["attention", "RelativeMultiheadAttention", "SCHEMES"]
-
-_DTYPES = (torch.float32, torch.float64)
 
 
 def _numpy(name, t):
     """A contiguous numpy view (or copy) of a CPU float tensor."""
-    _ops.check_tensor("attention", name, t)
+    _checks.torch_tensor("torch.attention", name, t)
     return t.detach().contiguous().numpy()
 
 
@@ -135,11 +135,7 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
                               query_offset=query_offset, buckets=buckets,
                               alibi=alibi, key_starts=key_starts,
                               scale=scale)
-    _ops.check_tensor("attention", "q", q)
-    for name, t in (("k", k), ("v", v), ("ak", ak), ("av", av),
-                    ("bias", bias), ("pb", pb)):
-        if t is not None or name in ("k", "v"):
-            _ops.check_tensor("attention", name, t, like=q)
+    _ops.check_tensors("torch.attention", q, k, v, ak, av, bias, pb)
     if _ops.on_cuda(q):  # the Triton kernels' own autograd Function
         from relpos.triton import _attention as gpu
         return gpu.attention(q, k, v, ak, av, max_distance=max_distance,
@@ -164,22 +160,16 @@ SCHEMES = tuple(s.name for s in _relpos.schemes() if s.inside_attention)
 # Every table any of them may have (a module registers the others as None).
 _TABLE_NAMES = tuple(dict.fromkeys(
     t for s in SCHEMES for t in _relpos.scheme(s).table_names))
-_D = _relpos._registry.SETTING_DEFAULTS  # the papers' defaults
+_D = _relpos.position_schemes.SETTING_DEFAULTS  # the papers' defaults
 _TABLE_INITS = ("xavier_normal", "xavier_uniform", "zeros")
 # The module's keyword for each registry setting it spells differently.
 _KEYWORD = {"rel_init_scale": "table_init_scale"}
-
-
-def _xl_sinusoids(k, dim, dtype, device):
-    """Transformer-XL's fixed encodings R_{-r} for r = -k .. k (row r + k),
-    width dim: sin(x f_t) for t < dim/2, then cos(x f_t), x = -r (XL's
-    distance i - j), f_t = 10000^(-2t/dim); computed in float64."""
-    x = torch.arange(k, -k - 1, -1, dtype=torch.float64)
-    t = torch.arange(dim // 2, dtype=torch.float64)
-    freq = torch.exp(-math.log(10000.0) * 2.0 * t / dim)
-    angles = x[:, None] * freq[None, :]
-    r = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
-    return r.to(dtype=dtype, device=device)
+# The module's setting keywords: {keyword: registry key} of every setting
+# some scheme of SCHEMES reads, in the registry's order (max_distance is
+# also the third positional argument). A setting added to the registry is a
+# keyword here with nothing to write.
+_SETTINGS = {_KEYWORD.get(key, key): key for key in _D
+             if any(key in _relpos.scheme(s).settings for s in SCHEMES)}
 
 
 class RelativeMultiheadAttention(nn.Module):
@@ -240,6 +230,11 @@ class RelativeMultiheadAttention(nn.Module):
         num_buckets, bucket_max_distance: "shaw-log" and "t5"'s buckets.
         rope_base, rope_layout: "rope" (layout "split_halves" or
             "interleaved"; needs an even E/H).
+        The setting keywords (per_head_tables, key_term, value_term,
+        table_init_scale, k_left, ...) are the registry's settings
+        (relpos.position_schemes.SETTING_DEFAULTS, the C++ SchemeSettings)
+        that a scheme of SCHEMES reads, with the registry's defaults;
+        table_init_scale is the registry's rel_init_scale.
         device, dtype: for the parameters; CPU modules run relpos's C++
             kernel (float32 / float64), CUDA ones its Triton kernels
             (float16, bfloat16, float32, float64).
@@ -260,16 +255,16 @@ class RelativeMultiheadAttention(nn.Module):
     """
 
     def __init__(self, embed_dim, num_heads, max_distance=None, *,
-                 scheme="shaw", per_head_tables=_D["per_head_tables"],
-                 key_term=_D["key_term"], value_term=_D["value_term"],
-                 causal=False, bias=True, table_init="xavier_normal",
-                 table_init_scale=_D["rel_init_scale"], k_left=_D["k_left"],
-                 k_right=_D["k_right"], num_buckets=_D["num_buckets"],
-                 bucket_max_distance=_D["bucket_max_distance"],
-                 rope_base=_D["rope_base"], rope_layout=_D["rope_layout"],
-                 head_dim=None, scale=None, device=None, dtype=None):
+                 scheme="shaw", causal=False, bias=True,
+                 table_init="xavier_normal", head_dim=None, scale=None,
+                 device=None, dtype=None, **settings):
         super().__init__()
         fn = "torch.RelativeMultiheadAttention"
+        for keyword in settings:
+            if keyword not in _SETTINGS:
+                raise TypeError(
+                    f"relpos.{fn}: unexpected keyword argument {keyword!r} "
+                    f"(the scheme settings: {', '.join(_SETTINGS)})")
         try:
             entry = _relpos.scheme(scheme)
         except (TypeError, ValueError):
@@ -301,7 +296,7 @@ class RelativeMultiheadAttention(nn.Module):
                     f"relpos.{fn}: scheme 'xl' needs num_heads * head_dim "
                     f"= embed_dim (its sinusoids have width embed_dim; got "
                     f"{num_heads} * {head_dim} != {embed_dim})")
-        self.scale = _relpos._scale(fn, scale)
+        self.scale = check_scale(fn, scale)
         self.table_init = _checks.choice(fn, "table_init", table_init,
                                          _TABLE_INITS)
         self.embed_dim, self.num_heads = embed_dim, num_heads
@@ -312,14 +307,15 @@ class RelativeMultiheadAttention(nn.Module):
         # Every setting is type-checked and kept; the registry checks the
         # values of those the scheme reads (and its layer: RoPE's even head
         # width, XL's even embed_dim, T5's buckets) and gives the tables.
-        settings = dict(
-            max_distance=_D["max_distance"] if max_distance is None
-            else max_distance, k_left=k_left, k_right=k_right,
-            num_buckets=num_buckets, bucket_max_distance=bucket_max_distance,
-            rope_base=rope_base, rope_layout=rope_layout,
-            per_head_tables=bool(per_head_tables), key_term=bool(key_term),
-            value_term=bool(value_term), rel_init_scale=table_init_scale)
-        settings = _relpos._registry._settings(fn, settings)
+        # The registry's defaults, then the keywords given (the switches
+        # taken as bools, as they always were).
+        given = {key: _D[key] for key in _SETTINGS.values()}
+        if max_distance is not None:
+            given["max_distance"] = max_distance
+        for keyword, value in settings.items():
+            key = _SETTINGS[keyword]
+            given[key] = bool(value) if isinstance(_D[key], bool) else value
+        settings = _relpos.position_schemes._settings(fn, given)
         try:
             layer = (num_heads, self.head_dim)
             tables = entry.tables(*layer, causal=self.causal, **settings)
@@ -361,12 +357,7 @@ class RelativeMultiheadAttention(nn.Module):
         roles = _relpos.scheme(self.scheme).table_roles
         if not {"key_table", "value_table", "score_bias"} & set(roles):
             return 0
-        b = self.buckets()
-        if b is None:
-            return 2 * self.max_distance + 1
-        if isinstance(b, _relpos.ClipBuckets):
-            return b.left + b.right + 1
-        return b.num_buckets
+        return bucket_map(self.buckets(), self.max_distance).rows()
 
     def table_std(self):
         """Xavier normal std of an [nb, E/H] table (docs/math.md section 5)."""
@@ -397,7 +388,8 @@ class RelativeMultiheadAttention(nn.Module):
     def xl_table(self, k):
         """Transformer-XL's key table [H, 2k+1, E/H]: row r + k of head h is
         W_h R_{-r} (docs/math.md section 8)."""
-        r = _xl_sinusoids(k, self.embed_dim, self.xl_w.dtype, self.xl_w.device)
+        r = torch.from_numpy(xl_sinusoids(k, self.embed_dim)).to(
+            dtype=self.xl_w.dtype, device=self.xl_w.device)
         flat = r @ self.xl_w.t()  # [2k+1, E] = [2k+1, H * dh]
         return flat.view(2 * k + 1, self.num_heads, self.head_dim) \
             .transpose(0, 1).contiguous()
@@ -497,7 +489,7 @@ class _RopeFunction(torch.autograd.Function):
 
 
 def _rope_numpy(name, t):
-    _ops.check_tensor("rope", name, t)
+    _checks.torch_tensor("torch.rope", name, t)
     return t.detach().contiguous().numpy()
 
 

@@ -163,14 +163,6 @@ _LENGTH_PENALTIES = ("wu", "power", "none")
 _COMPUTE_TYPES = ("float32", "int8")
 
 
-def _int(value, name: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an int (got {type(value).__name__})")
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be in [{lo}, {hi}] (got {value})")
-    return value
-
-
 class Translator:
     """A checkpoint of task ``translate``, translating text
     (docs/translation.md, "Training, evaluating and translating").
@@ -240,10 +232,16 @@ class Translator:
         if length_penalty not in _LENGTH_PENALTIES:
             raise ValueError(f"length_penalty must be one of "
                              f"{', '.join(_LENGTH_PENALTIES)} (got {length_penalty!r})")
+        def count(name, value, lo, hi):  # ValueError for any bad value
+            return _checks.integer("translate.Translator.translate", name,
+                                   value, minimum=lo, maximum=hi,
+                                   wrong_type=ValueError)
+
         out = self._t.translate(
-            lines, _int(beam_size, "beam_size", 1, 4096), length_penalty,
+            lines, count("beam_size", beam_size, 1, 4096), length_penalty,
             float(alpha), float(max_length_ratio),
-            _int(max_length, "max_length", 1, 1 << 20),
-            _int(threads, "threads", 0, 1024),
-            _int(max_batch_size, "max_batch_size", 0, 1 << 20), compute_type)
+            count("max_length", max_length, 1, 1 << 20),
+            count("threads", threads, 0, 1024),
+            count("max_batch_size", max_batch_size, 0, 1 << 20),
+            compute_type)
         return [Translation(*t) for t in out]

@@ -22,6 +22,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "relpos/relpos.h"
+#include "core/attention_problem.h"
 #include "model_ext.h"
 #include "position_schemes_ext.h"
 #include "schemes_ext.h"
@@ -193,6 +194,71 @@ void Backward(InArray<T> q, InArray<T> k, InArray<T> v,
   AttentionBackward<T>(in, out_view, lse_view, dout_view, grads, o);
 }
 
+// A view with `shape` and no data (never read): the problem check needs
+// the shapes only. None -> an empty view (the argument is absent).
+ConstView<float> ShapeView(const std::optional<std::vector<int64_t>>& shape,
+                           const char* name) {
+  static const float kNoData = 0;
+  if (!shape) return {};
+  const std::vector<int64_t>& s = *shape;
+  switch (s.size()) {
+    case 1:
+      return ConstView<float>(&kNoData, {s[0]});
+    case 2:
+      return ConstView<float>(&kNoData, {s[0], s[1]});
+    case 3:
+      return ConstView<float>(&kNoData, {s[0], s[1], s[2]});
+    case 4:
+      return ConstView<float>(&kNoData, {s[0], s[1], s[2], s[3]});
+    default:
+      break;
+  }
+  throw InvalidArgument(std::string("relpos: ") + name +
+                        " must have rank 1 to 4 (got rank " +
+                        std::to_string(s.size()) + ")");
+}
+
+// The C++ core's checks of one call (MakeAttentionProblem: shapes against
+// each other and the options, every range) on the inputs' shapes alone, for
+// the Python paths that do not call the core (relpos.triton). Returns the
+// resolved problem; InvalidArgument (ValueError) names the argument.
+nb::dict CheckProblem(std::vector<int64_t> q, std::vector<int64_t> k,
+                      std::vector<int64_t> v,
+                      std::optional<std::vector<int64_t>> ak,
+                      std::optional<std::vector<int64_t>> av,
+                      std::optional<std::vector<int64_t>> bias,
+                      std::optional<std::vector<int64_t>> pb,
+                      int64_t max_distance, bool per_head_tables, bool causal,
+                      std::vector<int64_t> key_lengths,
+                      std::optional<int64_t> query_offset,
+                      const SchemeArgs& scheme, const RowArgs& rows) {
+  AttentionOptions o = MakeOptions<float>(
+      max_distance, per_head_tables, ak.has_value(), av.has_value(), causal,
+      std::move(key_lengths), query_offset, rows);
+  ApplyScheme(scheme, ak.has_value(), bias.has_value(), pb.has_value(), o);
+  const AttentionInputs<float> in{.q = ShapeView(q, "q"),
+                                  .k = ShapeView(k, "k"),
+                                  .v = ShapeView(v, "v"),
+                                  .ak = ShapeView(ak, "ak"),
+                                  .av = ShapeView(av, "av"),
+                                  .bias = ShapeView(bias, "bias"),
+                                  .pb = ShapeView(pb, "pb")};
+  const AttentionProblem p =
+      MakeAttentionProblem<float>(in, ConstView<float>(), ConstView<float>(), o);
+  nb::dict d;
+  d["heads"] = p.heads;
+  d["kv_heads"] = p.kv_heads;
+  d["table_rows"] = p.TableRows();
+  d["t5_reach"] = p.t5_reach;
+  d["alibi_slopes"] = p.alibi_slopes;
+  d["query_offsets"] = p.query_offsets;
+  d["key_lengths"] = p.key_lengths;
+  d["key_starts"] = p.key_starts;
+  d["min_offset"] = p.min_offset;
+  d["max_offset"] = p.max_offset;
+  return d;
+}
+
 // SchemeArgs as a Python class (relpos._relpos_ext.SchemeArgs), bound once.
 void BindSchemeArgs(nb::module_& m) {
   nb::class_<SchemeArgs>(m, "SchemeArgs",
@@ -284,6 +350,14 @@ NB_MODULE(_relpos_ext, m) {
   relpos::BindSchemeArgs(m);
   relpos::BindAttention<float>(m, "f32");
   relpos::BindAttention<double>(m, "f64");
+  m.def("check_attention_problem", &relpos::CheckProblem, nb::arg("q"),
+        nb::arg("k"), nb::arg("v"), nb::arg("ak").none(),
+        nb::arg("av").none(), nb::arg("bias").none(), nb::arg("pb").none(),
+        nb::arg("max_distance"), nb::arg("per_head_tables"),
+        nb::arg("causal"), nb::arg("key_lengths"),
+        nb::arg("query_offset").none(), nb::arg("scheme"), nb::arg("rows"),
+        "Internal: the C++ core's checks of a call, on shapes; returns the "
+        "resolved problem. Used by relpos.triton.");
   m.def("init_relative_table", &relpos::InitTable, nb::arg("table"),
         nb::arg("kind"), nb::arg("scale"), nb::arg("seed"),
         "Internal: fills a float32 table. Use relpos.init_relative_table.");

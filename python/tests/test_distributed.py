@@ -371,11 +371,10 @@ def test_context_parallel_under_ddp(world, tmp_path):
 
 def _settings(causal, **kw):
     from relpos import distributed as rd
-    return rd._Settings(rd._Scheme(2, kw.pop("ak", None), None,
-                                   kw.pop("bias", None),
-                                   kw.pop("max_distance", None),
-                                   kw.pop("buckets", None),
-                                   kw.pop("alibi", None)), causal, None)
+    from relpos._call import parse
+    ak, bias = kw.pop("ak", None), kw.pop("bias", None)
+    args = parse(rd._FN, ak=ak, bias=bias, **kw)  # max_distance, buckets, alibi
+    return rd._Settings(rd._Scheme(2, ak, None, bias, args), causal, None)
 
 
 def test_pair_kind():
@@ -414,6 +413,7 @@ def test_near_pairs_take_the_kernel_backward(name, monkeypatch):
     bucket map, Shaw's vector tables under T5 buckets included, never the
     torch chunk-pair path; and agrees with that path."""
     from relpos import distributed as rd
+    from relpos._call import parse
     g = torch.Generator().manual_seed(11)
     b, h, n, d = 2, 2, 6, 4
     kw = {"shaw": dict(max_distance=2, ak=(5, d), av=(5, d)),
@@ -429,9 +429,11 @@ def test_near_pairs_take_the_kernel_backward(name, monkeypatch):
     causal = kw.pop("causal", False)
     tabs = _tables(g, torch.float32, **{t: kw.pop(t) for t in TABLES
                                         if t in kw})
+    args = parse(rd._FN, ak=tabs.get("ak"), bias=tabs.get("bias"),
+                 max_distance=kw.get("max_distance"),
+                 buckets=kw.get("buckets"))
     s = rd._Settings(rd._Scheme(h, tabs.get("ak"), tabs.get("av"),
-                                tabs.get("bias"), kw.get("max_distance"),
-                                kw.get("buckets"), None), causal, None)
+                                tabs.get("bias"), args), causal, None)
     q, k, v, dout = (torch.randn(b, h, n, d, generator=g) for _ in range(4))
     qo, ko = 3, 1  # queries 3..8, keys 1..6: distances -7 .. 3, near
     assert rd._pair_kind(s, qo, n, ko, n) == ("near", None)

@@ -1,5 +1,7 @@
-"""relpos.interop: weights in Hugging Face Wav2Vec2-BERT's and OpenNMT-py's
-layouts (generated, with the sources' tensor names and shapes) give, through
+"""The layer loaders (relpos.hf.from_wav2vec2_bert / from_t5 /
+from_wav2vec2_conformer, relpos.opennmt.from_opennmt; relpos.interop
+re-exports them under their former names): weights in Hugging Face
+Wav2Vec2-BERT's and OpenNMT-py's layouts (generated, with the sources' tensor names and shapes) give, through
 relpos, what each source's own formula gives.
 
 The references below re-implement each source's attention directly in numpy
@@ -16,7 +18,9 @@ import numpy as np
 import pytest
 
 from relpos import ClipBuckets, T5Buckets
+from relpos import hf as rhf
 from relpos import interop
+from relpos import opennmt as ronmt
 
 E, H = 32, 4
 D = E // H
@@ -125,7 +129,7 @@ def test_wav2vec2_bert_matches_hf_formula(left, right, n):
     x = rng.normal(0, 1, (2, n, E))
     lengths = [n, n - 4]  # n > left + 1 and > right + 1: both clips bite
     want = hf_wav2vec2_bert(sd, prefix, x, lengths, left, right)
-    layer = interop.from_wav2vec2_bert(sd, H, prefix=prefix, left=left,
+    layer = rhf.from_wav2vec2_bert(sd, H, prefix=prefix, left=left,
                                        right=right)
     assert layer.buckets == ClipBuckets(left, right) and layer.av is None
     for b in range(2):  # padded query rows are not compared (HF keeps junk)
@@ -138,7 +142,7 @@ def test_wav2vec2_bert_matches_hf_formula(left, right, n):
 def test_wav2vec2_bert_default_clip_is_64_8():
     rng = np.random.default_rng(1)
     sd = _hf_state(rng, "", 64, 8)
-    layer = interop.from_wav2vec2_bert(sd, H)
+    layer = rhf.from_wav2vec2_bert(sd, H)
     assert layer.buckets == ClipBuckets(64, 8)
     x = rng.normal(0, 1, (1, 70, E))
     _close(layer.forward(x), hf_wav2vec2_bert(sd, "", x, [70], 64, 8), 1e-12)
@@ -152,7 +156,7 @@ def test_opennmt_matches_onmt_formula(k_max, n):
     x = rng.normal(0, 1, (3, n, E))
     lengths = [n, n - 2, 1]
     want = onmt_multi_headed(sd, prefix, x, lengths, k_max)
-    layer = interop.from_opennmt(sd, H, k_max, prefix=prefix)
+    layer = ronmt.from_opennmt(sd, H, k_max, prefix=prefix)
     assert layer.ak is layer.av
     for b in range(3):
         m = lengths[b]
@@ -167,7 +171,7 @@ def test_torch_paths_match():
     sd = _onmt_state(rng, "", 3)
     x = rng.normal(0, 1, (2, 9, E))
     want = onmt_multi_headed(sd, "", x, [9, 9], 3)
-    layer = interop.from_opennmt(sd, H, 3)
+    layer = ronmt.from_opennmt(sd, H, 3)
     module = layer.to_torch_module()
     got = module(torch.from_numpy(x.astype(np.float32))).detach().numpy()
     _close(got, want, 1e-4)
@@ -178,7 +182,7 @@ def test_torch_paths_match():
     assert xt.grad is not None and np.isfinite(xt.grad.numpy()).all()
 
     sd = _hf_state(rng, "", 5, 2)
-    hf = interop.from_wav2vec2_bert(sd, H, left=5, right=2)
+    hf = rhf.from_wav2vec2_bert(sd, H, left=5, right=2)
     _close(hf.forward_torch(torch.from_numpy(x)).detach().numpy(),
            hf_wav2vec2_bert(sd, "", x, [9, 9], 5, 2), 1e-12)
     # The asymmetric clip becomes scheme shaw-asym, key table only.
@@ -193,20 +197,20 @@ def test_bad_weights_are_named():
     rng = np.random.default_rng(3)
     sd = _hf_state(rng, "p.", 64, 8)
     with pytest.raises(ValueError, match="distance_embedding.weight.*expected"):
-        interop.from_wav2vec2_bert(sd, H, prefix="p.", left=32, right=8)
+        rhf.from_wav2vec2_bert(sd, H, prefix="p.", left=32, right=8)
     with pytest.raises(KeyError, match="q.linear_q.weight"):
-        interop.from_wav2vec2_bert(sd, H, prefix="q.")
+        rhf.from_wav2vec2_bert(sd, H, prefix="q.")
     with pytest.raises(ValueError, match="num_heads"):
-        interop.from_wav2vec2_bert(sd, 5, prefix="p.")
+        rhf.from_wav2vec2_bert(sd, 5, prefix="p.")
     with pytest.raises(ValueError, match="left"):
-        interop.from_wav2vec2_bert(sd, H, prefix="p.", left=-1)
+        rhf.from_wav2vec2_bert(sd, H, prefix="p.", left=-1)
     sd = _onmt_state(rng, "", 4)
     del sd["linear_values.bias"]
     with pytest.raises(KeyError, match="linear_values.bias"):
-        interop.from_opennmt(sd, H, 4)
+        ronmt.from_opennmt(sd, H, 4)
     with pytest.raises(ValueError, match="max_relative_positions = 0"):
-        interop.from_opennmt(_onmt_state(rng, "", 4), H, 0)
-    layer = interop.from_opennmt(_onmt_state(rng, "", 4), H, 4)
+        ronmt.from_opennmt(_onmt_state(rng, "", 4), H, 0)
+    layer = ronmt.from_opennmt(_onmt_state(rng, "", 4), H, 4)
     with pytest.raises(ValueError, match=r"x must be \[B, N, 32\]"):
         layer.forward(np.zeros((2, 3, 8)))
 
@@ -299,7 +303,7 @@ def test_t5_matches_transformers(dtype, mt5, stack, block):
     hf0 = blocks[0].layer[0].SelfAttention
     assert hf0.is_decoder == (stack == "decoder")
     prefix = f"{stack}.block.{block}.layer.0.SelfAttention."
-    layer = interop.from_t5(model.state_dict(), config, prefix=prefix)
+    layer = rhf.from_t5(model.state_dict(), config, prefix=prefix)
     nb, md = (config.relative_attention_num_buckets,
               config.relative_attention_max_distance)
     assert layer.buckets == T5Buckets(nb, md, stack == "encoder")
@@ -352,10 +356,10 @@ def test_t5_config_dict_and_keywords():
     model, config = _t5_model(torch, False, "float64")
     sd = model.state_dict()
     prefix = "decoder.block.1.layer.0.SelfAttention."
-    a = interop.from_t5(sd, config, prefix=prefix)
+    a = rhf.from_t5(sd, config, prefix=prefix)
     # config.json as a dict, or no config at all: the same layer.
-    b = interop.from_t5(sd, config.to_dict(), prefix=prefix)
-    c = interop.from_t5(sd, prefix=prefix, num_heads=4, max_distance=20)
+    b = rhf.from_t5(sd, config.to_dict(), prefix=prefix)
+    c = rhf.from_t5(sd, prefix=prefix, num_heads=4, max_distance=20)
     for other in (b, c):
         assert other.buckets == a.buckets == T5Buckets(32, 20, False)
         assert np.array_equal(other.score_bias, a.score_bias)
@@ -364,13 +368,13 @@ def test_t5_config_dict_and_keywords():
                "relative_attention_bias.weight"].numpy()
     assert np.array_equal(a.score_bias, table.T)
     # is_decoder overrides the prefix's stack; bias_prefix the table's place.
-    d = interop.from_t5(sd, config, prefix=prefix, is_decoder=False,
+    d = rhf.from_t5(sd, config, prefix=prefix, is_decoder=False,
                         bias_prefix="encoder.block.0.layer.0.SelfAttention.")
     assert d.buckets.bidirectional and not d.causal
     # A bare layer (no block in the prefix) holds its own table.
     hf = model.encoder.block[0].layer[0].SelfAttention
     own = {"attn." + k: v for k, v in hf.state_dict().items()}
-    e = interop.from_t5(own, config, prefix="attn.")
+    e = rhf.from_t5(own, config, prefix="attn.")
     assert e.buckets.bidirectional and e.causal is False
     x = np.random.default_rng(0).normal(0, 1, (1, 9, 32))
     with torch.no_grad():
@@ -384,33 +388,33 @@ def test_t5_errors_name_the_tensor():
     sd = dict(model.state_dict())
     p1 = "encoder.block.1.layer.0.SelfAttention."
     with pytest.raises(ValueError, match="EncDecAttention"):
-        interop.from_t5(sd, config,
+        rhf.from_t5(sd, config,
                         prefix="decoder.block.0.layer.1.EncDecAttention.")
     with pytest.raises(ValueError, match="num_heads"):
-        interop.from_t5(sd, prefix=p1)
+        rhf.from_t5(sd, prefix=p1)
     with pytest.raises(ValueError, match=r"'encoder.block.1.layer.0."
                        r"SelfAttention.q.weight' has shape \(32, 32\), "
                        r"expected \(20, 32\)"):
-        interop.from_t5(sd, config, prefix=p1, d_kv=5)
+        rhf.from_t5(sd, config, prefix=p1, d_kv=5)
     with pytest.raises(ValueError, match=r"relative_attention_bias.weight' "
                        r"has shape \(32, 4\), expected \(16, 4\)"):
-        interop.from_t5(sd, config, prefix=p1, num_buckets=16)
+        rhf.from_t5(sd, config, prefix=p1, num_buckets=16)
     with pytest.raises(ValueError, match="num_buckets"):
-        interop.from_t5(sd, config, prefix=p1, num_buckets=2)
+        rhf.from_t5(sd, config, prefix=p1, num_buckets=2)
     bad = dict(sd)
     del bad["encoder.block.0.layer.0.SelfAttention.relative_attention_bias"
             ".weight"]
     with pytest.raises(KeyError, match="encoder.block.0.layer.0."
                        "SelfAttention.relative_attention_bias.weight"):
-        interop.from_t5(bad, config, prefix=p1)
+        rhf.from_t5(bad, config, prefix=p1)
     bad = dict(sd)
     bad[p1 + "o.weight"] = bad[p1 + "o.weight"][:, :16]
     with pytest.raises(ValueError, match=r"o.weight' has shape \(32, 16\)"):
-        interop.from_t5(bad, config, prefix=p1)
+        rhf.from_t5(bad, config, prefix=p1)
     with pytest.raises(KeyError, match="nope.q.weight"):
-        interop.from_t5(sd, config, prefix="nope.")
+        rhf.from_t5(sd, config, prefix="nope.")
     # Bucket direction and mask must agree for the module.
-    layer = interop.from_t5(sd, config, prefix=p1)
+    layer = rhf.from_t5(sd, config, prefix=p1)
     with pytest.raises(ValueError, match="bidirectional.*causal"):
         layer.to_torch_module(causal=True)
     with pytest.raises(ValueError, match=r"x must be \[B, N, 32\]"):
@@ -456,7 +460,7 @@ def test_wav2vec2_conformer_matches_transformers(dtype):
     tdt = getattr(torch, dtype)
     prefix = "wav2vec2.encoder.layers.2.self_attn."
     sd = {prefix + k: v for k, v in hf.state_dict().items()}
-    layer = interop.from_wav2vec2_conformer(sd, config, prefix=prefix)
+    layer = rhf.from_wav2vec2_conformer(sd, config, prefix=prefix)
     assert layer.scheme == "xl" and layer.buckets is None
     # linear_pos's input columns, from interleaved sin/cos to sines first.
     w = hf.linear_pos.weight.detach().numpy()
@@ -513,7 +517,7 @@ def test_wav2vec2_conformer_u_and_v_are_not_interchangeable():
     torch = _torch_transformers()
     config, hf, pe_module = _conformer(torch, "float64")
     sd = dict(hf.state_dict())
-    layer = interop.from_wav2vec2_conformer(sd, 4)
+    layer = rhf.from_wav2vec2_conformer(sd, 4)
     swapped = layer._replace(xl_u=layer.xl_v, xl_v=layer.xl_u)
     x = np.random.default_rng(4).normal(0, 1, (1, 11, 32))
     pe = _hf_rel_sinusoids(torch, 11, 32)
@@ -530,23 +534,61 @@ def test_wav2vec2_conformer_errors_name_the_tensor():
     bad = dict(sd)
     del bad["p.pos_bias_v"]
     with pytest.raises(KeyError, match="p.pos_bias_v"):
-        interop.from_wav2vec2_conformer(bad, 4, prefix="p.")
+        rhf.from_wav2vec2_conformer(bad, 4, prefix="p.")
     bad = dict(sd)
     bad["p.linear_pos.weight"] = bad["p.linear_pos.weight"][:16]
     with pytest.raises(ValueError, match=r"'p.linear_pos.weight' has shape "
                        r"\(16, 32\), expected \(32, 32\)"):
-        interop.from_wav2vec2_conformer(bad, 4, prefix="p.")
+        rhf.from_wav2vec2_conformer(bad, 4, prefix="p.")
     with pytest.raises(ValueError, match=r"'p.pos_bias_u' has shape "
                        r"\(4, 8\), expected \(8, 4\)"):
-        interop.from_wav2vec2_conformer(sd, 8, prefix="p.")
+        rhf.from_wav2vec2_conformer(sd, 8, prefix="p.")
     with pytest.raises(KeyError, match="q.linear_q.weight"):
-        interop.from_wav2vec2_conformer(sd, 4, prefix="q.")
+        rhf.from_wav2vec2_conformer(sd, 4, prefix="q.")
     rotary = config.to_dict()
     rotary["position_embeddings_type"] = "rotary"
     with pytest.raises(ValueError, match="rotary"):
-        interop.from_wav2vec2_conformer(sd, rotary, prefix="p.")
+        rhf.from_wav2vec2_conformer(sd, rotary, prefix="p.")
     with pytest.raises(ValueError, match="num_heads"):
-        interop.from_wav2vec2_conformer(sd, 0, prefix="p.")
+        rhf.from_wav2vec2_conformer(sd, 0, prefix="p.")
+
+
+# --- one home per framework; relpos.interop only re-exports
+
+
+def test_each_framework_has_one_home():
+    import relpos
+    from relpos import _convert, ctranslate2
+    for name in ("from_t5", "from_wav2vec2_bert", "from_wav2vec2_conformer"):
+        assert getattr(interop, name) is getattr(rhf, name)
+        assert getattr(rhf, name).__module__ == "relpos.hf"
+    assert interop.from_opennmt is ronmt.from_opennmt
+    assert ronmt.from_opennmt.__module__ == "relpos.opennmt"
+    assert interop.LoadedAttention is rhf.LoadedAttention \
+        is ronmt.LoadedAttention is _convert.LoadedAttention
+    # One UnsupportedModelError, a ValueError, for every converter.
+    assert ronmt.UnsupportedModelError is ctranslate2.UnsupportedModelError \
+        is _convert.UnsupportedModelError
+    assert issubclass(_convert.UnsupportedModelError, ValueError)
+    # interop has no code of its own: every public name is another module's.
+    for name in interop.__all__:
+        assert getattr(interop, name).__module__ != "relpos.interop"
+    assert relpos.interop is interop
+
+
+def test_messages_name_the_loader():
+    rng = np.random.default_rng(5)
+    with pytest.raises(ValueError, match=r"^relpos\.opennmt\.from_opennmt: "
+                       r"num_heads must be >= 1 \(got 0\)$"):
+        ronmt.from_opennmt(_onmt_state(rng, "", 4), 0, 4)
+    with pytest.raises(KeyError, match=r"relpos\.hf\.from_wav2vec2_bert: "
+                       r"Wav2Vec2-BERT state_dict has no tensor"):
+        rhf.from_wav2vec2_bert({}, H)
+    with pytest.raises(ValueError, match=r"^relpos\.hf\.from_t5: from_t5 "
+                       r"needs num_heads"):
+        rhf.from_t5({})
+    layer = ronmt.from_opennmt(_onmt_state(rng, "", 4), H, 4)
+    assert layer.source == "OpenNMT-py" and type(layer.source) is str
 
 
 # --- relpos's lazily imported submodules as attributes
@@ -563,7 +605,7 @@ def test_submodules_are_attributes_in_a_fresh_interpreter():
         "import sys, relpos\n"
         "assert 'relpos.interop' not in sys.modules\n"
         "f = relpos.interop.from_opennmt\n"
-        "assert f.__module__ == 'relpos.interop'\n"
+        "assert f.__module__ == 'relpos.opennmt'\n"
         "assert relpos.opennmt.__name__ == 'relpos.opennmt'\n"
         "assert relpos.ctranslate2.__name__ == 'relpos.ctranslate2'\n"
         "assert 'interop' in dir(relpos)\n"

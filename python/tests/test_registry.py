@@ -63,7 +63,7 @@ def _text(value):
 
 def test_settings_and_defaults_match_docs():
     docs = _docs_defaults()
-    defaults = relpos._registry.SETTING_DEFAULTS
+    defaults = relpos.position_schemes.SETTING_DEFAULTS
     assert set(defaults) == {
         "max_len", "max_distance", "k_left", "k_right", "num_buckets",
         "bucket_max_distance", "rope_base", "rope_layout", "key_term",

@@ -90,7 +90,7 @@ def test_opcheck(case):
     for t in (q, k, v, ak, av, bias, pb):
         if t is not None:
             t.requires_grad_(True)
-    kind, bargs = _ops.encode_buckets(kw.get("buckets"))
+    kind, bargs = _ops.encode_buckets("torch.attention", kw.get("buckets"))
     lengths = kw.get("key_lengths")
     args = (q, k, v, ak, av, bias, pb, kw.get("max_distance"),
             kw.get("causal", False),

@@ -315,7 +315,7 @@ def test_custom_op_cuda_kernels():
     tensors, dout = _inputs(case, torch.float32)
     q, k, v, ak, av, bias, pb = tensors
     kw = case.kwargs()
-    kind, args = _ops.encode_buckets(kw.get("buckets"))
+    kind, args = _ops.encode_buckets("torch.attention", kw.get("buckets"))
     options = (kw.get("max_distance"), kw["causal"], None,
                kw["query_offset"], kind, args, _ops.encode_alibi(None),
                None, None, None)
