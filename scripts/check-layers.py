@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks the layering of src/ (src/CMakeLists.txt): each folder includes
-internal headers only from itself and the folders below it, and the command
-line only public headers. Tests (*_test.cc, *_test_util.h) may reach any
+internal headers only from itself and the folders below it, and the
+clients (the command line, src/cli/, and the Python bindings, python/src/)
+only public headers. Tests (*_test.cc, *_test_util.h) may reach any
 internal header below the command line. Exits 1, naming every include that
 breaks the order.
 
@@ -54,6 +55,15 @@ def problems(root):
                     is_test(path) and target != "cli"):
                 out.append(f"{path.relative_to(root)}: {layer}/ includes "
                            f"\"{header}\" from {target}/, a layer above it")
+    # The Python bindings: public headers and their own files only.
+    for path in sorted((root / "python" / "src").glob("*")):
+        if path.suffix not in (".cc", ".h"):
+            continue
+        for header in INCLUDE.findall(path.read_text(encoding="utf-8")):
+            if "/" in header and header.split("/")[0] != "relpos":
+                out.append(f"{path.relative_to(root)}: the Python bindings "
+                           f"include the internal \"{header}\" (public "
+                           f"headers only)")
     return out
 
 

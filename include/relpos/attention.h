@@ -190,6 +190,27 @@ void AttentionBackward(const AttentionInputs<T>& in, ConstView<T> out,
                        const AttentionGrads<T>& grads,
                        const AttentionOptions& options);
 
+// What AttentionForward resolves from its arguments before computing
+// (docs/conventions.md): the heads, the rows of the relative tables, the
+// scheme's resolved settings and every batch item's offsets and key range.
+struct ResolvedAttention {
+  int64_t heads = 0, kv_heads = 0;
+  int64_t table_rows = 0;  // rows of AK / AV (the bucket map's)
+  int64_t t5_reach = 0;    // t5: every |r| >= it is its side's last bucket
+  std::vector<double> alibi_slopes;  // alibi: one per head
+  // One entry per batch item each; min / max of query_offsets.
+  std::vector<int64_t> query_offsets, key_lengths, key_starts;
+  int64_t min_offset = 0, max_offset = 0;
+};
+
+// The checks AttentionForward makes, on the inputs' shapes alone (the views'
+// data is never read: any non-null pointer will do), for callers that compute attention elsewhere (the
+// Python package's GPU path) and want the same rules: throws InvalidArgument
+// exactly where AttentionForward would, else returns what it resolved.
+template <typename T>
+ResolvedAttention CheckAttention(const AttentionInputs<T>& in,
+                                 const AttentionOptions& options);
+
 extern template void AttentionForward<float>(const AttentionInputs<float>&,
                                              TensorView<float>,
                                              TensorView<float>,
@@ -210,6 +231,11 @@ extern template void AttentionBackward<double>(const AttentionInputs<double>&,
                                                ConstView<double>,
                                                const AttentionGrads<double>&,
                                                const AttentionOptions&);
+
+extern template ResolvedAttention CheckAttention<float>(
+    const AttentionInputs<float>&, const AttentionOptions&);
+extern template ResolvedAttention CheckAttention<double>(
+    const AttentionInputs<double>&, const AttentionOptions&);
 
 }  // namespace relpos
 

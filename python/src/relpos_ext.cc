@@ -22,7 +22,6 @@
 #include <nanobind/stl/vector.h>
 
 #include "relpos/relpos.h"
-#include "core/attention_problem.h"
 #include "model_ext.h"
 #include "position_schemes_ext.h"
 #include "schemes_ext.h"
@@ -218,7 +217,7 @@ ConstView<float> ShapeView(const std::optional<std::vector<int64_t>>& shape,
                         std::to_string(s.size()) + ")");
 }
 
-// The C++ core's checks of one call (MakeAttentionProblem: shapes against
+// The C++ core's checks of one call (relpos::CheckAttention: shapes against
 // each other and the options, every range) on the inputs' shapes alone, for
 // the Python paths that do not call the core (relpos.triton). Returns the
 // resolved problem; InvalidArgument (ValueError) names the argument.
@@ -243,12 +242,11 @@ nb::dict CheckProblem(std::vector<int64_t> q, std::vector<int64_t> k,
                                   .av = ShapeView(av, "av"),
                                   .bias = ShapeView(bias, "bias"),
                                   .pb = ShapeView(pb, "pb")};
-  const AttentionProblem p =
-      MakeAttentionProblem<float>(in, ConstView<float>(), ConstView<float>(), o);
+  const ResolvedAttention p = CheckAttention<float>(in, o);
   nb::dict d;
   d["heads"] = p.heads;
   d["kv_heads"] = p.kv_heads;
-  d["table_rows"] = p.TableRows();
+  d["table_rows"] = p.table_rows;
   d["t5_reach"] = p.t5_reach;
   d["alibi_slopes"] = p.alibi_slopes;
   d["query_offsets"] = p.query_offsets;

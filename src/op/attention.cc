@@ -105,6 +105,27 @@ void AttentionBackward(const AttentionInputs<T>& in, ConstView<T> out,
   ReferenceBackward(p, in, dout.data(), grads);
 }
 
+template <typename T>
+ResolvedAttention CheckAttention(const AttentionInputs<T>& in,
+                                 const AttentionOptions& options) {
+  const AttentionProblem p =
+      MakeAttentionProblem<T>(in, ConstView<T>(), ConstView<T>(), options);
+  return {.heads = p.heads,
+          .kv_heads = p.kv_heads,
+          .table_rows = p.TableRows(),
+          .t5_reach = p.t5_reach,
+          .alibi_slopes = p.alibi_slopes,
+          .query_offsets = p.query_offsets,
+          .key_lengths = p.key_lengths,
+          .key_starts = p.key_starts,
+          .min_offset = p.min_offset,
+          .max_offset = p.max_offset};
+}
+
+template ResolvedAttention CheckAttention<float>(const AttentionInputs<float>&,
+                                                 const AttentionOptions&);
+template ResolvedAttention CheckAttention<double>(
+    const AttentionInputs<double>&, const AttentionOptions&);
 template void AttentionForward<float>(const AttentionInputs<float>&,
                                       TensorView<float>, TensorView<float>,
                                       const AttentionOptions&);

@@ -204,6 +204,44 @@ TEST_F(ApiTest, GroupedQueryShapes) {
       {"dk must have shape [2, 2, 5, 6]"});
 }
 
+// CheckAttention: the forward pass's checks on shapes alone (the views point
+// at one number that is never read), and what they resolve.
+TEST_F(ApiTest, CheckAttentionResolvesAndRefusesAsForwardDoes) {
+  AttentionCase c = c_;
+  c.heads = 4;
+  c.kv_heads = 2;
+  const AttentionData<double> data = MakeRandomData<double>(c, 3);
+  const double unread = 0;
+  AttentionInputs<double> shapes = data.Inputs();
+  shapes.q = ConstView<double>(&unread, {2, 4, 4, 6});
+  shapes.k = ConstView<double>(&unread, {2, 2, 5, 6});
+  shapes.v = ConstView<double>(&unread, {2, 2, 5, 7});
+  AttentionOptions o = c.options;
+  o.key_lengths = {5, 3};
+  o.query_offset = 1;
+  const ResolvedAttention r = CheckAttention<double>(shapes, o);
+  EXPECT_EQ(r.heads, 4);
+  EXPECT_EQ(r.kv_heads, 2);
+  EXPECT_EQ(r.table_rows, 2 * 2 + 1);
+  EXPECT_EQ(r.query_offsets, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(r.key_lengths, (std::vector<int64_t>{5, 3}));
+  EXPECT_EQ(r.key_starts, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(r.min_offset, 1);
+  EXPECT_EQ(r.max_offset, 1);
+  // The same refusals as the forward pass, with the same words.
+  shapes.k = ConstView<double>(&unread, {2, 3, 5, 6});
+  shapes.v = ConstView<double>(&unread, {2, 3, 5, 7});
+  ExpectInvalid([&] { CheckAttention<double>(shapes, o); },
+                {"Hkv = 3", "H = 4"});
+  shapes = data.Inputs();
+  o.key_lengths = {6, 1};
+  ExpectInvalid([&] { CheckAttention<double>(shapes, o); },
+                {"key_lengths"});
+  AttentionOutputBuffers<double> fwd = MakeOutputs<double>(c);
+  ExpectInvalid([&] { Forward(shapes, fwd.Out(), fwd.Lse(), o); },
+                {"key_lengths"});
+}
+
 TEST_F(ApiTest, EmptyAndRankOfQkv) {
   AttentionInputs<double> in = in_;
   in.q = ConstView<double>();
