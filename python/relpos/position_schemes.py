@@ -344,26 +344,28 @@ def rope_backward(dy, *, position_offset=0, base=10000.0,
 def sinusoidal_table(rows, d):
     """The absolute sinusoidal table of relpos's models (scheme
     "sinusoidal", docs/model.md; Vaswani et al. 3.5), float64 [rows, d]:
-    PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d))."""
-    pe = np.zeros((rows, d), dtype=np.float64)
-    p = np.arange(rows, dtype=np.float64)[:, None]
-    two_i = np.arange(0, d, 2, dtype=np.float64)
-    angle = p / np.power(10000.0, two_i / d)
-    pe[:, 0::2] = np.sin(angle)
-    pe[:, 1::2] = np.cos(angle[:, : d // 2])
-    return pe
+    PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)).
+    Computed by the C++ library (relpos::SinusoidalTable), the same code as
+    the C++ models' input positions."""
+    out = np.empty((_int("sinusoidal_table", "rows", rows, minimum=0),
+                    _int("sinusoidal_table", "d", d, minimum=1)),
+                   dtype=np.float64)
+    _ext.sinusoidal_table_f64(out)
+    return out
 
 
 def xl_sinusoids(k, dim):
     """Transformer-XL's encodings R_{-r} for r = -k .. k (row r + k),
     float64 [2k+1, dim]: sin(x f_t) for t < dim/2, then cos(x f_t), x = -r
     (XL's distance i - j), f_t = 10000^(-2t/dim). relpos.torch's scheme
-    "xl" multiplies them by its learned xl_w (docs/math.md section 8)."""
-    x = np.arange(k, -k - 1, -1, dtype=np.float64)
-    t = np.arange(dim // 2, dtype=np.float64)
-    freq = np.exp(-math.log(10000.0) * 2.0 * t / dim)
-    angles = x[:, None] * freq[None, :]
-    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+    "xl" multiplies them by its learned xl_w (docs/math.md section 8).
+    Computed by the C++ library (relpos::XlSinusoidTable), the same code as
+    the C++ models' xl layers."""
+    k = _int("xl_sinusoids", "k", k, minimum=0)
+    out = np.empty((2 * k + 1, _int("xl_sinusoids", "dim", dim, minimum=2)),
+                   dtype=np.float64)
+    _ext.xl_sinusoid_table_f64(k, out)
+    return out
 
 
 # --- the registry (include/relpos/schemes.h) --------------------------------
