@@ -96,10 +96,12 @@ std::string Progress::Line(int64_t done, double loss, int64_t tokens,
   line += buf;
   line += " elapsed ";
   line += FormatDuration(elapsed_s);
-  // ETA from the average rate so far: simple, and steady once warmed up.
-  const double eta = done > 0 ? elapsed_s * static_cast<double>(total_ - done) /
-                                    static_cast<double>(done)
-                              : NAN;
+  // ETA from the average rate so far (of the units this run did): simple,
+  // and steady once warmed up.
+  const int64_t run = done - start_done_;
+  const double eta = run > 0 ? elapsed_s * static_cast<double>(total_ - done) /
+                                   static_cast<double>(run)
+                             : NAN;
   line += " eta ";
   line += done >= total_ ? std::string("0s") : FormatDuration(eta);
   if (loss >= 0.0 || std::isnan(loss)) {

@@ -35,6 +35,9 @@ class Progress {
   // pass a negative value to leave it out. `tokens` = tokens processed since
   // the start (for tokens/s; 0 leaves it out).
   void Update(int64_t done, double loss = -1.0, int64_t tokens = 0);
+  // Units already done when this run started (a resumed training run): the
+  // ETA comes from the rate of the units done since then.
+  void SetStart(int64_t done) { start_done_ = done; }
   // Text appended to every line from now on (a training run's latest
   // held-out evaluation); in kLines mode a line with it is printed at once.
   void Note(std::string note);
@@ -55,6 +58,7 @@ class Progress {
   double log_interval_s_;
   std::chrono::steady_clock::time_point start_;
   double last_print_s_ = -1e9;
+  int64_t start_done_ = 0;
   int64_t done_ = 0;
   double loss_ = -1.0;
   int64_t tokens_ = 0;

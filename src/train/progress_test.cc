@@ -36,6 +36,17 @@ TEST(Progress, LineHasElapsedEtaLossAndRate) {
   EXPECT_EQ(bare.find("tok/s"), std::string::npos) << bare;
 }
 
+TEST(Progress, ResumedRunsEtaCountsOnlyItsOwnUnits) {
+  std::ostringstream os;
+  Progress p(os, "train", 100, ProgressMode::kQuiet);
+  p.SetStart(60);
+  // 20 units since the resume in 10 s: the 20 left take 10 s.
+  const std::string line = p.Line(80, 1.5, 5000, 10.0, false);
+  EXPECT_NE(line.find("80/100"), std::string::npos) << line;
+  EXPECT_NE(line.find("eta 10s"), std::string::npos) << line;
+  EXPECT_NE(p.Line(60, 1.5, 0, 1.0, false).find("eta ?"), std::string::npos);
+}
+
 TEST(Progress, LinesModePrintsPlainLines) {
   std::ostringstream os;
   {

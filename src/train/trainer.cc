@@ -346,6 +346,7 @@ RunResult Trainer::Run(const RunOptions& options) {
   if (options.progress_out) {
     progress = std::make_unique<Progress>(*options.progress_out, options.label,
                                           config_.steps, options.progress_mode);
+    progress->SetStart(state_.step);
   }
   const ProgressCloser closer{progress.get()};
   // One writer per checkpoint folder for the whole run (a second run into
