@@ -8,6 +8,7 @@
 #include "base/check.h"
 #include "model/arch.h"
 #include "model/decoder_session.h"
+#include "model/nn/cross_entropy.h"
 #include "model/positions.h"
 
 namespace relpos::model {
@@ -72,22 +73,6 @@ struct Candidate {
   double score = 0;  // the cumulative log-probability
 };
 
-// log-softmax of each row of logits [rows, V], in double.
-template <typename T>
-void LogSoftmax(const std::vector<T>& logits, int64_t V,
-                std::vector<double>* out) {
-  out->resize(logits.size());
-  for (size_t r = 0; r * V < logits.size(); ++r) {
-    const T* z = logits.data() + r * V;
-    double mx = z[0];
-    for (int64_t v = 1; v < V; ++v) mx = std::max(mx, double(z[v]));
-    double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(double(z[v]) - mx);
-    const double lse = mx + std::log(sum);
-    for (int64_t v = 0; v < V; ++v) (*out)[r * V + v] = double(z[v]) - lse;
-  }
-}
-
 // Whether continuation a ranks before b: the higher score, then the lower
 // hypothesis, then the lower token.
 bool Before(const Candidate& a, const Candidate& b) {
@@ -97,28 +82,43 @@ bool Before(const Candidate& a, const Candidate& b) {
 }
 
 // The best min(k, hypotheses x V) continuations of live hypotheses
-// [h0, h1), best first, into *out. Each hypothesis contributes at most k of
-// them, so its own best k (a heap of k over its row: one comparison per
-// token for most tokens) are the only ones ranked; *out keeps its storage
-// between steps.
+// [h0, h1), best first, into *out; hypothesis h's log-probabilities are
+// its logits [V] minus lse[h] (in double). Each hypothesis contributes at
+// most k of them, so its own best k (a heap of k over its row: one
+// comparison per token for most tokens) are the only ones ranked; *out
+// keeps its storage between steps.
+template <typename T>
 void TopCandidates(const std::vector<Live>& live, int64_t h0, int64_t h1,
-                   const std::vector<double>& logp, int64_t V, int64_t k,
-                   std::vector<Candidate>* out) {
+                   const std::vector<T>& logits, const std::vector<double>& lse,
+                   int64_t V, int64_t k, std::vector<Candidate>* out) {
   out->clear();
   const int64_t per_row = std::min(k, V);
   for (int64_t h = h0; h < h1; ++h) {
     const size_t first = out->size();
-    const double* row = logp.data() + h * V;
+    const T* row = logits.data() + h * V;
+    const double base = live[h].log_prob - lse[h];
+    auto candidate = [&](int64_t v) {
+      return Candidate{h, static_cast<int32_t>(v),
+                       base + static_cast<double>(row[v])};
+    };
     // With Before as its order, a heap's top is its worst candidate.
-    for (int64_t v = 0; v < V; ++v) {
-      const Candidate c{h, static_cast<int32_t>(v), live[h].log_prob + row[v]};
-      if (static_cast<int64_t>(out->size() - first) < per_row) {
-        out->push_back(c);
-        std::push_heap(out->begin() + first, out->end(), Before);
-      } else if (Before(c, (*out)[first])) {
+    for (int64_t v = 0; v < per_row; ++v) {
+      out->push_back(candidate(v));
+      std::push_heap(out->begin() + first, out->end(), Before);
+    }
+    // A later token ranks before the top only with a larger logit: the
+    // score grows with the logit, and on equal scores the lower token
+    // (every one in the heap) ranks first. So a plain comparison with the
+    // top's logit passes over most of the row.
+    T worst = row[(*out)[first].token];
+    for (int64_t v = per_row; v < V; ++v) {
+      if (!(row[v] > worst)) continue;
+      const Candidate c = candidate(v);
+      if (Before(c, (*out)[first])) {
         std::pop_heap(out->begin() + first, out->end(), Before);
         out->back() = c;
         std::push_heap(out->begin() + first, out->end(), Before);
+        worst = row[(*out)[first].token];
       }
     }
   }
@@ -239,11 +239,13 @@ std::vector<Hypothesis> BeamSearch(StepModel<T>& model,
   }
   std::vector<int32_t> feed(S, o.bos);
   std::vector<T> logits;
-  std::vector<double> logp;
+  std::vector<double> lse;
   std::vector<Candidate> candidates;
   for (int64_t step = 0; !st.live.empty(); ++step) {
     model.Step(feed, &logits);
-    LogSoftmax(logits, V, &logp);
+    const int64_t rows = static_cast<int64_t>(logits.size()) / V;
+    lse.resize(static_cast<size_t>(rows));
+    nn::LogSumExpRows(logits.data(), rows, V, lse.data());
     std::vector<Live> next;
     std::vector<int64_t> parents;
     const int64_t live = static_cast<int64_t>(st.live.size());
@@ -251,7 +253,8 @@ std::vector<Hypothesis> BeamSearch(StepModel<T>& model,
       const int64_t s = st.live[h0].sentence;
       int64_t h1 = h0 + 1;
       while (h1 < live && st.live[h1].sentence == s) ++h1;
-      TopCandidates(st.live, h0, h1, logp, V, 2 * o.beam_size, &candidates);
+      TopCandidates(st.live, h0, h1, logits, lse, V, 2 * o.beam_size,
+                    &candidates);
       AdvanceSentence(candidates, s, step + 1 >= max_steps[s], o, &st, &next,
                       &parents);
       h0 = h1;

@@ -35,6 +35,10 @@
 namespace relpos::model {
 namespace {
 
+// Rows a cache slot holds at first (fewer when the capacity is smaller);
+// it doubles when a sequence outgrows it.
+constexpr int64_t kFirstSlot = 16;
+
 // Caps the cache (keys + values, all layers) an untrusted config or a large
 // capacity could request: 2^34 elements is 64 GiB of float.
 constexpr int64_t kMaxCacheElements = int64_t{1} << 34;
@@ -180,8 +184,9 @@ void BasicDecoderSession<T>::Init(int64_t batch) {
   lengths_.assign(batch, 0);
   // Zeros, so that the unwritten rows attention is told to ignore are finite.
   const int64_t d = c.d_model;
-  keys_.assign(c.layers, std::vector<T>(batch * capacity_ * d, T(0)));
-  values_.assign(c.layers, std::vector<T>(batch * capacity_ * d, T(0)));
+  slot_ = std::min(capacity_, kFirstSlot);
+  keys_.assign(c.layers, std::vector<T>(batch * slot_ * d, T(0)));
+  values_.assign(c.layers, std::vector<T>(batch * slot_ * d, T(0)));
   // input_terms_ row p = AddInputPositions' term for position p: run it on
   // one zero sequence of `capacity` positions.
   input_terms_.assign(capacity_ * d, T(0));
@@ -298,12 +303,32 @@ int64_t BasicDecoderSession<T>::source_of(int64_t b) const {
 
 template <typename T>
 T* BasicDecoderSession<T>::Keys(int64_t l, int64_t b) {
-  return keys_[l].data() + b * capacity_ * side_.d_model;
+  return keys_[l].data() + b * slot_ * side_.d_model;
 }
 
 template <typename T>
 T* BasicDecoderSession<T>::Values(int64_t l, int64_t b) {
-  return values_[l].data() + b * capacity_ * side_.d_model;
+  return values_[l].data() + b * slot_ * side_.d_model;
+}
+
+template <typename T>
+void BasicDecoderSession<T>::Grow(int64_t positions) {
+  if (positions <= slot_) return;
+  const int64_t slot = std::min(capacity_, std::max(positions, 2 * slot_));
+  const int64_t H = side_.heads, dh = side_.d_model / H;
+  for (int64_t l = 0; l < side_.layers; ++l) {
+    for (std::vector<T>* cache : {&keys_[l], &values_[l]}) {
+      std::vector<T> grown(static_cast<size_t>(batch_ * H * slot * dh), T(0));
+      for (int64_t b = 0; b < batch_; ++b) {
+        for (int64_t hh = 0; hh < H; ++hh) {
+          std::copy_n(cache->data() + (b * H + hh) * slot_ * dh,
+                      lengths_[b] * dh, grown.data() + (b * H + hh) * slot * dh);
+        }
+      }
+      cache->swap(grown);
+    }
+  }
+  slot_ = slot;
 }
 
 template <typename T>
@@ -328,7 +353,7 @@ void BasicDecoderSession<T>::Reorder(const std::vector<int64_t>& parents) {
                          << ") (got " << parents[j] << ")");
   }
   const int64_t d = side_.d_model, H = side_.heads, dh = d / H;
-  const int64_t slot = capacity_ * d;
+  const int64_t slot = slot_ * d;
   CheckCacheSize(side_.layers, n, capacity_, d, "a cache of batch");
   // In place: a sequence that keeps its own parent is not copied. A parent
   // whose slot another sequence takes is first saved in spare_ (its index
@@ -344,8 +369,8 @@ void BasicDecoderSession<T>::Reorder(const std::vector<int64_t>& parents) {
   }
   auto copy_rows = [&](const T* from, int64_t p, T* to) {
     for (int64_t hh = 0; hh < H; ++hh) {
-      std::copy_n(from + hh * capacity_ * dh, lengths_[p] * dh,
-                  to + hh * capacity_ * dh);
+      std::copy_n(from + hh * slot_ * dh, lengths_[p] * dh,
+                  to + hh * slot_ * dh);
     }
   };
   for (int64_t l = 0; l < side_.layers; ++l) {
@@ -465,13 +490,13 @@ void BasicDecoderSession<T>::SelfAttention(int64_t l, const BlockWeights<T>& w,
                                            const std::vector<int64_t>& first) {
   const ModelConfig& c = side_;
   const int64_t B = batch_, d = c.d_model, H = c.heads, dh = d / H;
-  const int64_t cap = capacity_, rows = first[B];
+  const int64_t slot = slot_, rows = first[B];
   auto count = [&](int64_t b) { return first[b + 1] - first[b]; };
   Rows& r = rows_;
   StepPositionArgs<T> pos_args;
   pos_args.config = &side_;
   pos_args.positions = MhaPositionsFor(c);
-  pos_args.capacity = cap;
+  pos_args.capacity = capacity_;
   pos_args.rows = rows;
   pos_args.position = r.position.data();
   pos_args.input_terms = &input_terms_;
@@ -485,7 +510,7 @@ void BasicDecoderSession<T>::SelfAttention(int64_t l, const BlockWeights<T>& w,
   pos_args.weights = &w.attn;
   pos_args.xl = &xl_[l];
   StepPositions(StepStage::kQueryKey, pos_args);
-  // The new keys and values enter the cache ([H, cap, dh] per sequence);
+  // The new keys and values enter the cache ([H, slot, dh] per sequence);
   // the queries are split to [H, m_b, dh] per sequence, one after another.
   for (int64_t b = 0; b < B; ++b) {
     const int64_t m = count(b), t = lengths_[b];
@@ -494,7 +519,7 @@ void BasicDecoderSession<T>::SelfAttention(int64_t l, const BlockWeights<T>& w,
     for (int64_t i = 0; i < m; ++i) {
       const int64_t row = (first[b] + i) * d;
       for (int64_t hh = 0; hh < H; ++hh) {
-        const int64_t at = (hh * cap + t + i) * dh, src = row + hh * dh;
+        const int64_t at = (hh * slot + t + i) * dh, src = row + hh * dh;
         std::copy_n(r.k.data() + src, dh, kc + at);
         std::copy_n(r.v.data() + src, dh, vc + at);
         std::copy_n(r.q.data() + src, dh,
@@ -512,8 +537,8 @@ void BasicDecoderSession<T>::SelfAttention(int64_t l, const BlockWeights<T>& w,
     const int64_t n = b1 - b0, m = count(b0);
     AttentionInputs<T> in;
     in.q = ConstView<T>(r.heads_q.data() + first[b0] * d, {n, H, m, dh});
-    in.k = ConstView<T>(Keys(l, b0), {n, H, cap, dh});
-    in.v = ConstView<T>(Values(l, b0), {n, H, cap, dh});
+    in.k = ConstView<T>(Keys(l, b0), {n, H, slot, dh});
+    in.v = ConstView<T>(Values(l, b0), {n, H, slot, dh});
     AttentionOptions options;
     pos_args.t = lengths_.data() + b0;
     pos_args.m = m;
@@ -643,6 +668,11 @@ void BasicDecoderSession<T>::Append(
   std::vector<int64_t> first;
   PackNewRows(tokens, &first);  // validates; nothing changed before this
   const int64_t rows = first[B];
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    longest = std::max(longest, lengths_[b] + first[b + 1] - first[b]);
+  }
+  Grow(longest);
   Rows& r = rows_;
   const DecoderWeights<T> dw = model_->decoder_weights();
 

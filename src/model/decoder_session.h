@@ -100,9 +100,12 @@ class BasicDecoderSession {
   void Reorder(const std::vector<int64_t>& parents);
 
  private:
-  // Sequence b's slot of layer l's self-attention cache: [H, capacity, dh].
+  // Sequence b's slot of layer l's self-attention cache: [H, slot_, dh].
   T* Keys(int64_t l, int64_t b);
   T* Values(int64_t l, int64_t b);
+  // Makes every slot hold at least `positions` (<= capacity_) rows: the
+  // slots double (at most to capacity_) and the cached rows move over.
+  void Grow(int64_t positions);
   // The constructors' shared part: caches, position terms, XL tables.
   void Init(int64_t batch);
   // The validated new rows of an Append, packed: rows_.tokens, positions,
@@ -130,8 +133,12 @@ class BasicDecoderSession {
   const QuantizedLinears* quantized_;
   ModelConfig side_;  // the decoder stack's config (DecoderSide)
   int64_t batch_, capacity_;
+  // Positions each sequence's cache slot holds now (<= capacity_): the
+  // caches grow with the longest sequence instead of holding capacity_
+  // rows from the start.
+  int64_t slot_ = 0;
   std::vector<int64_t> lengths_;        // [batch]
-  std::vector<std::vector<T>> keys_;    // [layers][batch, H, capacity, dh]
+  std::vector<std::vector<T>> keys_;    // [layers][batch, H, slot_, dh]
   std::vector<std::vector<T>> values_;  // as keys_
   std::vector<T> spare_;                // Reorder's copy target
   // Absolute position terms: row p is what the input side adds to the token

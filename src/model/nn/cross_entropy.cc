@@ -253,6 +253,21 @@ void CrossEntropyBackward(const T* logits, const int32_t* targets, T scale,
   }
 }
 
+template <typename T>
+void LogSumExpRows(const T* logits, int64_t rows, int64_t vocab, double* lse) {
+#pragma omp parallel if (rows * vocab >= base::kMinParallelWork)
+  {
+    std::vector<T> scratch(vocab);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      double mx;
+      int32_t arg;
+      RowLogSumExp(logits + r * vocab, vocab, scratch.data(), &mx, &lse[r],
+                   &arg);
+    }
+  }
+}
+
 template CrossEntropyResult CrossEntropyForward<float>(
     const float*, const int32_t*, int32_t*, const CrossEntropyShape&,
     const CrossEntropyOptions&);
@@ -266,6 +281,8 @@ template void CrossEntropyBackward<double>(const double*, const int32_t*,
                                            double, double*,
                                            const CrossEntropyShape&,
                                            const CrossEntropyOptions&);
+template void LogSumExpRows<float>(const float*, int64_t, int64_t, double*);
+template void LogSumExpRows<double>(const double*, int64_t, int64_t, double*);
 
 }  // namespace relpos::nn
 

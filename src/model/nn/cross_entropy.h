@@ -42,6 +42,13 @@ CrossEntropyResult CrossEntropyForward(const T* logits, const int32_t* targets,
                                        const CrossEntropyShape& shape,
                                        const CrossEntropyOptions& options = {});
 
+// lse[r] = log sum_v exp(logits[r, v]) for each row of logits [rows, vocab]
+// (vocab >= 1), computed as CrossEntropyForward computes it (float: SIMD
+// exponentials of z - max, summed in double in a fixed order; double:
+// libm's exp): beam search's log-probabilities are z - lse.
+template <typename T>
+void LogSumExpRows(const T* logits, int64_t rows, int64_t vocab, double* lse);
+
 // Differentiates `loss = scale * sum_r -sum_c q[r, c] log softmax(logits[r])_c`
 // (q as above):
 //   dlogits[r] = scale * (softmax(logits[r]) - q[r])
