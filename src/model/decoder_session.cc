@@ -355,17 +355,45 @@ void BasicDecoderSession<T>::Reorder(const std::vector<int64_t>& parents) {
   const int64_t d = side_.d_model, H = side_.heads, dh = d / H;
   const int64_t slot = slot_ * d;
   CheckCacheSize(side_.layers, n, capacity_, d, "a cache of batch");
-  // In place: a sequence that keeps its own parent is not copied. A parent
-  // whose slot another sequence takes is first saved in spare_ (its index
-  // there in staged[p]); the rest are read where they are.
-  std::vector<char> read(static_cast<size_t>(batch_), 0);
+  // In place: a sequence that keeps its own parent is not copied, and the
+  // others are copied in an order that reads every slot before it is
+  // overwritten (sequence j's copy waits for the copies that read slot j).
+  // Only a cycle (sequences that swap slots) needs one of its slots saved
+  // in spare_ first. The order is found once and replayed per cache.
+  struct CopyOp {
+    int64_t to, from;  // slot `to` takes slot `from`'s rows (lengths_[from])
+    int64_t spare;     // >= 0: `from` is read from spare_ there instead
+    bool stage;        // true: save slot `from` into spare_ at `spare`
+  };
+  std::vector<CopyOp> ops;
+  std::vector<int64_t> readers(static_cast<size_t>(batch_), 0);
   for (int64_t j = 0; j < n; ++j) {
-    if (parents[j] != j) read[parents[j]] = 1;
+    if (parents[j] != j) ++readers[parents[j]];
   }
-  std::vector<int64_t> staged(static_cast<size_t>(batch_), -1);
+  std::vector<int64_t> staged(static_cast<size_t>(batch_), -1), ready;
+  std::vector<char> done(static_cast<size_t>(n), 0);
+  auto pending = [&](int64_t j) { return parents[j] != j && !done[j]; };
+  for (int64_t j = 0; j < n; ++j) {
+    if (pending(j) && (j >= batch_ || readers[j] == 0)) ready.push_back(j);
+  }
   int64_t saved = 0;
-  for (int64_t j = 0; j < std::min(n, batch_); ++j) {
-    if (parents[j] != j && read[j]) staged[j] = saved++;
+  auto drain = [&] {
+    while (!ready.empty()) {
+      const int64_t j = ready.back(), p = parents[j];
+      ready.pop_back();
+      ops.push_back({j, p, staged[p], false});
+      done[j] = 1;
+      if (--readers[p] == 0 && p < n && pending(p)) ready.push_back(p);
+    }
+  };
+  drain();
+  for (int64_t j = 0; j < n; ++j) {
+    if (!pending(j)) continue;  // else j is on a cycle: save its slot
+    staged[j] = saved++;
+    ops.push_back({j, j, staged[j], true});
+    readers[j] = 0;
+    ready.push_back(j);
+    drain();
   }
   auto copy_rows = [&](const T* from, int64_t p, T* to) {
     for (int64_t hh = 0; hh < H; ++hh) {
@@ -373,22 +401,19 @@ void BasicDecoderSession<T>::Reorder(const std::vector<int64_t>& parents) {
                   to + hh * slot_ * dh);
     }
   };
+  if (saved > 0) Resize(&spare_, saved * slot);
   for (int64_t l = 0; l < side_.layers; ++l) {
     for (std::vector<T>* cache : {&keys_[l], &values_[l]}) {
       if (n > batch_) Resize(cache, n * slot);
-      Resize(&spare_, std::max<int64_t>(saved, 1) * slot);
-      for (int64_t p = 0; p < batch_; ++p) {
-        if (staged[p] >= 0) {
-          copy_rows(cache->data() + p * slot, p,
-                    spare_.data() + staged[p] * slot);
+      for (const CopyOp& op : ops) {
+        if (op.stage) {
+          copy_rows(cache->data() + op.from * slot, op.from,
+                    spare_.data() + op.spare * slot);
+        } else {
+          copy_rows(op.spare >= 0 ? spare_.data() + op.spare * slot
+                                  : cache->data() + op.from * slot,
+                    op.from, cache->data() + op.to * slot);
         }
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t p = parents[j];
-        if (p == j) continue;
-        const T* from = staged[p] >= 0 ? spare_.data() + staged[p] * slot
-                                       : cache->data() + p * slot;
-        copy_rows(from, p, cache->data() + j * slot);
       }
     }
   }

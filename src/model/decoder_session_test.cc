@@ -484,6 +484,29 @@ TEST(DecoderSessionReorder, SwapsAndShrinksInPlace) {
               V, 1e-12, "grow");
 }
 
+// Reorder along cycles: slots that take each other's rows (a 3-cycle, then
+// a swap beside a duplicate and a chain) need one slot saved per cycle.
+TEST(DecoderSessionReorder, CyclesKeepEverySlotsRows) {
+  BasicTransformer<double> model(ConfigFor(Cases()[3]));
+  Perturb(&model);
+  const int64_t V = model.config().vocab_size;
+  BasicDecoderSession<double> session(model, 4, 8);
+  std::vector<double> logits;
+  session.Append({{1, 2, 3}, {6, 7}, {4, 5, 0, 9}, {3}}, &logits);
+  session.Reorder({1, 2, 0, 3});
+  session.Step({8, 10, 2, 5}, &logits);
+  std::vector<std::vector<int32_t>> want = {
+      {6, 7, 8}, {4, 5, 0, 9, 10}, {1, 2, 3, 2}, {3, 5}};
+  ExpectClose(logits, Recompute(model, want, {3, 5, 4, 2}), V, 1e-12,
+              "3-cycle");
+  session.Reorder({1, 0, 0, 2});
+  session.Step({6, 7, 8, 9}, &logits);
+  want = {{4, 5, 0, 9, 10, 6}, {6, 7, 8, 7}, {6, 7, 8, 8},
+          {1, 2, 3, 2, 9}};
+  ExpectClose(logits, Recompute(model, want, {6, 4, 4, 5}), V, 1e-12,
+              "swap, duplicate and chain");
+}
+
 TEST(DecoderSessionErrors, Seq2seqArguments) {
   ModelConfig c = Seq2seqConfigFor(Cases()[2]);  // learned, max_len 20
   Transformer model(c);
