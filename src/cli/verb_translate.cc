@@ -1,4 +1,5 @@
-// `relpos translate DIR [--beam N] [--max-len-ratio R] [--input FILE|-]
+// `relpos translate DIR [--beam N] [--max-len-ratio R] [--max-length N]
+// [--input FILE|-]
 // [--json]`: one translation per input line with a checkpoint of task
 // translate (docs/translation.md).
 #include <chrono>
@@ -19,7 +20,7 @@ namespace {
 
 struct TranslateFlags {
   std::string dir, input = "-", length_penalty = "wu";
-  int64_t beam = 4, batch_size = 16;
+  int64_t beam = 4, batch_size = 16, max_length = 1024;
   double max_len_ratio = 2.0, alpha = 0.6;
   int threads = 0;
   std::string compute_type = "float32";
@@ -60,6 +61,7 @@ void RunTranslate(const TranslateFlags& f, std::ostream& out) {
   options.length_penalty = f.length_penalty;
   options.alpha = f.alpha;
   options.max_length_ratio = f.max_len_ratio;
+  options.max_length = f.max_length;
   options.threads = f.threads;
   options.compute_type = f.compute_type;
   const auto start = std::chrono::steady_clock::now();
@@ -111,6 +113,10 @@ void AddTranslateVerb(CLI::App& app, std::ostream& out) {
   sub->add_option("--max-len-ratio", flags->max_len_ratio,
                   "At most ceil(R * source pieces) target pieces")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--max-length", flags->max_length,
+                  "And at most this many target pieces")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   sub->add_option("--length-penalty", flags->length_penalty,
                   "wu ((5 + |y|) / 6)^alpha, power |y|^alpha, or none")

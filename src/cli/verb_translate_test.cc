@@ -171,6 +171,30 @@ TEST_F(VerbTranslateTest, TrainsEvaluatesAndTranslates) {
   }
   EXPECT_EQ(n, 3u);
 
+  // --max-length caps every translation at that many pieces, as
+  // DecodeOptions::max_length does.
+  DecodeOptions d2 = d;
+  d2.max_length = 2;
+  const std::vector<TextTranslation> want2 = translator.Translate(
+      {"open the red file", "close the big list and save the old key",
+       "find the new page"},
+      d2);
+  const CliResult o2 =
+      RunRelpos({"translate", P("ck"), "--input", P("in.txt"), "--json",
+                 "--beam", "3", "--max-length", "2"});
+  ASSERT_EQ(o2.code, 0) << o2.err;
+  std::istringstream lines2(o2.out);
+  for (size_t i = 0; i < want2.size(); ++i) {
+    ASSERT_TRUE(std::getline(lines2, line));
+    const auto tokens =
+        nlohmann::json::parse(line)["tokens"].get<std::vector<int32_t>>();
+    EXPECT_LE(tokens.size(), 2u);
+    EXPECT_EQ(tokens, want2[i].best.tokens);
+  }
+  ExpectBad({"translate", P("ck"), "--input", P("in.txt"), "--max-length",
+             "0"},
+            "--max-length");
+
   // --compute-type int8: the library's int8 translations, the same for any
   // thread count; eval scores them (BLEU close to float32's on this easy
   // toy language; the deltas on the catalogs are in docs/benchmarks.md).
