@@ -110,15 +110,26 @@ void TopCandidates(const std::vector<Live>& live, int64_t h0, int64_t h1,
     // score grows with the logit, and on equal scores the lower token
     // (every one in the heap) ranks first. So a plain comparison with the
     // top's logit passes over most of the row.
+    // Blocks of kBlock logits are checked at once (vector code), and only
+    // a block with a larger logit is looked at token by token.
+    constexpr int64_t kBlock = 16;
     T worst = row[(*out)[first].token];
-    for (int64_t v = per_row; v < V; ++v) {
-      if (!(row[v] > worst)) continue;
-      const Candidate c = candidate(v);
-      if (Before(c, (*out)[first])) {
-        std::pop_heap(out->begin() + first, out->end(), Before);
-        out->back() = c;
-        std::push_heap(out->begin() + first, out->end(), Before);
-        worst = row[(*out)[first].token];
+    for (int64_t v0 = per_row; v0 < V; v0 += kBlock) {
+      const int64_t v1 = std::min(V, v0 + kBlock);
+      if (v1 - v0 == kBlock) {
+        bool any = false;
+        for (int64_t i = 0; i < kBlock; ++i) any |= row[v0 + i] > worst;
+        if (!any) continue;
+      }
+      for (int64_t v = v0; v < v1; ++v) {
+        if (!(row[v] > worst)) continue;
+        const Candidate c = candidate(v);
+        if (Before(c, (*out)[first])) {
+          std::pop_heap(out->begin() + first, out->end(), Before);
+          out->back() = c;
+          std::push_heap(out->begin() + first, out->end(), Before);
+          worst = row[(*out)[first].token];
+        }
       }
     }
   }
