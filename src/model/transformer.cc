@@ -641,18 +641,24 @@ struct BasicTransformer<T>::State {
 };
 
 template <typename T>
-BasicTransformer<T>::BasicTransformer(const ModelConfig& config)
+BasicTransformer<T>::BasicTransformer(const ModelConfig& config, Fill fill)
     : config_(config), state_(std::make_unique<State>()) {
   Validate(config_);
   std::vector<ParamSpec> specs;
   state_->index = BuildSpecs(config_, &specs);
   params_.reserve(specs.size());
   for (const ParamSpec& spec : specs) {
-    const std::vector<float> init = InitialValues(spec, config_);
     BasicParameter<T> p;
     p.name = spec.name;
     p.shape = spec.shape;
-    p.value.assign(init.begin(), init.end());
+    if (fill == Fill::kRandom) {
+      const std::vector<float> values = InitialValues(spec, config_);
+      p.value.assign(values.begin(), values.end());
+    } else {
+      int64_t numel = 1;
+      for (int64_t extent : spec.shape) numel *= extent;
+      p.value.assign(static_cast<size_t>(numel), T(0));
+    }
     // p.grad stays empty until the first Backward (AllocateGradients): a
     // model that only evaluates or decodes never holds a second copy.
     p.decay = spec.decay;

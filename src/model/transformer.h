@@ -170,10 +170,15 @@ struct DecoderWeights {
 template <typename T>
 class BasicTransformer {
  public:
+  // How the constructor fills the parameters: kRandom as training starts
+  // (below); kZeros for a loader that overwrites every one of them (a
+  // checkpoint's), which then skips the random draws.
+  enum class Fill { kRandom, kZeros };
   // Validates `config` and initialises every parameter deterministically from
   // config.seed (each tensor from its own stream keyed by its name, so adding
   // a tensor never changes the others).
-  explicit BasicTransformer(const ModelConfig& config);
+  explicit BasicTransformer(const ModelConfig& config,
+                            Fill fill = Fill::kRandom);
   ~BasicTransformer();
   BasicTransformer(BasicTransformer&&) noexcept;
   BasicTransformer& operator=(BasicTransformer&&) noexcept;

@@ -595,7 +595,8 @@ model::Transformer LoadModel(const std::string& dir, TrainConfig* train_config,
   CheckStepMetadata(reader.layout().metadata, "relpos-model", ck.state.step,
                     path);
   CheckNamesAndShapes(reader.layout().tensors, want, path);
-  model::Transformer model(ck.model_config);
+  // Every parameter is read below: no random draws first.
+  model::Transformer model(ck.model_config, model::Transformer::Fill::kZeros);
   auto& params = model.parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     reader.Read(i, params[i].value.data());
