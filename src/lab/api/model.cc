@@ -67,7 +67,7 @@ void OnWorkers(int64_t n, int threads, const Work& work) {
 // (DecodeOptions::max_batch_size): with more sentences than max_batch_size
 // > 0, they are sorted by source length and cut into batches of that many,
 // as CTranslate2's translate_batch does, and the threads take the batches
-// in turn, as its inter_threads do. One batch on several threads is cut into
+// in turn (longest first), as its inter_threads do. One batch on several threads is cut into
 // min(threads, sentences) contiguous shares of about equal source tokens,
 // one per thread; one thread searches a batch with every thread inside its
 // matrix products. A sentence's search does not depend on the others in
@@ -120,7 +120,10 @@ std::vector<model::Hypothesis> TranslateBatches(
     }
   };
   if (threads > 1) {
-    OnWorkers(static_cast<int64_t>(batches.size()), threads, search);
+    // Longest batches first (they come sorted shortest first): the last
+    // batches taken are short, so the threads finish together.
+    const int64_t count = static_cast<int64_t>(batches.size());
+    OnWorkers(count, threads, [&](int64_t b) { search(count - 1 - b); });
   } else {
     base::SetThreads(1);
     for (size_t b = 0; b < batches.size(); ++b) search(static_cast<int64_t>(b));
