@@ -112,11 +112,14 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
     RunTranslationEval(f, model, out);
     return;
   }
-  RELPOS_CLI_CHECK(f.compute_type == "float32",
+  RELPOS_CLI_CHECK(f.compute_type == "float32" ||
+                       c.Get("model", "arch") == "decoder",
                    "--compute-type int8 applies to decoding: a translation "
-                   "checkpoint's beam search; this checkpoint's task is "
+                   "checkpoint's beam search or a decoder's (task lm) cached "
+                   "steps; this checkpoint's arch is "
+                       << c.Get("model", "arch") << " (task "
                        << c.Get("train", "task")
-                       << " (its metrics come from the float32 forward pass)");
+                       << ": its metrics come from the float32 forward pass)");
   RELPOS_CLI_CHECK(!lengths.empty(), "--lengths is required");
   const std::vector<LengthMetrics> results =
       AsFlag("--lengths", "lengths", [&] {
@@ -125,6 +128,7 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
                                 .batch_size = f.batch_size,
                                 .seed = f.seed,
                                 .threads = f.threads,
+                                .compute_type = f.compute_type,
                                 .progress = {.out = &std::cerr,
                                              .mode = f.progress,
                                              .label = "eval"}});

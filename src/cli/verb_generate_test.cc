@@ -264,10 +264,25 @@ TEST_F(VerbGenerateTest, Int8ComputeType) {
   ExpectError({"generate", P("lm_relative"), "--prompt", "a",
                "--compute-type", "int8", "--no-cache"},
               {"--compute-type int8", "cached decoder"});
-  // eval scores an LM with the float32 forward pass: int8 is refused there.
-  ExpectError({"eval", P("lm_relative"), "--lengths", "8", "--compute-type",
+  // eval --compute-type int8 scores an LM with the cached int8 decoder:
+  // its bits per byte stay near the float32 forward pass's, and the same
+  // held-out bytes are scored.
+  const std::vector<std::string> eval = {"eval", P("lm_relative"), "--lengths",
+                                         "8,16", "--json", "--progress",
+                                         "none"};
+  std::vector<std::string> eval8 = eval;
+  eval8.insert(eval8.end(), {"--compute-type", "int8"});
+  const nlohmann::json f32 = Json(eval), i8 = Json(eval8);
+  for (const char* n : {"8", "16"}) {
+    const double bits = f32["bits_by_length"][n].get<double>();
+    EXPECT_NE(i8["bits_by_length"][n].get<double>(), bits) << n;
+    EXPECT_NEAR(i8["bits_by_length"][n].get<double>(), bits, 0.05 * bits)
+        << n;
+  }
+  // An encoder's metrics come from the float32 forward pass only.
+  ExpectError({"eval", P("lm_encoder"), "--lengths", "8", "--compute-type",
                "int8"},
-              {"--compute-type int8", "task is lm"});
+              {"--compute-type int8", "arch is encoder"});
 }
 
 }  // namespace

@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include <optional>
+
 #include "base/check.h"
+#include "base/rng.h"
+#include "model/arch.h"
+#include "model/decoder_session.h"
+#include "model/nn/cross_entropy.h"
 #include "model/positions.h"
 #include "train/batching.h"
-#include "base/rng.h"
 
 namespace relpos::train {
 
@@ -28,6 +33,52 @@ void CheckEvalLengths(const model::ModelConfig& m, const DataSource& data,
   }
 }
 
+void ScoreCached(const model::Transformer& model,
+                 const model::QuantizedLinears* quantized,
+                 const model::Batch& batch, model::Metrics* metrics) {
+  const model::ModelConfig& c = model.config();
+  const model::ArchInfo& arch = model::Describe(c.arch);
+  RELPOS_CHECK_ARG(arch.causal && !arch.source,
+                   "compute_type int8: held-out metrics in int8 come from the "
+                   "cached decoder, which needs a decoder model (arch = "
+                   "decoder); this model's arch is "
+                       << model::ToString(c.arch));
+  const int64_t B = batch.batch, L = batch.length, V = c.vocab_size;
+  if (B == 0 || L == 0) return;
+  model::DecoderSession session(model, B, L, quantized);
+  std::vector<float> logits;
+  std::vector<int32_t> targets(B), predictions(B);
+  std::vector<char> scored(B, 0), wrong(B, 0);
+  for (int64_t i = 0; i < L; ++i) {
+    if (i == 0) {
+      std::vector<std::vector<int32_t>> first(B);
+      for (int64_t b = 0; b < B; ++b) first[b] = {batch.tokens[b * L]};
+      session.Append(first, &logits);
+    } else {
+      std::vector<int32_t> step(B);
+      for (int64_t b = 0; b < B; ++b) step[b] = batch.tokens[b * L + i];
+      session.Step(step, &logits);
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      targets[b] = batch.targets.empty() ? -1 : batch.targets[b * L + i];
+    }
+    const nn::CrossEntropyResult r = nn::CrossEntropyForward<float>(
+        logits.data(), targets.data(), predictions.data(), {B, V});
+    metrics->loss_sum += r.loss_sum;
+    metrics->tokens += r.count;
+    metrics->correct_tokens += r.correct;
+    for (int64_t b = 0; b < B; ++b) {
+      if (targets[b] < 0) continue;
+      scored[b] = 1;
+      if (predictions[b] != targets[b]) wrong[b] = 1;
+    }
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    metrics->sequences += scored[b];
+    metrics->correct_sequences += scored[b] && !wrong[b];
+  }
+}
+
 std::vector<LengthResult> EvaluateByLength(model::Transformer& model,
                                            const DataSource& data,
                                            const EvalConfig& config,
@@ -38,6 +89,15 @@ std::vector<LengthResult> EvaluateByLength(model::Transformer& model,
   RELPOS_CHECK_ARG(config.batch_size >= 1, "eval batch size must be >= 1 (got "
                                                << config.batch_size << ")");
   CheckEvalLengths(model.config(), data, config.lengths);
+  std::optional<model::QuantizedLinears> quantized;
+  if (config.compute_type == model::ComputeType::kInt8) {
+    const model::ArchInfo& arch = model::Describe(model.config().arch);
+    RELPOS_CHECK_ARG(arch.causal && !arch.source,
+                     "compute_type int8 scores decoder models (task lm) with "
+                     "the cached decoder; this model's arch is "
+                         << model::ToString(model.config().arch));
+    quantized.emplace(model);
+  }
   std::vector<LengthResult> results;
   int64_t done = 0, tokens_seen = 0;
   for (int64_t length : config.lengths) {
@@ -51,7 +111,11 @@ std::vector<LengthResult> EvaluateByLength(model::Transformer& model,
           std::min(config.batch_size, config.sequences_per_length - start);
       const model::Batch batch =
           MakeFixedBatch(data, count, length, /*held_out=*/true, rng);
-      model.Evaluate(batch, &metrics, nullptr);
+      if (quantized) {
+        ScoreCached(model, &*quantized, batch, &metrics);
+      } else {
+        model.Evaluate(batch, &metrics, nullptr);
+      }
       tokens_seen += batch.batch * batch.length;
       if (progress) progress->Update(++done, -1.0, tokens_seen);
     }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/quantized_linears.h"
 #include "model/transformer.h"
 #include "relpos/lab/training.h"
 #include "train/data_source.h"
@@ -25,7 +26,21 @@ struct EvalConfig {
   int64_t sequences_per_length = 128;
   int64_t batch_size = 64;
   uint64_t seed = kDefaultEvalSeed;
+  // kInt8 (decoder models only): the metrics of the cached decoder with
+  // int8 weights (ScoreCached), what `relpos generate --compute-type int8`
+  // runs, instead of the float32 forward pass.
+  model::ComputeType compute_type = model::ComputeType::kFloat32;
 };
+
+// Adds to *metrics what model.Evaluate(batch) adds, computed by the cached
+// decoder (model::DecoderSession: the first token of every sequence, then
+// one step per position) with `quantized`'s int8 weights (nullptr: float32;
+// the same metrics as Evaluate up to the order of the sums). Decoder models
+// only (InvalidArgument otherwise); every sequence is batch.length tokens
+// long, and positions without a target are not scored.
+void ScoreCached(const model::Transformer& model,
+                 const model::QuantizedLinears* quantized,
+                 const model::Batch& batch, model::Metrics* metrics);
 
 // Checks that the model can run sequences of these lengths (InvalidArgument
 // naming the setting 'lengths' otherwise: beyond the learned table, beyond

@@ -113,6 +113,8 @@ std::vector<LengthMetrics> Evaluate(Model& model, const EvalOptions& options) {
   ec.sequences_per_length = options.sequences_per_length;
   ec.batch_size = options.batch_size;
   ec.seed = options.seed;
+  ec.compute_type =
+      model::ParseComputeType(options.compute_type, "compute_type");
   // Checked before the progress display starts.
   RELPOS_CHECK_ARG(ec.sequences_per_length >= 1 && ec.batch_size >= 1,
                    "sequences per length and batch size must be >= 1 (got "
