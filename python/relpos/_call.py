@@ -11,9 +11,10 @@ buckets; at most one of ak, bias, alibi; pb needs ak; one offset or one per
 batch item; a finite positive scale). Values against the tensors' shapes
 (ranges, table rows, one entry per batch item) are the C++ core's to check
 (src/op/core/attention_problem.cc), and only there: the numpy path reaches
-it through the kernels; the Triton path, which does not call them, asks it
-through check_problem (the extension's check_attention_problem, on the
-tensors' shapes) and refuses in relpos/triton/_problem.py only what its
+it through the kernels; the Triton path and the context-parallel path
+(which checks each rank's options before its ring starts) ask it through
+check_problem (the extension's check_attention_problem, on the tensors'
+shapes), and relpos/triton/_problem.py refuses only what the Triton
 kernels cannot do (grouped-query attention, left padding, per-row offsets).
 """
 

@@ -45,6 +45,7 @@ call torch.distributed.all_reduce on them.
 import hashlib
 import math
 import operator
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -53,6 +54,7 @@ from torch.autograd.function import once_differentiable
 
 import relpos as _relpos
 from relpos._checks import torch_tensor
+from relpos._call import check_problem
 from relpos._call import parse as parse_call
 from relpos.position_schemes import encode_buckets
 
@@ -489,18 +491,17 @@ def _check_local(q, k, v, ak, av, bias, max_distance, causal, buckets,
     if not isinstance(causal, bool):
         raise TypeError(f"relpos.{_FN}: causal must be a bool (got "
                         f"{type(causal).__name__})")
-    # relpos's own argument checks (max_distance / buckets / alibi, table
-    # shapes against them, dtypes, ...) on a one-row problem (an empty chunk
-    # included) before the ring starts; _Scheme takes them as checked.
-    b, h, _, d = q.shape
-    row = np.zeros((b, h, 1, d), dtype=_np(q).dtype)
-    _relpos.attention(row, row, np.zeros((b, h, 1, v.shape[3]), row.dtype),
-                      _np(ak), _np(av), bias=_np(bias), causal=causal,
-                      max_distance=max_distance, buckets=buckets,
-                      alibi=alibi.detach().cpu().numpy()
-                      if isinstance(alibi, torch.Tensor) else alibi)
     args = parse_call(_FN, ak=ak, bias=bias, max_distance=max_distance,
                       buckets=buckets, alibi=alibi, causal=causal)
+    # The C++ core's checks of the options against the shapes (table rows,
+    # buckets, ALiBi slopes per head, ...; relpos._call.check_problem, on
+    # shapes alone) for a one-row problem of this rank's heads and widths (an
+    # empty chunk included), before the ring starts; _Scheme takes them as
+    # checked.
+    b, h, _, d = q.shape
+    check_problem(_FN, args, SimpleNamespace(shape=(b, h, 1, d)),
+                  SimpleNamespace(shape=(b, h, 1, d)),
+                  SimpleNamespace(shape=(b, h, 1, v.shape[3])), ak, av, bias)
     return _Scheme(h, ak, av, bias, args)
 
 
