@@ -16,7 +16,8 @@
 //               CTranslate2 feeds it, timed with the quantization and the
 //               int32 -> float scaling).
 // Arguments: d_model, layers (256 x 4 and 512 x 6, the models of
-// docs/benchmarks.md "Generation vs CTranslate2's Generator"), rows.
+// docs/benchmarks.md "Generation vs CTranslate2's Generator"), rows (64:
+// a beam-4 step of 16 sentences, for the int8 variants).
 // bytes_per_second is the weights' bytes (float32 or int8, as the variant
 // reads them) over the time. OMP_NUM_THREADS sets the threads. The variants
 // are meant to be interleaved:
@@ -170,14 +171,14 @@ RELPOS_DECODE_SIZES(dnnl_sgemm, Path::kDnnlSgemm,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
 RELPOS_DECODE_SIZES(int8, Path::kInt8,
-                    ->ArgsProduct({{256}, {4}, {1, 4, 16}})
-                    ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
+                    ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));
 RELPOS_DECODE_SIZES(int8_no_vnni, Path::kInt8NoVnni,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
 RELPOS_DECODE_SIZES(dnnl_u8s8, Path::kDnnlU8S8,
-                    ->ArgsProduct({{256}, {4}, {1, 4, 16}})
-                    ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
+                    ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));
 
 }  // namespace
 
