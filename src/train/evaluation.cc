@@ -33,16 +33,25 @@ void CheckEvalLengths(const model::ModelConfig& m, const DataSource& data,
   }
 }
 
-void ScoreCached(const model::Transformer& model,
-                 const model::QuantizedLinears* quantized,
-                 const model::Batch& batch, model::Metrics* metrics) {
-  const model::ModelConfig& c = model.config();
+namespace {
+
+// ScoreCached's models: decoders (InvalidArgument otherwise).
+void CheckCachedDecoder(const model::ModelConfig& c) {
   const model::ArchInfo& arch = model::Describe(c.arch);
   RELPOS_CHECK_ARG(arch.causal && !arch.source,
                    "compute_type int8: held-out metrics in int8 come from the "
                    "cached decoder, which needs a decoder model (arch = "
                    "decoder); this model's arch is "
                        << model::ToString(c.arch));
+}
+
+}  // namespace
+
+void ScoreCached(const model::Transformer& model,
+                 const model::QuantizedLinears* quantized,
+                 const model::Batch& batch, model::Metrics* metrics) {
+  const model::ModelConfig& c = model.config();
+  CheckCachedDecoder(c);
   const int64_t B = batch.batch, L = batch.length, V = c.vocab_size;
   if (B == 0 || L == 0) return;
   model::DecoderSession session(model, B, L, quantized);
@@ -91,11 +100,7 @@ std::vector<LengthResult> EvaluateByLength(model::Transformer& model,
   CheckEvalLengths(model.config(), data, config.lengths);
   std::optional<model::QuantizedLinears> quantized;
   if (config.compute_type == model::ComputeType::kInt8) {
-    const model::ArchInfo& arch = model::Describe(model.config().arch);
-    RELPOS_CHECK_ARG(arch.causal && !arch.source,
-                     "compute_type int8 scores decoder models (task lm) with "
-                     "the cached decoder; this model's arch is "
-                         << model::ToString(model.config().arch));
+    CheckCachedDecoder(model.config());
     quantized.emplace(model);
   }
   std::vector<LengthResult> results;
