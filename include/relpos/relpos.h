@@ -12,7 +12,12 @@
 #include "relpos/version.h"
 
 // Link relpos::api for these (include/relpos/ is one API; the attention op
-// alone needs only relpos::relpos).
+// alone needs only relpos::relpos). The folders mirror src/: data/, model/,
+// train/ hold the plain types those layers work on, lab/ the API over them.
+#include "relpos/data/metrics.h"
+#include "relpos/data/parallel_text.h"
+#include "relpos/model/batch.h"
+#include "relpos/train/results.h"
 #include "relpos/lab/bench.h"
 #include "relpos/lab/compare.h"
 #include "relpos/lab/config.h"
@@ -20,9 +25,7 @@
 #include "relpos/lab/generate.h"
 #include "relpos/lab/inspect.h"
 #include "relpos/lab/layer.h"
-#include "relpos/lab/metrics.h"
 #include "relpos/lab/model.h"
-#include "relpos/lab/parallel_text.h"
 #include "relpos/lab/training.h"
 
 #endif  // RELPOS_RELPOS_H_

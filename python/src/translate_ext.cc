@@ -14,8 +14,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
-#include "relpos/lab/metrics.h"
-#include "relpos/lab/parallel_text.h"
+#include "relpos/data/metrics.h"
+#include "relpos/data/parallel_text.h"
 #include "relpos/lab/translation.h"
 #include "model_ext.h"
 

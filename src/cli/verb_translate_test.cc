@@ -15,7 +15,7 @@
 
 #include "cli/cli_test_util.h"
 #include "relpos/lab/config.h"
-#include "relpos/lab/metrics.h"
+#include "relpos/data/metrics.h"
 #include "relpos/lab/training.h"
 #include "relpos/lab/translation.h"
 #include "support/gettext_files.h"

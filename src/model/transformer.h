@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "base/rng.h"
-#include "relpos/lab/batch.h"
+#include "relpos/model/batch.h"
 #include "relpos/schemes.h"
 
 namespace relpos::model {
@@ -116,7 +116,7 @@ std::vector<ParameterShape> ParameterShapes(const ModelConfig& config);
 // sequences are the decoder's (the target side: tokens = BOS y_1 .. y_m,
 // targets = y_1 .. y_m EOS under teacher forcing) and each has a source
 // sentence; the other architectures take no source. It is the public
-// TokenBatch (relpos/lab/batch.h), with every sequence's lengths and
+// TokenBatch (relpos/model/batch.h), with every sequence's lengths and
 // targets given (the model has no empty defaults).
 using Batch = TokenBatch;
 
@@ -140,7 +140,7 @@ using Parameter = BasicParameter<float>;
 
 // Counts accumulate over calls (the caller zeroes them); loss_sum is the sum
 // of per-token cross-entropies (natural log).
-using Metrics = BatchCounts;  // relpos/lab/batch.h
+using Metrics = BatchCounts;  // relpos/model/batch.h
 
 // What Forward keeps: kTraining applies dropout and keeps every block's
 // activations for Backward; kInference applies no dropout and reuses one set

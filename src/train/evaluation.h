@@ -8,7 +8,7 @@
 
 #include "model/quantized_linears.h"
 #include "model/transformer.h"
-#include "relpos/lab/training.h"
+#include "relpos/train/results.h"
 #include "train/data_source.h"
 #include "train/progress.h"
 
@@ -17,7 +17,7 @@ namespace relpos::train {
 // Evaluation examples come from Rng(seed) mixed with the length, a stream
 // apart from every training stream, so all models evaluated with the same
 // EvalConfig see the same examples. The seed and the result per length are
-// the public API's (relpos/lab/training.h).
+// the public API's (relpos/train/results.h).
 using relpos::kDefaultEvalSeed;
 using LengthResult = relpos::LengthMetrics;
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/io/settings.h"
-#include "relpos/lab/training.h"
+#include "relpos/train/results.h"
 #include "model/transformer.h"
 #include "train/data_source.h"
 #include "train/optimizer.h"

@@ -35,7 +35,7 @@
 namespace relpos::train {
 
 // A point of the validation curve (TrainConfig::eval_every): the public
-// API's (relpos/lab/training.h).
+// API's (relpos/train/results.h).
 using relpos::ValidationPoint;
 
 struct StepRecord {

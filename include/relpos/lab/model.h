@@ -12,13 +12,13 @@
 #include <utility>
 #include <vector>
 
-#include "relpos/lab/batch.h"
+#include "relpos/model/batch.h"
 #include "relpos/lab/config.h"
 #include "relpos/tensor_view.h"
 
 namespace relpos {
 
-// What Forward counts over a batch (BatchCounts: relpos/lab/batch.h), the
+// What Forward counts over a batch (BatchCounts: relpos/model/batch.h), the
 // mean loss and the predictions.
 struct ForwardResult : BatchCounts {
   double loss = 0;  // mean cross-entropy (nats) over targets != -1

@@ -108,7 +108,7 @@ struct TranslationEvalResult {
 
 // Beam search on the held-out split of the model's corpus (read again from
 // its corpus path, tokenised with the checkpoint's vocabulary), scored with
-// CorpusBleu / CorpusChrf (relpos/lab/metrics.h). InvalidArgument for a
+// CorpusBleu / CorpusChrf (relpos/data/metrics.h). InvalidArgument for a
 // model of another task, bad options.
 TranslationEvalResult EvaluateTranslation(Model& model,
                                           const TranslationEvalOptions& options);

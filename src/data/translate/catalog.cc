@@ -1,5 +1,5 @@
 // What the .mo and .po readers share: the header, the conversion to UTF-8,
-// and ReadCatalog (relpos/lab/parallel_text.h).
+// and ReadCatalog (relpos/data/parallel_text.h).
 #include "data/translate/catalog.h"
 
 #include <iconv.h>

@@ -1,7 +1,7 @@
 // GNU gettext catalogs: the .mo reader (binary, untrusted), the .po reader
 // (text) and what both share: the header's fields and the conversion of
 // every string to UTF-8. The result types are the public API's
-// (relpos/lab/parallel_text.h).
+// (relpos/data/parallel_text.h).
 //
 // The .mo format (GNU gettext manual, "The Format of GNU MO Files"): a
 // 28-byte header of 32-bit words in the writer's byte order -- magic
@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "relpos/lab/parallel_text.h"
+#include "relpos/data/parallel_text.h"
 
 namespace relpos::translate {
 

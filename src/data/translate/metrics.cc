@@ -1,5 +1,5 @@
 // BLEU and chrF as sacrebleu 2.x computes them by default
-// (include/relpos/lab/metrics.h), written from sacrebleu's documented
+// (include/relpos/data/metrics.h), written from sacrebleu's documented
 // behaviour: mteval-v13a's tokeniser, clipped n-gram counts, the brevity
 // penalty and the "exp" smoothing for BLEU; whitespace-free character
 // n-grams and effective-order averaging for chrF.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/check.h"
-#include "relpos/lab/metrics.h"
+#include "relpos/data/metrics.h"
 #include "data/translate/utf8.h"
 
 namespace relpos {

@@ -1,7 +1,7 @@
 // BLEU and chrF against sacrebleu's own values (tests/golden/gen_metrics.py
 // writes them with sacrebleu; python/tests/test_translate_metrics.py compares
 // with sacrebleu directly where it is installed).
-#include "relpos/lab/metrics.h"
+#include "relpos/data/metrics.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

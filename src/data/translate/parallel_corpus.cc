@@ -1,4 +1,4 @@
-// LoadParallelText (relpos/lab/parallel_text.h): catalogs or a TSV file ->
+// LoadParallelText (relpos/data/parallel_text.h): catalogs or a TSV file ->
 // filtered, deduplicated translation pairs, split by catalog.
 #include "data/translate/parallel_corpus.h"
 

@@ -1,4 +1,4 @@
-// The parallel corpus behind LoadParallelText (relpos/lab/parallel_text.h):
+// The parallel corpus behind LoadParallelText (relpos/data/parallel_text.h):
 // finding catalogs, pairing their messages, the filters, the held-out split
 // and the deduplication. The pieces that tests and other readers reuse are
 // declared here.
@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "relpos/lab/parallel_text.h"
+#include "relpos/data/parallel_text.h"
 
 namespace relpos::translate {
 

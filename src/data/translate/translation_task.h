@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "relpos/lab/parallel_text.h"
+#include "relpos/data/parallel_text.h"
 #include "data/tasks/pair_source.h"
 #include "data/translate/vocabulary.h"
 

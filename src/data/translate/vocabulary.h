@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "relpos/lab/parallel_text.h"
+#include "relpos/data/parallel_text.h"
 
 namespace sentencepiece {
 class SentencePieceProcessor;
