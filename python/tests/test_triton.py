@@ -27,8 +27,10 @@ against the scale of their terms: ||dK|| + ||dV|| for dak (as the C++
 tests), the norm of the numpy reference's term magnitudes for dbias / dpb.
 """
 
+import dataclasses
 import math
 import os
+from typing import Optional, Sequence
 
 import numpy as np
 import pytest
@@ -154,13 +156,37 @@ def _reference(case, tensors, dout):
 
 
 def _magnitudes(case, tensors, dout):
-    """The numpy reference's term magnitudes of dbias and dpb."""
+    """The numpy reference's term magnitudes of dbias and dpb. The oracle
+    has neither grouped-query heads nor per-row offsets: k and v are
+    repeated to H heads (query head h reads head h // G), and with per-row
+    offsets each batch item is its own call (dbias and dpb sum over the
+    batch)."""
     arrays = [None if t is None else t.double().numpy() for t in tensors]
     q, k, v, ak, av, bias, pb = arrays
-    _, mags = ref.backward(dout.double().numpy(), q, k, v, ak, av,
-                           **case.kwargs(), bias=bias, pb=pb,
-                           magnitudes=True, scheme_grads=True)
-    return mags[5], mags[6]
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    kw = case.kwargs()
+    do = dout.double().numpy()
+    if not isinstance(kw.get("query_offset"), list):
+        _, mags = ref.backward(do, q, k, v, ak, av, **kw, bias=bias, pb=pb,
+                               magnitudes=True, scheme_grads=True)
+        return mags[5], mags[6]
+    offsets = kw.pop("query_offset")
+    lengths, starts = kw.pop("key_lengths"), kw.pop("key_starts", None)
+    total = [None, None]
+    for b, off in enumerate(offsets):
+        one = slice(b, b + 1)
+        _, mags = ref.backward(
+            do[one], q[one], k[one], v[one], ak, av, **kw, bias=bias, pb=pb,
+            query_offset=off,
+            key_lengths=None if lengths is None else [lengths[b]],
+            key_starts=None if starts is None else [starts[b]],
+            magnitudes=True, scheme_grads=True)
+        for i in (0, 1):
+            m = mags[5 + i]
+            if m is not None:
+                total[i] = m if total[i] is None else total[i] + m
+    return total[0], total[1]
 
 
 def _bounds(case, dtype, lse):
@@ -237,6 +263,163 @@ def test_band_subtiles_match_reference(case):
                          ids=[f"{n}-{str(d)[6:]}" for n, d in DTYPE_CASES])
 def test_other_dtypes_match_reference(name, dtype):
     _run(BY_NAME[name], dtype, SMALL)
+
+
+# --- grouped-query heads, left padding, per-row offsets -----------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutCase(SchemeCase):
+    """A scheme case with k / v of hkv heads (None: H), key_starts (left
+    padding) and query_offsets (one per batch item; exclusive with
+    query_offset)."""
+    hkv: Optional[int] = None
+    key_starts: Optional[Sequence[int]] = None
+    query_offsets: Optional[Sequence[int]] = None
+
+    def kwargs(self):
+        kw = super().kwargs()
+        kw["key_starts"] = None if self.key_starts is None \
+            else list(self.key_starts)
+        if self.query_offsets is not None:
+            kw["query_offset"] = list(self.query_offsets)
+        return kw
+
+    def inputs(self, dtype, seed=0):
+        q, k, v, ak, av = super().inputs(dtype, seed)
+        hkv = self.hkv or self.h
+        return q, k[:, :hkv].copy(), v[:, :hkv].copy(), ak, av
+
+
+# Every scheme the GPU path runs (as CASES has them), at H = 4.
+LAYOUT_SCHEMES = {
+    "shaw": dict(),
+    "shaw_perhead": dict(per_head=True),
+    "keyonly_asym": dict(buckets=ASYM, value_term=False),
+    "valueonly": dict(score="none"),
+    "vanilla": dict(score="none", value_term=False),
+    "shawlog_perhead": dict(buckets=T5, per_head=True),
+    "t5": dict(buckets=T5, score="bias", value_term=False),
+    "t5_values": dict(buckets=T5, score="bias"),
+    "alibi": dict(score="alibi", value_term=False),
+    "alibi_values": dict(score="alibi", buckets=ASYM),
+    "xl": dict(k=40, pb=True, value_term=False),
+    "xl_values_perhead": dict(k=40, pb=True, per_head=True),
+}
+# The layouts, on awkward sizes: Nq != Nk, more than one tile each way.
+# Item 1 of "combo" has offset -3 with the causal mask: its first rows
+# see no key (zeros, zero gradient). Offsets spanning more than a tile
+# ("rows_wide", "combo_mqa") reach the diagonal kernel's widened range.
+LAYOUTS = {
+    "gqa2_causal": dict(hkv=2, nq=19, nk=37, causal=True),
+    "mqa_dk5_dv7": dict(hkv=1, nq=33, nk=21, dk=5, dv=7),
+    "starts_causal": dict(key_starts=(5, 0), key_lengths=(35, 22),
+                          causal=True),
+    "starts_offset": dict(key_starts=(17, 3), key_lengths=(35, 20),
+                          query_offset=-4),
+    "rows_causal": dict(query_offsets=(-6, 9), nq=20, nk=40, causal=True),
+    "rows_wide": dict(query_offsets=(25, -30), nq=24, nk=30),
+    "combo": dict(hkv=2, key_starts=(4, 0), key_lengths=(38, 25),
+                  query_offsets=(17, -3), nq=21, nk=38, causal=True),
+    "combo_mqa": dict(hkv=1, key_starts=(19, 2), key_lengths=(38, 30),
+                      query_offsets=(-8, 22), nq=21, nk=38, dk=5, dv=7),
+}
+
+
+def _layout(scheme, layout):
+    kw = dict(b=2, h=4, nq=35, nk=35, dk=8, dv=8, k=3)
+    kw.update(LAYOUT_SCHEMES[scheme])
+    kw.update(LAYOUTS[layout])
+    return LayoutCase(f"{scheme}-{layout}", **kw)
+
+
+# Every scheme with every layout combined (causal and not), every layout
+# with Shaw, and each layout once more with another scheme.
+LAYOUT_CASES = (
+    [_layout(s, "combo") for s in LAYOUT_SCHEMES]
+    + [_layout(s, "combo_mqa") for s in ("shaw_perhead", "shawlog_perhead",
+                                          "t5", "alibi_values",
+                                          "xl_values_perhead")]
+    + [_layout("shaw", lay) for lay in LAYOUTS if not lay.startswith("combo")]
+    + [_layout("xl", "gqa2_causal"), _layout("t5_values", "mqa_dk5_dv7"),
+       _layout("alibi", "starts_causal"),
+       _layout("keyonly_asym", "starts_offset"),
+       _layout("shawlog_perhead", "rows_causal"),
+       _layout("valueonly", "rows_wide")])
+
+
+@pytest.mark.parametrize("case", LAYOUT_CASES, ids=lambda c: c.name)
+def test_layouts_match_reference(case):
+    _run(case, torch.float32, SMALL)
+
+
+@pytest.mark.parametrize("name,blocks,dtype", [
+    ("shaw-combo", SUBTILES, torch.float32),
+    ("t5_values-combo_mqa", SUBTILES, torch.float32),
+    ("xl_values_perhead-combo", SMALL, torch.bfloat16),
+    ("shawlog_perhead-combo_mqa", SMALL, torch.float64)],
+    ids=["shaw-combo-subtiles", "t5_values-combo_mqa-subtiles",
+         "xl_values_perhead-combo-bfloat16",
+         "shawlog_perhead-combo_mqa-float64"])
+def test_layouts_subtiles_and_dtypes(name, blocks, dtype):
+    scheme, layout = name.split("-")
+    _run(_layout(scheme, layout), dtype, blocks)
+
+
+def test_grouped_heads_repeat_bitwise_and_equal_repeated_kv():
+    # dK / dV of a shared head are summed over its group in a fixed order
+    # (no atomics): two runs agree bit for bit. And grouped k / v give
+    # what k / v repeated to H heads give (repeat_interleave: query head h
+    # reads head h // G), the repeated gradients summed over each group.
+    case = _layout("shawlog_perhead", "combo")
+    tensors, dout = _inputs(case, torch.float32)
+    first = _grads_of(rtt.attention, case, tensors, dout)
+    again = _grads_of(rtt.attention, case, tensors, dout)
+    assert torch.equal(first[0], again[0])
+    for a, b in zip(first[1], again[1]):
+        assert (a is None and b is None) or torch.equal(a, b)
+    group = case.h // case.hkv
+    rep = list(tensors)
+    rep[1], rep[2] = (t.repeat_interleave(group, dim=1) for t in tensors[1:3])
+    out, grads = _grads_of(rtt.attention, case, rep, dout)
+    torch.testing.assert_close(first[0], out, rtol=0, atol=1e-6)
+    for i in (1, 2):
+        summed = grads[i].view(case.b, case.hkv, group,
+                               *grads[i].shape[2:]).sum(2)
+        torch.testing.assert_close(first[1][i], summed, rtol=0, atol=1e-5)
+
+
+def test_relpos_torch_sends_layouts_here(monkeypatch):
+    # relpos.torch hands per-row offsets, key_starts and grouped k / v to
+    # the GPU path: through relpos.triton's autograd Function (PyTorch
+    # without custom ops) and through the custom ops' CUDA kernels (called
+    # directly, with the options as the op's schema has them: tensors).
+    case = _layout("t5_values", "combo")
+    tensors, dout = _inputs(case, torch.float32)
+    want_out, want_grads = _grads_of(rtt.attention, case, tensors, dout)
+    with monkeypatch.context() as m:
+        m.setattr(_ops, "ENABLED", False)
+        m.setattr(_ops, "on_cuda", lambda t: True)
+        out, grads = _grads_of(rt.attention, case, tensors, dout)
+    assert torch.equal(out, want_out)
+    for g, w in zip(grads, want_grads):
+        assert (g is None and w is None) or torch.equal(g, w)
+    if not _ops.ENABLED:
+        return
+    q, k, v, ak, av, bias, pb = tensors
+    kw = case.kwargs()
+    kind, args = _ops.encode_buckets("torch.attention", kw["buckets"])
+    options = (None, kw["causal"], torch.tensor(kw["key_lengths"]), None,
+               kind, args, _ops.encode_alibi(None),
+               torch.tensor(kw["query_offset"]),
+               torch.tensor(kw["key_starts"]), None)
+    out, lse = _ops.attention_forward_cuda(q, k, v, ak, av, bias, pb,
+                                           *options)
+    assert torch.equal(out, want_out)
+    grads = _ops.attention_backward_cuda(dout, q, k, v, ak, av, bias, pb,
+                                         out, lse, *options)
+    for g, w in zip(grads, want_grads):
+        assert (w is None and g.numel() == 0) or torch.equal(g, w)
 
 
 # --- the public API and the dispatch ------------------------------------------

@@ -6,8 +6,11 @@ in the backward a per-row buffer [B, H, 6, Nq], the per-query-tile partial
 sums of the end rows ([B, H, Nq / BLOCK_M, 2, d]) and the tile diagonals'
 partial sums ([S, H, T, 2 BLOCK, d], T the number of tile diagonals that
 reach interior distances: about (L + R) / BLOCK + 2 for a bounded reach,
-(Nq + Nk) / BLOCK for Transformer-XL's unclipped one). Nothing of size
-Nq x Nk.
+(Nq + Nk) / BLOCK for Transformer-XL's unclipped one, plus the span of
+per-row offsets / BLOCK). With grouped-query heads (k, v with Hkv < H
+heads) dK / dV are first formed per query head in the accumulator type
+([B, H, Nk, d]) and summed over each group in a fixed order. Nothing of
+size Nq x Nk.
 """
 
 from __future__ import annotations
@@ -115,12 +118,15 @@ class _Args:
         bk = c.buckets
         scalars = [c.h, c.nq, c.nk, c.dk, c.dv, c.off, c.left, c.right,
                    bk.b_left, bk.b_right, bk.left, bk.nb, c.scale * LOG2E,
-                   c.scale]
+                   c.scale, c.group, i32 if c.offs is None else c.offs,
+                   i32 if c.starts is None else c.starts]
         self.common = ptrs + strides + scalars
         self.dk_pad, self.dv_pad = _pow2(c.dk), _pow2(c.dv)
         self.flags = dict(SCORE=c.score, HAS_PB=c.has_pb, HAS_AV=c.has_av,
                           CLIP=bk.clip, CAUSAL=c.causal,
-                          HAS_LEN=c.lens is not None, ALL_FAR=c.all_far,
+                          HAS_LEN=c.lens is not None,
+                          ROW_OFF=c.offs is not None,
+                          HAS_START=c.starts is not None, ALL_FAR=c.all_far,
                           DK=self.dk_pad, DV=self.dv_pad,
                           PREC=_prec(c.dtype))
         b = blocks
@@ -184,7 +190,9 @@ class Needs:
 def _diagonals(c, bd):
     """(t_lo, T): the tile diagonals (BLOCK x BLOCK tiles) holding pairs at
     interior distances; diagonal t has its distances in
-    [t bd - off - bd + 1, t bd - off + bd - 1]."""
+    [t bd - off - bd + 1, t bd - off + bd - 1] (off the smallest offset:
+    an item with a larger one pairs query tile qi with the keys from
+    (qi + t) bd + off_b - off, _kernels._bwd_diag)."""
     if c.all_far or c.interior == 0:
         return 0, 0
     lo_num = 2 - c.left + c.off - bd         # t bd >= lo_num
@@ -192,7 +200,8 @@ def _diagonals(c, bd):
     t_hi = (c.right - 2 + c.off + bd) // bd  # t bd <= R - 2 + off + bd
     if c.causal:  # visible pairs have r <= 0: the window must start <= 0
         t_hi = min(t_hi, (c.off + bd - 1) // bd)
-    t_lo = max(t_lo, -(triton.cdiv(c.nq, bd) - 1))
+    t_lo = max(t_lo, -(triton.cdiv(c.nq, bd) - 1)
+               - triton.cdiv(c.off_span, bd))
     t_hi = min(t_hi, triton.cdiv(c.nk, bd) - 1)
     return t_lo, max(t_hi - t_lo + 1, 0)
 
@@ -254,7 +263,8 @@ def _launch_diag(c, a, blocks, need_eq, need_es, need_wv):
     pwq, pwv, pws = (buf(need_eq, a.dk_pad), buf(need_wv, a.dv_pad),
                      buf(need_es))
     K._bwd_diag[(t, c.h, split)](
-        *a.common, pwq, pwv, pws, c.b, t_lo, split, NEED_EQ=need_eq,
+        *a.common, pwq, pwv, pws, c.b, t_lo, split,
+        triton.cdiv(c.off_span, bd), NEED_EQ=need_eq,
         NEED_ES=need_es, NEED_WV=need_wv, **a.flags, **a.diag)
     return (pwq if need_eq else None, pwv if need_wv else None,
             pws if need_es else None, t_lo)
@@ -317,16 +327,32 @@ def _prep(c, a, blocks, q, out, dout, lse):
     return rc
 
 
+def _group_sum(c, part):
+    """[B, Hkv, Nk, d] in the inputs' dtype: the per-query-head parts
+    [B, H, Nk, d] summed over each group of G query heads, in head order
+    (a fixed order: the result repeats bit for bit)."""
+    g = c.group
+    part = part.view(c.b, c.h // g, g, *part.shape[2:])
+    total = part[:, :, 0].clone()
+    for i in range(1, g):
+        total += part[:, :, i]
+    return total.to(c.dtype)
+
+
 def _dkdv(c, a, blocks):
     acc = _acc(c.dtype)
-    dk = torch.empty((c.b, c.h, c.nk, c.dk), dtype=c.dtype, device=c.device)
-    dv = torch.empty((c.b, c.h, c.nk, c.dv), dtype=c.dtype, device=c.device)
+    # Grouped heads: per-query-head parts in the accumulator type.
+    out_t = acc if c.group > 1 else c.dtype
+    dk = torch.empty((c.b, c.h, c.nk, c.dk), dtype=out_t, device=c.device)
+    dv = torch.empty((c.b, c.h, c.nk, c.dv), dtype=out_t, device=c.device)
     dks = dvs = a.acc_dummy
     if not c.all_far:
         dks = _state(dk, acc, c.b, c.h, c.nk, c.dk)
         dvs = _state(dv, acc, c.b, c.h, c.nk, c.dv)
     _far_then_band(c, a, K._bwd_dkdv_far, K._bwd_dkdv_band, c.nk,
                     blocks.far_n, blocks.band_n, dk, dv, dks, dvs)
+    if c.group > 1:
+        return _group_sum(c, dk), _group_sum(c, dv)
     return dk, dv
 
 

@@ -48,7 +48,16 @@ Every attention kernel takes the same leading arguments (COMMON below):
 pointers Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC (unused
 ones get a dummy), the strides of q, k, v, dout and of the tables (head
 stride 0 for a shared table), then H, Nq, Nk, dk, dv, off, L, R, bL, bR,
-LROW, nb, scale2 (log2(e) / sqrt(dk)) and scale (1 / sqrt(dk)).
+LROW, nb, scale2 (log2(e) / sqrt(dk)), scale (1 / sqrt(dk)), G (query
+heads per key / value head), OFFS (int32 [B] per-row query offsets, read
+when ROW_OFF; off is then the smallest) and STARTS (int32 [B] left-padding
+starts, read when HAS_START).
+
+Grouped-query heads: query head h reads key / value head h // G (k and v
+are indexed, never copied); the dK / dV kernels write one part per query
+head and the host sums a group's parts in a fixed order. Left padding:
+key j of item b is visible iff STARTS[b] <= j < its row's end; the
+distances are those of the padded index (docs/conventions.md).
 """
 
 import triton
@@ -248,6 +257,47 @@ def _klen(LENS, b, Nk, HAS_LEN: tl.constexpr):
 
 
 @triton.jit
+def _row_setup(OFFS, STARTS, b, off, ROW_OFF: tl.constexpr,
+               HAS_START: tl.constexpr):
+    """(off, ks) of batch item b: its query offset (OFFS[b] with per-row
+    offsets, else the call's one) and its first visible key (STARTS[b]
+    with left padding, else 0)."""
+    if ROW_OFF:
+        off = tl.load(OFFS + b)
+    ks = 0
+    if HAS_START:
+        ks = tl.load(STARTS + b)
+    return off, ks
+
+
+@triton.jit
+def _visible(keys, e, ks, HAS_START: tl.constexpr):
+    """[M, N] mask: key keys[j] is visible to row i iff ks <= key < e_i."""
+    vis = keys[None, :] < e[:, None]
+    if HAS_START:
+        vis = vis & (keys[None, :] >= ks)
+    return vis
+
+
+@triton.jit
+def _first_tile(ks, nL, HAS_START: tl.constexpr, BLOCK_N: tl.constexpr):
+    """First key tile a far loop visits: the left-far tiles before the
+    tile holding key ks are all invisible (left padding)."""
+    if HAS_START:
+        return tl.minimum(ks // BLOCK_N, nL)
+    return 0
+
+
+@triton.jit
+def _band_start(j_lo, ks, HAS_START: tl.constexpr, BLOCK_N: tl.constexpr):
+    """First key of a band loop from j_lo (a multiple of BLOCK_N), past
+    the whole tiles before key ks."""
+    if HAS_START:
+        return tl.maximum(j_lo, (ks // BLOCK_N) * BLOCK_N)
+    return j_lo
+
+
+@triton.jit
 def _plane_off(bh, Nq, plane):
     return (bh.to(tl.int64) * 6 + plane) * Nq
 
@@ -322,16 +372,21 @@ def _fwd_finish(OUT, LSE, AV, av_base, s_avr, bL, bR, acc, m, l, wl, wr, bh,
 
 
 @triton.jit
-def _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, sqb, sqh, sqn, sqd, skb, skh,
-               svb, svh, s_akh, s_akr, H, Nq, Nk, dk, off, bL, bR, nb, scale2,
-               i0, SCORE: tl.constexpr, HAS_PB: tl.constexpr,
-               CAUSAL: tl.constexpr, HAS_LEN: tl.constexpr, DK: tl.constexpr,
+def _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, OFFS, STARTS, sqb, sqh, sqn,
+               sqd, skb, skh, svb, svh, s_akh, s_akr, H, G, Nq, Nk, dk, off,
+               bL, bR, nb, scale2, i0, SCORE: tl.constexpr,
+               HAS_PB: tl.constexpr, CAUSAL: tl.constexpr,
+               HAS_LEN: tl.constexpr, ROW_OFF: tl.constexpr,
+               HAS_START: tl.constexpr, DK: tl.constexpr,
                BLOCK_M: tl.constexpr):
     """What a forward program knows of its query tile: (bh, b, h, rows,
-    row_ok, q, klen, e, gL, gR, slope2, kbase, vbase)."""
+    row_ok, q, klen, e, gL, gR, slope2, kbase, vbase, off, ks). Query head
+    h reads key / value head h // G."""
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
+    hk = h // G
+    off, ks = _row_setup(OFFS, STARTS, b, off, ROW_OFF, HAS_START)
     rows = i0 + tl.arange(0, BLOCK_M)
     row_ok = rows < Nq
     q = _load_tile(Q, b * sqb + h * sqh, rows, row_ok, sqn, sqd, DK, dk)
@@ -342,7 +397,7 @@ def _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, sqb, sqh, sqn, sqd, skb, skh,
     if SCORE == ALIBI:
         slope2 = tl.load(SLOPES + h).to(gL.dtype) * LOG2E
     return (bh, b, h, rows, row_ok, q, klen, _key_end(rows, off, klen, CAUSAL),
-            gL, gR, slope2, b * skb + h * skh, b * svb + h * svh)
+            gL, gR, slope2, b * skb + hk * skh, b * svb + hk * svh, off, ks)
 
 
 @triton.jit
@@ -350,9 +405,10 @@ def _fwd_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
              sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
              sdb, sdh, sdn, sdd, s_akh, s_akr, s_avh, s_avr,
              H, Nq, Nk, dk, dv, off, L, R, bL, bR, LROW, nb, scale2, scale,
-             OUT, LSE, ST, ACC,
+             G, OFFS, STARTS, OUT, LSE, ST, ACC,
              SCORE: tl.constexpr, HAS_PB: tl.constexpr, HAS_AV: tl.constexpr,
              CLIP: tl.constexpr, CAUSAL: tl.constexpr, HAS_LEN: tl.constexpr,
+             ROW_OFF: tl.constexpr, HAS_START: tl.constexpr,
              ALL_FAR: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
              PREC: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, FINAL: tl.constexpr):
@@ -362,11 +418,11 @@ def _fwd_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     i0 = tl.program_id(0) * BLOCK_M
     ii = tl.arange(0, BLOCK_M)
     jj = tl.arange(0, BLOCK_N)
-    bh, b, h, rows, row_ok, q, klen, e, gL, gR, slope2, kbase, vbase = \
-        _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, sqb, sqh, sqn, sqd, skb,
-                   skh, svb, svh, s_akh, s_akr, H, Nq, Nk, dk, off, bL, bR,
-                   nb, scale2, i0, SCORE, HAS_PB, CAUSAL, HAS_LEN, DK,
-                   BLOCK_M)
+    (bh, b, h, rows, row_ok, q, klen, e, gL, gR, slope2, kbase, vbase, off,
+     ks) = _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, OFFS, STARTS, sqb, sqh,
+                      sqn, sqd, skb, skh, svb, svh, s_akh, s_akr, H, G, Nq,
+                      Nk, dk, off, bL, bR, nb, scale2, i0, SCORE, HAS_PB,
+                      CAUSAL, HAS_LEN, ROW_OFF, HAS_START, DK, BLOCK_M)
     acc_t = tl.float64 if q.dtype == tl.float64 else tl.float32
     emin = tl.min(tl.where(row_ok, e, Nk))
     nL, tR, nK = _far_ranges(i0, off, L, R,
@@ -377,7 +433,7 @@ def _fwd_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     wl = tl.zeros([BLOCK_M], acc_t)
     wr = tl.zeros([BLOCK_M], acc_t)
     acc = tl.zeros([BLOCK_M, DV], acc_t)
-    for u in range(0, nL + nK - tR):
+    for u in range(_first_tile(ks, nL, HAS_START, BLOCK_N), nL + nK - tR):
         left = u < nL
         j0 = tl.where(left, u, u - nL + tR) * BLOCK_N
         keys = j0 + jj
@@ -388,8 +444,8 @@ def _fwd_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
         if SCORE == ALIBI:
             s = _add_alibi(s, j0 - i0 - off + jj[None, :] - ii[:, None],
                            slope2)
-        if j0 + BLOCK_N > emin:
-            s = tl.where(keys[None, :] < e[:, None], s, float("-inf"))
+        if (j0 + BLOCK_N > emin) | (j0 < ks):
+            s = tl.where(_visible(keys, e, ks, HAS_START), s, float("-inf"))
         m, l, acc, p, alpha = _fwd_step(s, m, l, acc, vt, PREC)
         if HAS_AV:
             ps = tl.sum(p, 1)
@@ -413,9 +469,10 @@ def _fwd_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
               sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
               sdb, sdh, sdn, sdd, s_akh, s_akr, s_avh, s_avr,
               H, Nq, Nk, dk, dv, off, L, R, bL, bR, LROW, nb, scale2, scale,
-              OUT, LSE, ST, ACC,
+              G, OFFS, STARTS, OUT, LSE, ST, ACC,
               SCORE: tl.constexpr, HAS_PB: tl.constexpr, HAS_AV: tl.constexpr,
               CLIP: tl.constexpr, CAUSAL: tl.constexpr, HAS_LEN: tl.constexpr,
+              ROW_OFF: tl.constexpr, HAS_START: tl.constexpr,
               ALL_FAR: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
               PREC: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, WIN: tl.constexpr, FAR_M: tl.constexpr,
@@ -426,11 +483,11 @@ def _fwd_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     i0 = tl.program_id(0) * BLOCK_M
     i0f = (i0 // FAR_M) * FAR_M
     jj = tl.arange(0, BLOCK_N)
-    bh, b, h, rows, row_ok, q, klen, e, gL, gR, slope2, kbase, vbase = \
-        _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, sqb, sqh, sqn, sqd, skb,
-                   skh, svb, svh, s_akh, s_akr, H, Nq, Nk, dk, off, bL, bR,
-                   nb, scale2, i0, SCORE, HAS_PB, CAUSAL, HAS_LEN, DK,
-                   BLOCK_M)
+    (bh, b, h, rows, row_ok, q, klen, e, gL, gR, slope2, kbase, vbase, off,
+     ks) = _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, OFFS, STARTS, sqb, sqh,
+                      sqn, sqd, skb, skh, svb, svh, s_akh, s_akr, H, G, Nq,
+                      Nk, dk, off, bL, bR, nb, scale2, i0, SCORE, HAS_PB,
+                      CAUSAL, HAS_LEN, ROW_OFF, HAS_START, DK, BLOCK_M)
     acc_t = tl.float64 if q.dtype == tl.float64 else tl.float32
     nL, tR, nK = _far_ranges(i0f, off, L, R,
                              _kend(i0f, FAR_M, Nq, off, klen, CAUSAL),
@@ -443,7 +500,8 @@ def _fwd_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     wr = tl.load(st + ST_WR * Nq, mask=row_ok, other=0.0)
     acc = _load_tile(ACC, bh.to(tl.int64) * Nq * dv, rows, row_ok, dv, 1, DV,
                      dv).to(acc_t)
-    for j0 in range(nL * FAR_N, j_hi, BLOCK_N):
+    for j0 in range(_band_start(nL * FAR_N, ks, HAS_START, BLOCK_N), j_hi,
+                    BLOCK_N):
         keys = j0 + jj
         kt = _load_tile(K, kbase, keys, keys < Nk, skn, skd, DK, dk)
         vt = _load_tile(V, vbase, keys, keys < Nk, svn, svd, DV, dv)
@@ -457,7 +515,7 @@ def _fwd_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
             s += _pick(r, L, R, gL, gR, tl.gather(gw, gi, 1))
         if SCORE == ALIBI:
             s = _add_alibi(s, r, slope2)
-        s = tl.where(keys[None, :] < e[:, None], s, float("-inf"))
+        s = tl.where(_visible(keys, e, ks, HAS_START), s, float("-inf"))
         m, l, acc, p, alpha = _fwd_step(s, m, l, acc, vt, PREC)
         if HAS_AV:
             wl = wl * alpha + tl.sum(tl.where(r <= -L, p, 0.0), 1)
@@ -581,37 +639,43 @@ def _q_tile(Q, DOUT, RC, qbase, dbase, bh, i0, ii, Nq, dk, dv, sqn, sqd, sdn,
 
 
 @triton.jit
-def _dkdv_setup(K, V, LENS, SLOPES, skb, skh, skn, skd, svb, svh, svn, svd,
-                H, Nq, Nk, dk, dv, off, L, R, j0, j0f, SCORE: tl.constexpr,
+def _dkdv_setup(K, V, LENS, SLOPES, OFFS, STARTS, skb, skh, skn, skd, svb,
+                svh, svn, svd, H, G, Nq, Nk, dk, dv, off, L, R, j0, j0f,
+                SCORE: tl.constexpr,
                 FAR_M: tl.constexpr, FAR_N: tl.constexpr,
                 CAUSAL: tl.constexpr, HAS_LEN: tl.constexpr,
+                ROW_OFF: tl.constexpr, HAS_START: tl.constexpr,
                 ALL_FAR: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                 BLOCK_N: tl.constexpr):
     """What a dK/dV program knows of its key tile j0 (inside the far key
     tile j0f): (bh, b, h, klen, q_lo, nR, qL, nQT, keys, key_ok, K and V
-    tiles, slope2). The far tile's far query tiles are [q_lo, nR)
-    (distances >= R) and [qL, nQT) (<= -L), in FAR_M units."""
+    tiles, slope2, off, ks). The far tile's far query tiles are [q_lo, nR)
+    (distances >= R) and [qL, nQT) (<= -L), in FAR_M units. The program
+    of query head h reads key / value head h // G and writes that query
+    head's part of dK / dV (the host sums a group's parts)."""
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
+    hk = h // G
+    off, ks = _row_setup(OFFS, STARTS, b, off, ROW_OFF, HAS_START)
     klen = _klen(LENS, b, Nk, HAS_LEN)
     nQT = (Nq + FAR_M - 1) // FAR_M
     q_lo = 0
     if CAUSAL:  # row i sees key j0f iff i + off >= j0f
         q_lo = tl.minimum(tl.maximum(j0f - off, 0) // FAR_M, nQT)
-    q_lo = tl.where(j0f < klen, q_lo, nQT)
+    q_lo = tl.where((j0f < klen) & (j0f + FAR_N > ks), q_lo, nQT)
     nR, qL = _q_ranges(j0f, off, L, R, q_lo, nQT, ALL_FAR, FAR_M, FAR_N)
     keys = j0 + tl.arange(0, BLOCK_N)
     key_ok = keys < Nk
-    kt = _load_tile(K, b * skb + h * skh, keys, key_ok, skn, skd, DK, dk)
-    vt = _load_tile(V, b * svb + h * svh, keys, key_ok, svn, svd, DV, dv)
+    kt = _load_tile(K, b * skb + hk * skh, keys, key_ok, skn, skd, DK, dk)
+    vt = _load_tile(V, b * svb + hk * svh, keys, key_ok, svn, svd, DV, dv)
     slope2 = 0.0
     if SCORE == ALIBI:
         slope2 = tl.load(SLOPES + h) * LOG2E
         slope2 = slope2.to(tl.float64) if kt.dtype == tl.float64 \
             else slope2.to(tl.float32)
     return (bh, b, h, klen, q_lo, nR, qL, nQT, keys, key_ok, kt, vt,
-            slope2)
+            slope2, off, ks)
 
 
 @triton.jit
@@ -628,10 +692,11 @@ def _bwd_dkdv_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
                   sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                   sdb, sdh, sdn, sdd, s_akh, s_akr, s_avh, s_avr,
                   H, Nq, Nk, dk, dv, off, L, R, bL, bR, LROW, nb, scale2,
-                  scale, DKO, DVO, DKS, DVS,
+                  scale, G, OFFS, STARTS, DKO, DVO, DKS, DVS,
                   SCORE: tl.constexpr, HAS_PB: tl.constexpr,
                   HAS_AV: tl.constexpr, CLIP: tl.constexpr,
                   CAUSAL: tl.constexpr, HAS_LEN: tl.constexpr,
+                  ROW_OFF: tl.constexpr, HAS_START: tl.constexpr,
                   ALL_FAR: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                   PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, FINAL: tl.constexpr):
@@ -639,11 +704,12 @@ def _bwd_dkdv_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     stored in DKO / DVO (the gradients' dtype); otherwise the unscaled sums
     in DKS / DVS (the accumulator type) for _bwd_dkdv_band."""
     j0 = tl.program_id(0) * BLOCK_N
-    (bh, b, h, klen, q_lo, nR, qL, nQT, keys, key_ok, kt, vt,
-     slope2) = _dkdv_setup(
-        K, V, LENS, SLOPES, skb, skh, skn, skd, svb, svh, svn, svd, H, Nq,
-        Nk, dk, dv, off, L, R, j0, j0, SCORE, BLOCK_M, BLOCK_N, CAUSAL,
-        HAS_LEN, ALL_FAR, DK, DV, BLOCK_N)
+    (bh, b, h, klen, q_lo, nR, qL, nQT, keys, key_ok, kt, vt, slope2, off,
+     ks) = _dkdv_setup(
+        K, V, LENS, SLOPES, OFFS, STARTS, skb, skh, skn, skd, svb, svh, svn,
+        svd, H, G, Nq, Nk, dk, dv, off, L, R, j0, j0, SCORE, BLOCK_M,
+        BLOCK_N, CAUSAL, HAS_LEN, ROW_OFF, HAS_START, ALL_FAR, DK, DV,
+        BLOCK_N)
     ii = tl.arange(0, BLOCK_M)
     jj = tl.arange(0, BLOCK_N)
     acc_t = tl.float64 if kt.dtype == tl.float64 else tl.float32
@@ -663,8 +729,8 @@ def _bwd_dkdv_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
         e = _key_end(rows, off, klen, CAUSAL)
         p, ds = _bwd_pair(q, kt, vt, do, lse2, dd, g[:, None], uu[:, None],
                           j0 - i0 - off + jj[None, :] - ii[:, None],
-                          keys[None, :] < e[:, None], slope2, scale2, SCORE,
-                          HAS_AV, True, PREC)
+                          _visible(keys, e, ks, HAS_START), slope2, scale2,
+                          SCORE, HAS_AV, True, PREC)
         dv_acc += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC,
                          out_dtype=acc_t)
         dk_acc += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=PREC,
@@ -682,10 +748,11 @@ def _bwd_dkdv_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
                    sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                    sdb, sdh, sdn, sdd, s_akh, s_akr, s_avh, s_avr,
                    H, Nq, Nk, dk, dv, off, L, R, bL, bR, LROW, nb, scale2,
-                   scale, DKO, DVO, DKS, DVS,
+                   scale, G, OFFS, STARTS, DKO, DVO, DKS, DVS,
                    SCORE: tl.constexpr, HAS_PB: tl.constexpr,
                    HAS_AV: tl.constexpr, CLIP: tl.constexpr,
                    CAUSAL: tl.constexpr, HAS_LEN: tl.constexpr,
+                   ROW_OFF: tl.constexpr, HAS_START: tl.constexpr,
                    ALL_FAR: tl.constexpr, DK: tl.constexpr,
                    DV: tl.constexpr, PREC: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -695,11 +762,12 @@ def _bwd_dkdv_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     adds the band query rows [nR FAR_M, qL FAR_M) to _bwd_dkdv_far's sums,
     then scales and stores."""
     j0 = tl.program_id(0) * BLOCK_N
-    (bh, b, h, klen, q_lo, nR, qL, nQT, keys, key_ok, kt, vt,
-     slope2) = _dkdv_setup(
-        K, V, LENS, SLOPES, skb, skh, skn, skd, svb, svh, svn, svd, H, Nq,
-        Nk, dk, dv, off, L, R, j0, (j0 // FAR_N) * FAR_N, SCORE, FAR_M,
-        FAR_N, CAUSAL, HAS_LEN, ALL_FAR, DK, DV, BLOCK_N)
+    (bh, b, h, klen, q_lo, nR, qL, nQT, keys, key_ok, kt, vt, slope2, off,
+     ks) = _dkdv_setup(
+        K, V, LENS, SLOPES, OFFS, STARTS, skb, skh, skn, skd, svb, svh, svn,
+        svd, H, G, Nq, Nk, dk, dv, off, L, R, j0, (j0 // FAR_N) * FAR_N,
+        SCORE, FAR_M, FAR_N, CAUSAL, HAS_LEN, ROW_OFF, HAS_START, ALL_FAR,
+        DK, DV, BLOCK_N)
     ii = tl.arange(0, BLOCK_M)
     acc_t = tl.float64 if kt.dtype == tl.float64 else tl.float32
     dk_acc = _load_tile(DKS, bh.to(tl.int64) * Nk * dk, keys, key_ok, dk, 1,
@@ -728,8 +796,8 @@ def _bwd_dkdv_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
                           tl.gather(uw, gi, 1))
         e = _key_end(rows, off, klen, CAUSAL)
         p, ds = _bwd_pair(q, kt, vt, do, lse2, dd, s_rel, u_rel, r,
-                          keys[None, :] < e[:, None], slope2, scale2, SCORE,
-                          HAS_AV, True, PREC)
+                          _visible(keys, e, ks, HAS_START), slope2, scale2,
+                          SCORE, HAS_AV, True, PREC)
         dv_acc += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC,
                          out_dtype=acc_t)
         dk_acc += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=PREC,
@@ -746,16 +814,20 @@ ES_WR = tl.constexpr(3)
 
 
 @triton.jit
-def _dq_setup(Q, DOUT, RC, LENS, SLOPES, sqb, sqh, sqn, sqd, skb, skh, svb,
-              svh, sdb, sdh, sdn, sdd, H, Nq, Nk, dk, dv, off, i0,
-              SCORE: tl.constexpr, CAUSAL: tl.constexpr,
-              HAS_LEN: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+def _dq_setup(Q, DOUT, RC, LENS, SLOPES, OFFS, STARTS, sqb, sqh, sqn, sqd,
+              skb, skh, svb, svh, sdb, sdh, sdn, sdd, H, G, Nq, Nk, dk, dv,
+              off, i0, SCORE: tl.constexpr, CAUSAL: tl.constexpr,
+              HAS_LEN: tl.constexpr, ROW_OFF: tl.constexpr,
+              HAS_START: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
               BLOCK_M: tl.constexpr):
     """What a dQ program knows of its query tile: (bh, b, h, rows, ok, q,
-    dO, log2 lse, D, klen, e, gL, gR, uL, uR, slope2, kbase, vbase)."""
+    dO, log2 lse, D, klen, e, gL, gR, uL, uR, slope2, kbase, vbase, off,
+    ks); key / value head h // G."""
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
+    hk = h // G
+    off, ks = _row_setup(OFFS, STARTS, b, off, ROW_OFF, HAS_START)
     rows, ok, q, do, lse2, dd = _q_tile(
         Q, DOUT, RC, b * sqb + h * sqh, b * sdb + h * sdh, bh, i0,
         tl.arange(0, BLOCK_M), Nq, dk, dv, sqn, sqd, sdn, sdd, DK, DV)
@@ -769,7 +841,7 @@ def _dq_setup(Q, DOUT, RC, LENS, SLOPES, sqb, sqh, sqn, sqd, skb, skh, svb,
             _rc(RC, bh, Nq, rows, ok, RC_GR, 0.0),
             _rc(RC, bh, Nq, rows, ok, RC_UL, 0.0),
             _rc(RC, bh, Nq, rows, ok, RC_UR, 0.0), slope2,
-            b * skb + h * skh, b * svb + h * svh)
+            b * skb + hk * skh, b * svb + hk * svh, off, ks)
 
 
 @triton.jit
@@ -809,10 +881,11 @@ def _bwd_dq_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
                 sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                 sdb, sdh, sdn, sdd, s_akh, s_akr, s_avh, s_avr,
                 H, Nq, Nk, dk, dv, off, L, R, bL, bR, LROW, nb, scale2, scale,
-                DQO, DQS, ES, PEQ, PEW, PES,
+                G, OFFS, STARTS, DQO, DQS, ES, PEQ, PEW, PES,
                 SCORE: tl.constexpr, HAS_PB: tl.constexpr,
                 HAS_AV: tl.constexpr, CLIP: tl.constexpr,
                 CAUSAL: tl.constexpr, HAS_LEN: tl.constexpr,
+                ROW_OFF: tl.constexpr, HAS_START: tl.constexpr,
                 ALL_FAR: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                 PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, FINAL: tl.constexpr):
@@ -821,10 +894,10 @@ def _bwd_dq_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     in DQS and the end sums in ES for _bwd_dq_band."""
     i0 = tl.program_id(0) * BLOCK_M
     (bh, b, h, rows, ok, q, do, lse2, dd, klen, e, gL, gR, uL, uR, slope2,
-     kbase, vbase) = _dq_setup(
-        Q, DOUT, RC, LENS, SLOPES, sqb, sqh, sqn, sqd, skb, skh, svb, svh,
-        sdb, sdh, sdn, sdd, H, Nq, Nk, dk, dv, off, i0, SCORE, CAUSAL,
-        HAS_LEN, DK, DV, BLOCK_M)
+     kbase, vbase, off, ks) = _dq_setup(
+        Q, DOUT, RC, LENS, SLOPES, OFFS, STARTS, sqb, sqh, sqn, sqd, skb,
+        skh, svb, svh, sdb, sdh, sdn, sdd, H, G, Nq, Nk, dk, dv, off, i0,
+        SCORE, CAUSAL, HAS_LEN, ROW_OFF, HAS_START, DK, DV, BLOCK_M)
     acc_t = tl.float64 if q.dtype == tl.float64 else tl.float32
     ii = tl.arange(0, BLOCK_M)
     jj = tl.arange(0, BLOCK_N)
@@ -836,7 +909,7 @@ def _bwd_dq_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     er = tl.zeros([BLOCK_M], acc_t)
     wl = tl.zeros([BLOCK_M], acc_t)
     wr = tl.zeros([BLOCK_M], acc_t)
-    for u in range(0, nL + nK - tR):
+    for u in range(_first_tile(ks, nL, HAS_START, BLOCK_N), nL + nK - tR):
         left = u < nL
         j0 = tl.where(left, u, u - nL + tR) * BLOCK_N
         keys = j0 + jj
@@ -846,8 +919,8 @@ def _bwd_dq_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
                           tl.where(left, gL, gR)[:, None],
                           tl.where(left, uL, uR)[:, None],
                           j0 - i0 - off + jj[None, :] - ii[:, None],
-                          keys[None, :] < e[:, None], slope2, scale2, SCORE,
-                          HAS_AV, True, PREC)
+                          _visible(keys, e, ks, HAS_START), slope2, scale2,
+                          SCORE, HAS_AV, True, PREC)
         dq += tl.dot(ds.to(kt.dtype), kt, input_precision=PREC,
                      out_dtype=acc_t)
         if SCORE == VECTOR or SCORE == SCALAR:
@@ -876,10 +949,11 @@ def _bwd_dq_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
                  sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                  sdb, sdh, sdn, sdd, s_akh, s_akr, s_avh, s_avr,
                  H, Nq, Nk, dk, dv, off, L, R, bL, bR, LROW, nb, scale2,
-                 scale, DQO, DQS, ES, PEQ, PEW, PES,
+                 scale, G, OFFS, STARTS, DQO, DQS, ES, PEQ, PEW, PES,
                  SCORE: tl.constexpr, HAS_PB: tl.constexpr,
                  HAS_AV: tl.constexpr, CLIP: tl.constexpr,
                  CAUSAL: tl.constexpr, HAS_LEN: tl.constexpr,
+                 ROW_OFF: tl.constexpr, HAS_START: tl.constexpr,
                  ALL_FAR: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                  PREC: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, WIN: tl.constexpr,
@@ -890,10 +964,10 @@ def _bwd_dq_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     i0 = tl.program_id(0) * BLOCK_M
     i0f = (i0 // FAR_M) * FAR_M
     (bh, b, h, rows, ok, q, do, lse2, dd, klen, e, gL, gR, uL, uR, slope2,
-     kbase, vbase) = _dq_setup(
-        Q, DOUT, RC, LENS, SLOPES, sqb, sqh, sqn, sqd, skb, skh, svb, svh,
-        sdb, sdh, sdn, sdd, H, Nq, Nk, dk, dv, off, i0, SCORE, CAUSAL,
-        HAS_LEN, DK, DV, BLOCK_M)
+     kbase, vbase, off, ks) = _dq_setup(
+        Q, DOUT, RC, LENS, SLOPES, OFFS, STARTS, sqb, sqh, sqn, sqd, skb,
+        skh, svb, svh, sdb, sdh, sdn, sdd, H, G, Nq, Nk, dk, dv, off, i0,
+        SCORE, CAUSAL, HAS_LEN, ROW_OFF, HAS_START, DK, DV, BLOCK_M)
     acc_t = tl.float64 if q.dtype == tl.float64 else tl.float32
     jj = tl.arange(0, BLOCK_N)
     nL, tR, nK = _far_ranges(i0f, off, L, R,
@@ -907,7 +981,8 @@ def _bwd_dq_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     er = tl.load(es_ + ES_ER * Nq, mask=ok, other=0.0)
     wl = tl.load(es_ + ES_WL * Nq, mask=ok, other=0.0)
     wr = tl.load(es_ + ES_WR * Nq, mask=ok, other=0.0)
-    for j0 in range(nL * FAR_N, j_hi, BLOCK_N):
+    for j0 in range(_band_start(nL * FAR_N, ks, HAS_START, BLOCK_N), j_hi,
+                    BLOCK_N):
         keys = j0 + jj
         kt = _load_tile(K, kbase, keys, keys < Nk, skn, skd, DK, dk)
         vt = _load_tile(V, vbase, keys, keys < Nk, svn, svd, DV, dv)
@@ -924,8 +999,8 @@ def _bwd_dq_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
                                      DV, PREC)
             u_rel = _pick(r, L, R, uL, uR, tl.gather(uw, gi, 1))
         p, ds = _bwd_pair(q, kt, vt, do, lse2, dd, s_rel, u_rel, r,
-                          keys[None, :] < e[:, None], slope2, scale2, SCORE,
-                          HAS_AV, True, PREC)
+                          _visible(keys, e, ks, HAS_START), slope2, scale2,
+                          SCORE, HAS_AV, True, PREC)
         dq += tl.dot(ds.to(kt.dtype), kt, input_precision=PREC,
                      out_dtype=acc_t)
         if SCORE == VECTOR:
@@ -948,9 +1023,10 @@ def _bwd_diag(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
               sqb, sqh, sqn, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
               sdb, sdh, sdn, sdd, s_akh, s_akr, s_avh, s_avr,
               H, Nq, Nk, dk, dv, off, L, R, bL, bR, LROW, nb, scale2, scale,
-              PWQ, PWV, PWS, B, t_lo, n_split,
+              G, OFFS, STARTS, PWQ, PWV, PWS, B, t_lo, n_split, DT,
               SCORE: tl.constexpr, HAS_PB: tl.constexpr, HAS_AV: tl.constexpr,
               CLIP: tl.constexpr, CAUSAL: tl.constexpr, HAS_LEN: tl.constexpr,
+              ROW_OFF: tl.constexpr, HAS_START: tl.constexpr,
               ALL_FAR: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
               PREC: tl.constexpr, NEED_EQ: tl.constexpr,
               NEED_ES: tl.constexpr, NEED_WV: tl.constexpr,
@@ -962,7 +1038,13 @@ def _bwd_diag(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     the pairs s, s + n_split, ... over (batch, qi) and writes, per window
     distance c (interior distances only, zero elsewhere):
     PWQ[s, h, t - t_lo, c] = sum E[i, c] q_i, PWV[...] = sum W[i, c] dO_i,
-    PWS[s, h, t - t_lo, c] = sum E[i, c]."""
+    PWS[s, h, t - t_lo, c] = sum E[i, c].
+
+    Per-row offsets: off is the call's smallest offset and batch item b
+    (offset off_b) pairs query tile qi with the keys from qi BLOCK + t BLOCK
+    + off_b - off (a key tile not aligned to BLOCK), so that its pairs have
+    the same window of distances; DT = cdiv(max off_b - off, BLOCK) widens
+    the range of query tiles to cover every item's."""
     td = tl.program_id(0)
     t = t_lo + td
     h = tl.program_id(1)
@@ -989,7 +1071,7 @@ def _bwd_diag(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
                       mask=wok[:, None] & (vcols[None, :] < dv), other=0.0)
     nQT = (Nq + BLOCK - 1) // BLOCK
     nKT = (Nk + BLOCK - 1) // BLOCK
-    qlo = tl.maximum(0, -t)
+    qlo = tl.maximum(0, -t - DT)
     n_q = tl.maximum(tl.minimum(nQT, nKT - t) - qlo, 0)
     acc_t = tl.float64 if Q.dtype.element_ty == tl.float64 else tl.float32
     slope2 = 0.0
@@ -1001,18 +1083,20 @@ def _bwd_diag(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     es = tl.zeros([W2], acc_t)
     for u in range(sp, B * n_q, n_split):
         b = (u // n_q).to(tl.int64)
+        offb, ks = _row_setup(OFFS, STARTS, b, off, ROW_OFF, HAS_START)
         i0 = (qlo + u % n_q) * BLOCK
-        j0 = i0 + t * BLOCK
+        j0 = i0 + t * BLOCK + (offb - off)
         bh = b * H + h64
         rows = i0 + ii
         ok = rows < Nq
         keys = j0 + jj
+        key_ok = (keys >= 0) & (keys < Nk)
         q = _load_tile(Q, b * sqb + h64 * sqh, rows, ok, sqn, sqd, DK, dk)
         do = _load_tile(DOUT, b * sdb + h64 * sdh, rows, ok, sdn, sdd, DV, dv)
-        kt = _load_tile(K, b * skb + h64 * skh, keys, keys < Nk, skn, skd,
-                        DK, dk)
-        vt = _load_tile(V, b * svb + h64 * svh, keys, keys < Nk, svn, svd,
-                        DV, dv)
+        kt = _load_tile(K, b * skb + (h64 // G) * skh, keys, key_ok, skn,
+                        skd, DK, dk)
+        vt = _load_tile(V, b * svb + (h64 // G) * svh, keys, key_ok, svn,
+                        svd, DV, dv)
         klen = Nk
         if HAS_LEN:
             klen = tl.load(LENS + b)
@@ -1034,22 +1118,23 @@ def _bwd_diag(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
             uw = tl.dot(do, tl.trans(avw.to(do.dtype)), input_precision=PREC,
                         out_dtype=acc_t)
             u_rel = tl.gather(uw, gi, 1)
-        e = _key_end(rows, off, klen, CAUSAL)
-        r = j0 - i0 - off + jj[None, :] - ii[:, None]
+        e = _key_end(rows, offb, klen, CAUSAL)
+        r = j0 - i0 - offb + jj[None, :] - ii[:, None]
         p, ds = _bwd_pair(q, kt, vt, do, _rc(RC, bh, Nq, rows, ok, RC_LSE,
                                              float("inf")),
                           _rc(RC, bh, Nq, rows, ok, RC_D, 0.0), s_rel, u_rel,
-                          r, keys[None, :] < e[:, None], slope2, scale2,
+                          r, _visible(keys, e, ks, HAS_START)
+                          & (keys[None, :] >= 0), slope2, scale2,
                           SCORE, HAS_AV, True, PREC)
         if NEED_EQ or NEED_ES:
-            ew = _by_window(ds, wd, inner, j0 - i0 - off, BLOCK, BLOCK)
+            ew = _by_window(ds, wd, inner, j0 - i0 - offb, BLOCK, BLOCK)
             if NEED_EQ:
                 eq += tl.dot(tl.trans(ew).to(q.dtype), q,
                              input_precision=PREC, out_dtype=acc_t)
             if NEED_ES:
                 es += tl.sum(ew, 0)
         if NEED_WV:
-            ww = _by_window(p, wd, inner, j0 - i0 - off, BLOCK, BLOCK)
+            ww = _by_window(p, wd, inner, j0 - i0 - offb, BLOCK, BLOCK)
             wv += tl.dot(tl.trans(ww).to(do.dtype), do, input_precision=PREC,
                          out_dtype=acc_t)
     part = (sp.to(tl.int64) * H + h64) * tl.num_programs(0) + td

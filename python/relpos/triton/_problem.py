@@ -7,15 +7,14 @@ problem check (src/op/core/attention_problem.cc, through
 relpos._call.check_problem: the rules live only there, the messages are its
 own with the calling function in front). Here are only the tensors' checks
 (relpos/_checks.py) and the refusals of what the kernels cannot do
-(empty tensors, grouped-query attention, left padding, per-row offsets,
-distances beyond 32 bits).
+(empty tensors, distances beyond 32 bits).
 
 The bucket map is stored as the kernels use it (docs/math.md section 8):
 distances r <= -L share row bL, r >= R row bR, and the interior distances
 -L < r < R have the row r + LROW (a clip) or ROWMAP[r + L - 1] (T5). L and R
 are the map's reaches cut to the distances the call has (at most Nq - 1 +
-off on the left, Nk - 1 - off on the right), so a huge clip or T5 reach costs
-nothing beyond the call's size.
+max off on the left, Nk - 1 - min off on the right, over the rows' offsets),
+so a huge clip or T5 reach costs nothing beyond the call's size.
 """
 
 from __future__ import annotations
@@ -104,7 +103,7 @@ class Call:
     nk: int
     dk: int
     dv: int
-    off: int
+    off: int           # the query offset; the smallest with per-row ones
     causal: bool
     score: int
     has_pb: bool
@@ -119,6 +118,16 @@ class Call:
     slopes: Optional[torch.Tensor]   # ALiBi slopes [H]
     device: torch.device
     dtype: torch.dtype
+    hkv: int = 0       # key / value heads (0: H)
+    offs: Optional[torch.Tensor] = None    # int32 [B] per-row offsets
+    off_span: int = 0  # largest offset - smallest (0 without offs)
+    starts: Optional[torch.Tensor] = None  # int32 [B] key_starts
+
+    @property
+    def group(self):
+        """Query heads per key / value head (query head h reads key /
+        value head h // group)."""
+        return self.h // (self.hkv or self.h)
 
     scale_given: Optional[float] = None  # None: 1 / sqrt(dk)
 
@@ -155,11 +164,17 @@ def _lengths(a, problem, device):
                            device=device)
 
 
-def _cut_reaches(bk, nq, nk, off):
-    """(L, R): the reaches cut to the distances the call has."""
-    left = min(bk.left, max(nq - 1 + off + 1, 0))
-    right = min(bk.right, max(nk - 1 - off + 1, 0))
+def _cut_reaches(bk, nq, nk, off_lo, off_hi):
+    """(L, R): the reaches cut to the distances the call has, with query
+    offsets in [off_lo, off_hi]."""
+    left = min(bk.left, max(nq - 1 + off_hi + 1, 0))
+    right = min(bk.right, max(nk - 1 - off_lo + 1, 0))
     return left, right
+
+
+def _per_item(values, device):
+    """One int per batch item as int32 on the device."""
+    return torch.as_tensor(np.asarray(values, np.int32), device=device)
 
 
 def _rowmap(bk, left, right, device):
@@ -191,33 +206,27 @@ def prepare(fn, q, k, v, ak=None, av=None, bias=None, pb=None, *,
                    key_starts=key_starts, scale=scale)
     b, h, nq, dk = q.shape
     nk, dv = k.shape[2], v.shape[3]
-    # Capability limits of the kernels, not argument rules.
-    hkv = k.shape[1]
-    if hkv != h and hkv > 0 and h % hkv == 0:
-        raise NotImplementedError(
-            f"relpos.{fn}: grouped-query attention (k and v with {hkv} "
-            f"heads for {h} query heads) is not implemented on the GPU path; "
-            f"repeat k and v to {h} heads (torch.repeat_interleave(k, "
-            f"{h // hkv}, dim=1)) or run on the CPU")
-    if key_starts is not None:
-        raise NotImplementedError(
-            f"relpos.{fn}: key_starts (left padding) is not implemented on "
-            f"the GPU path; pad on the right (key_lengths) or run on the CPU")
-    if a.query_offsets:
-        raise NotImplementedError(
-            f"relpos.{fn}: one query_offset per batch item is not "
-            f"implemented on the GPU path; give one offset, or run on the "
-            f"CPU")
     problem = check_problem(fn, a, q, k, v, ak, av, bias, pb)
-    off = problem["min_offset"]  # the one offset (per-row ones refused)
-    if abs(off) + nq + nk >= _GPU_RANGE:
+    # Grouped-query heads (checked: Hkv divides H), per-row offsets and
+    # left padding as the C++ core resolved them.
+    hkv = problem["kv_heads"]
+    off, off_hi = problem["min_offset"], problem["max_offset"]
+    # Capability limit of the kernels, not an argument rule.
+    far = max(abs(off), abs(off_hi))
+    if far + nq + nk >= _GPU_RANGE:
         raise NotImplementedError(
             f"relpos.{fn}: |query_offset| + Nq + Nk must be below 2^30 on "
-            f"the GPU path (32-bit distances; got query_offset {off}, Nq "
-            f"{nq}, Nk {nk})")
+            f"the GPU path (32-bit distances; got query_offset "
+            f"{off if abs(off) == far else off_hi}, Nq {nq}, Nk {nk})")
+    offs = None
+    if off_hi != off:  # one offset per item, not all equal
+        offs = _per_item(problem["query_offsets"], q.device)
+    starts = None
+    if key_starts is not None and any(problem["key_starts"]):
+        starts = _per_item(problem["key_starts"], q.device)
     bk = _buckets(a, problem)
     score = _SCORES[a.score]
-    left, right = _cut_reaches(bk, nq, nk, off)
+    left, right = _cut_reaches(bk, nq, nk, off, off_hi)
     if interpreting() and q.dtype == torch.bfloat16:
         fix_bfloat16_dot()
     has_av = av is not None
@@ -231,4 +240,5 @@ def prepare(fn, q, k, v, ak=None, av=None, bias=None, pb=None, *,
         rowmap=_rowmap(bk, left, right, q.device),
         slopes=_slopes(problem["alibi_slopes"], q.dtype, q.device)
         if score == ALIBI else None,
-        device=q.device, dtype=q.dtype, scale_given=a.scale)
+        device=q.device, dtype=q.dtype, hkv=hkv, offs=offs,
+        off_span=off_hi - off, starts=starts, scale_given=a.scale)
