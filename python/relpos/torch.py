@@ -107,7 +107,7 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
 
     Args:
         q: [B, H, Nq, dk], k: [B, Hkv, Nk, dk], v: [B, Hkv, Nk, dv] (Hkv =
-            H, or dividing H: grouped-query attention, CPU only); tensors
+            H, or dividing H: grouped-query attention); tensors
             of one dtype on one device, contiguous or not: CPU float32 or
             float64 (relpos's C++ kernel), or CUDA float16, bfloat16,
             float32 or float64 (the Triton kernels of relpos.triton).
@@ -117,8 +117,7 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
             tensor of B lengths), query_offset (an integer, or B per-row
             offsets as a sequence or 1-D integer tensor), key_starts (B
             left-padding starts), scale (None: 1 / sqrt(dk)): as in
-            relpos.attention. Per-row offsets and key_starts run on the CPU
-            only.
+            relpos.attention, on the CPU and on CUDA alike.
         buckets (relpos.ClipBuckets / relpos.T5Buckets), bias (T5 scalar
             table [H, nb], a tensor), alibi (True or H slopes; fixed),
             pb (position query bias [H, dk], a tensor): the schemes of

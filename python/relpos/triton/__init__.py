@@ -14,8 +14,11 @@ how the tests run them.
 Every scheme of docs/math.md section 8 runs here, forward and backward:
 Shaw's clip (key and value tables, shared or per head, either term alone),
 asymmetric clips, T5 log buckets (shaw-log), T5's scalar bias, ALiBi,
-Transformer-XL's position query bias, causal and key-length masks, and
-Nq != Nk with query_offset. Inputs are float16, bfloat16, float32 or float64
+Transformer-XL's position query bias, causal and key-length masks,
+Nq != Nk with query_offset, and with each of them grouped-query / multi-query
+k and v (Hkv heads dividing H), left padding (key_starts) and one
+query_offset per batch item, with the CPU op's conventions
+(docs/conventions.md). Inputs are float16, bfloat16, float32 or float64
 (one dtype per call); accumulation is float32 (float64 for float64), and
 float32 products are IEEE float32 unless
 torch.backends.cuda.matmul.allow_tf32 is set. Gradients come for q, k, v
@@ -35,25 +38,26 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
     """Differentiable relative attention in Triton kernels.
 
     The arguments, conventions and result of relpos.torch.attention
-    (docs/math.md, docs/conventions.md): q [B, H, Nq, dk], k [B, H, Nk, dk],
-    v [B, H, Nk, dv] (any strides), ak / av tables ([nb, d] shared or
-    [H, nb, d] per head, None: that term off), max_distance or buckets
-    (relpos.ClipBuckets / relpos.T5Buckets), causal, key_lengths (B lengths:
-    a sequence or an integer tensor), query_offset (default Nk - Nq), bias
-    (T5's [H, nb]), alibi (True or H slopes), pb (Transformer-XL's [H, dk],
-    with ak), scale (None: 1 / sqrt(dk); T5: 1.0). Every tensor on one
-    device, of one dtype.
+    (docs/math.md, docs/conventions.md): q [B, H, Nq, dk], k [B, Hkv, Nk,
+    dk], v [B, Hkv, Nk, dv] (any strides; Hkv = H, or dividing H:
+    grouped-query heads, query head h reading head h // (H / Hkv)), ak / av
+    tables ([nb, d] shared or [H, nb, d] per head, None: that term off),
+    max_distance or buckets (relpos.ClipBuckets / relpos.T5Buckets),
+    causal, key_lengths (B lengths: a sequence or an integer tensor),
+    query_offset (default Nk - Nq; or B per-row offsets), key_starts (B
+    left-padding starts), bias (T5's [H, nb]), alibi (True or H slopes), pb
+    (Transformer-XL's [H, dk], with ak), scale (None: 1 / sqrt(dk); T5:
+    1.0). Every tensor on one device, of one dtype.
 
     Returns out [B, H, Nq, dv] in q's dtype, with gradients for q, k, v, ak,
-    av, bias and pb.
+    av, bias and pb (dk, dv shaped like k, v: summed over each group of
+    query heads).
 
     Raises TypeError / ValueError naming the argument (as relpos.torch),
     NotImplementedError for a floating dtype the kernels lack (float8) or a
     query_offset beyond their 32-bit distances (|query_offset| + Nq + Nk >=
-    2^30), for what the kernels do not implement yet (grouped-query k / v
-    with fewer heads than q, per-row query offsets, key_starts: relpos.torch
-    runs those on the CPU), and ValueError for CPU tensors outside the
-    interpreter.
+    2^30, over every per-row offset), and ValueError for CPU tensors
+    outside the interpreter.
     """
     return _attention_fn(q, k, v, ak, av, max_distance=max_distance,
                          causal=causal, key_lengths=key_lengths,
