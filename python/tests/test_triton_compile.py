@@ -35,6 +35,8 @@ CONFIGS = [
     (90, "bfloat16", "shaw", FORWARD | BACKWARD),
     (90, "float16", "t5", FORWARD | BACKWARD),
     (90, "bfloat16", "xl", FORWARD | BACKWARD),
+    # grouped (multi-query) k / v, key_starts, per-row offsets
+    (90, "bfloat16", "shaw_layouts", FORWARD | BACKWARD),
     (90, "bfloat16", "alibi", {"_fwd_far", "_bwd_prep", "_bwd_dkdv_far",
                                "_bwd_dq_far"}),
     (80, "bfloat16", "shaw", FORWARD | BACKWARD),

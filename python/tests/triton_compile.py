@@ -14,7 +14,9 @@ float16 / bfloat16 tile sizes) do not spill.
 
 Run without TRITON_INTERPRET (test_triton_compile.py runs it in a
 subprocess). Schemes: vanilla, shaw (key and value tables, k = 16), shaw64,
-keyonly, valueonly, t5 (scalar bias, 32 buckets), alibi, alibi_values, xl.
+keyonly, valueonly, t5 (scalar bias, 32 buckets), alibi, alibi_values, xl,
+and shaw_layouts (shaw with multi-query k / v, key_starts and per-row
+query offsets).
 """
 
 import argparse
@@ -75,7 +77,11 @@ def _inputs(scheme, dtype):
         kw["alibi"] = True
     if scheme == "xl":
         pb = torch.randn(h, d, generator=g).to(dtype)
-    return q, ak, av, bias, pb, kw
+    k = v = q
+    if scheme == "shaw_layouts":
+        k = v = q[:, :1].contiguous()  # multi-query: one k / v head
+        kw.update(key_starts=[0, 7], query_offset=[0, 40])
+    return q, k, v, ak, av, bias, pb, kw
 
 
 def compile_kernels(arch, dtype, scheme):
@@ -93,11 +99,11 @@ def compile_kernels(arch, dtype, scheme):
     try:
         from relpos.triton import _attention as A, _problem
         _problem.interpreting = lambda: True  # accept CPU tensors
-        q, ak, av, bias, pb, kw = _inputs(scheme, dtype)
-        c = _problem.prepare("triton.attention", q, q, q, ak, av, bias, pb,
+        q, k, v, ak, av, bias, pb, kw = _inputs(scheme, dtype)
+        c = _problem.prepare("triton.attention", q, k, v, ak, av, bias, pb,
                              **kw)
-        out, lse = A.forward(c, q, q, q, ak, av, bias, pb)
-        A.backward(c, q, q, q, q, ak, av, bias, pb, out, lse)
+        out, lse = A.forward(c, q, k, v, ak, av, bias, pb)
+        A.backward(c, q, q, k, v, ak, av, bias, pb, out, lse)
     finally:
         JITFunction.run = run
     return compiled
