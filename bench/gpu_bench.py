@@ -8,7 +8,8 @@ correctness check first.
 
 On a CUDA machine it first checks the GPU path on small sizes against
 relpos's float64 CPU reference (forward and every gradient, every scheme,
-bfloat16 and float32, through relpos.triton.attention, relpos.torch.attention
+Shaw with multi-query k / v, key_starts and per-row offsets, bfloat16 and
+float32, through relpos.triton.attention, relpos.torch.attention
 (the custom op's CUDA kernel), RelativeMultiheadAttention and
 torch.compile(fullgraph=True)), and that two backward passes agree bit for
 bit. Then, at B x H x d = 4 x 16 x 64 in bfloat16, for each n it times the
@@ -327,6 +328,12 @@ def check(torch, relpos, device, small):
         "alibi_decode": dict(alibi=True, max_distance=0, causal=True,
                              nq=1),
         "xl": dict(ak=True, pb=True, max_distance=90, causal=True),
+        # multi-query k / v, left padding and per-row offsets together
+        "shaw_mqa_leftpad_rows": dict(ak=True, av=True, max_distance=3,
+                                      causal=True, b=2, hkv=1,
+                                      key_starts=[3, 0],
+                                      key_lengths=[n, n - 5],
+                                      query_offset=[0, 7]),
     }
     worst = {}
     for name, spec in schemes.items():
@@ -334,13 +341,15 @@ def check(torch, relpos, device, small):
         per_head = spec.pop("per_head", False)
         nq = spec.pop("nq", n)
         b, h, d = (1, 2, 16) if small else (2, 2, 16)
+        b = spec.pop("b", b)
+        hkv = spec.pop("hkv", h)
         g = torch.Generator().manual_seed(1)
         k = spec.get("max_distance")
         bk = spec.get("buckets")
         nb = (2 * k + 1 if bk is None else
               bk.left + bk.right + 1 if hasattr(bk, "left")
               else bk.num_buckets)
-        shapes = dict(q=(b, h, nq, d), k=(b, h, n, d), v=(b, h, n, d),
+        shapes = dict(q=(b, h, nq, d), k=(b, hkv, n, d), v=(b, hkv, n, d),
                       ak=(h, nb, d) if per_head else (nb, d),
                       av=(h, nb, d) if per_head else (nb, d), bias=(h, nb),
                       pb=(h, d))
