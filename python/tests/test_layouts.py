@@ -327,9 +327,11 @@ def test_gpu_path_runs_the_layouts():
     k2, v2 = k[:, :2].contiguous(), v[:, :2].contiguous()
     # Grouped-query k / v, key_starts and per-row offsets run on the GPU
     # path (python/tests/test_triton.py checks them in depth) and agree
-    # with the CPU.
+    # with the CPU (equal offsets and zero starts: the one-offset kernels).
     for args, kw in (((q, k2, v2), {}), ((q, k, v), dict(key_starts=[1, 0])),
-                     ((q, k, v), dict(query_offset=[1, 0]))):
+                     ((q, k, v), dict(query_offset=[1, 0])),
+                     ((q, k, v), dict(query_offset=[2, 2],
+                                      key_starts=[0, 0]))):
         got = rtr.attention(*args, max_distance=0, **kw)
         want = relpos.attention(*(t.numpy() for t in args), max_distance=0,
                                 **kw)

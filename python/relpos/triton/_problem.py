@@ -122,14 +122,13 @@ class Call:
     offs: Optional[torch.Tensor] = None    # int32 [B] per-row offsets
     off_span: int = 0  # largest offset - smallest (0 without offs)
     starts: Optional[torch.Tensor] = None  # int32 [B] key_starts
+    scale_given: Optional[float] = None  # None: 1 / sqrt(dk)
 
     @property
     def group(self):
         """Query heads per key / value head (query head h reads key /
         value head h // group)."""
         return self.h // (self.hkv or self.h)
-
-    scale_given: Optional[float] = None  # None: 1 / sqrt(dk)
 
     @property
     def scale(self):
