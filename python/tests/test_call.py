@@ -86,7 +86,13 @@ def test_same_refusal_on_the_numpy_and_gpu_paths():
                dict(max_distance=2, ak=np.zeros((4, 4), np.float32)),
                dict(max_distance=2, av=np.zeros((2, 5, 3), np.float32)),
                dict(buckets=relpos.T5Buckets(3, 8)),
-               dict(buckets=relpos.ClipBuckets(2 ** 25, 0))):
+               dict(buckets=relpos.ClipBuckets(2 ** 25, 0)),
+               # left padding and per-row offsets (run on the GPU path
+               # too, so refused there by the same rules)
+               dict(max_distance=1, key_starts=[4]),
+               dict(max_distance=1, key_lengths=[2], key_starts=[3]),
+               dict(max_distance=1, query_offset=[1, 2]),
+               dict(max_distance=1, query_offset=[2 ** 41])):
         with pytest.raises((TypeError, ValueError)) as cpu:
             relpos.attention(q, q, q, **kw)
         gpu_kw = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
@@ -98,6 +104,15 @@ def test_same_refusal_on_the_numpy_and_gpu_paths():
         assert str(cpu.value).split(": ", 1)[1] == \
             str(gpu.value).split(": ", 1)[1], kw
         assert type(cpu.value) is type(gpu.value)
+    # Grouped-query k / v whose head count does not divide H's.
+    k3 = np.zeros((1, 3, 3, 4), np.float32)
+    with pytest.raises(ValueError) as cpu:
+        relpos.attention(q, k3, k3, max_distance=1)
+    with pytest.raises(ValueError) as gpu:
+        _problem.prepare("attention", t, torch.from_numpy(k3),
+                         torch.from_numpy(k3), max_distance=1)
+    assert str(cpu.value).split(": ", 1)[1] == \
+        str(gpu.value).split(": ", 1)[1]
 
 
 def test_check_problem_resolves_the_call():
