@@ -5,7 +5,9 @@
 // pairs into int32 lanes (ReorderWidenMulAccumulate: vpmaddwd on x86), one
 // horizontal sum per dot product after the row (on AVX-512 VNNI CPUs the
 // driver runs Int8RowsVnni instead, vpdpwssd in place of vpmaddwd +
-// vpaddd: the same integers). The driver quantizes the
+// vpaddd: the same integers; with 8-bit activations Int8RowsVnni8,
+// vpdpbusd on the activations plus 128, corrected by the weights' row sums:
+// the same integers again). The driver quantizes the
 // activations once per call and gives threads whole blocks of four weight
 // rows, so every sum is the same integer whatever the thread count.
 #include "kernels/int8_linear.h"
@@ -18,12 +20,13 @@
 #include <cmath>
 #include <limits>
 
-// The VNNI kernel's loop (once, outside the per-target code; Int8Rows below
+// The VNNI kernels' loop (once, outside the per-target code; Int8Rows below
 // is its twin for Highway's targets):
 // weight rows [begin, end) in blocks of four against all m activation rows
-// (qx [m, stride] with scales sx; sx[r] NaN marks a row that was not
-// finite) in tiles of up to kTile; dot(mb, xr, wr, sums) fills
-// sums[r * 4 + i] = qx_r . qw_i for r < mb; then y = sums * scales + bias.
+// (qx [m, stride] of TX with scales sx; sx[r] NaN marks a row that was not
+// finite) in tiles of up to kTile; dot(mb, xr, wr, rows, sums) fills
+// sums[r * 4 + i] = qx_r . qw_i for r < mb (rows[i]: wr[i]'s row index);
+// then y = sums * scales + bias.
 #ifndef RELPOS_SRC_OP_KERNELS_INT8_LINEAR_LOOP_
 #define RELPOS_SRC_OP_KERNELS_INT8_LINEAR_LOOP_
 namespace relpos::int8_linear {
@@ -41,8 +44,8 @@ inline void ScaleRow(const int32_t* sums, int64_t n, float sx, const float* sw,
   }
 }
 
-template <int kTile, class Dot>
-[[gnu::always_inline]] inline void BlockLoop(int64_t m, const int16_t* qx, const float* sx,
+template <int kTile, typename TX, class Dot>
+[[gnu::always_inline]] inline void BlockLoop(int64_t m, const TX* qx, const float* sx,
                       const int8_t* qw, const float* sw, int64_t stride,
                       int64_t begin, int64_t end, const float* bias, float* y,
                       int64_t ldy, const Dot& dot) {
@@ -50,15 +53,17 @@ template <int kTile, class Dot>
   for (int64_t j0 = begin; j0 < end; j0 += 4) {
     const int64_t nb = end - j0 < 4 ? end - j0 : 4;
     const int8_t* wr[4];
+    int64_t rows[4];
     // A short last block repeats its first row (results discarded).
     for (int64_t i = 0; i < 4; ++i) {
-      wr[i] = qw + (j0 + (i < nb ? i : 0)) * stride;
+      rows[i] = j0 + (i < nb ? i : 0);
+      wr[i] = qw + rows[i] * stride;
     }
     for (int64_t r0 = 0; r0 < m; r0 += kTile) {
       const int64_t mb = m - r0 < kTile ? m - r0 : kTile;
-      const int16_t* xr[kTile];
+      const TX* xr[kTile];
       for (int64_t r = 0; r < mb; ++r) xr[r] = qx + (r0 + r) * stride;
-      dot(mb, xr, wr, sums);
+      dot(mb, xr, wr, rows, sums);
       for (int64_t r = 0; r < mb; ++r) {
         ScaleRow(sums + r * 4, nb, sx[r0 + r], sw + j0,
                  bias == nullptr ? nullptr : bias + j0,
@@ -328,7 +333,7 @@ RELPOS_VNNI_TARGET void Int8RowsVnni(int64_t m, const int16_t* qx, const float* 
                   int64_t begin, int64_t end, const float* bias, float* y,
                   int64_t ldy) {
   const auto dot = [stride](int64_t mb, const int16_t* const* xr,
-                            const int8_t* const* wr,
+                            const int8_t* const* wr, const int64_t* /*rows*/,
                             int32_t* sums) RELPOS_VNNI_TARGET {
     switch (mb) {
       case 1:
@@ -346,6 +351,80 @@ RELPOS_VNNI_TARGET void Int8RowsVnni(int64_t m, const int16_t* qx, const float* 
     }
   };
   int8_linear::BlockLoop<4>(m, qx, sx, qw, sw, stride, begin, end, bias, y,
+                            ldy, dot);
+}
+
+// The 8-bit activations' kernel: vpdpbusd multiplies 64 pairs of u8 (the
+// activations plus 128) and s8 (the weights) and adds each four adjacent
+// products into an int32 lane, twice vpdpwssd's multiply-adds per
+// instruction, and the weights need no widening. sums[r * 4 + i] =
+// ux_r . qw_i, 128 sum_c qw_i[c] above qx_r . qw_i; the caller subtracts
+// it. `stride` is a multiple of 64 (kInt8RowAlign). Every lane's partial
+// sum and the total stay within 255 * 127 * stride, below 2^31 for
+// stride <= kInt8A8MaxStride (Int8Linear checks it).
+static_assert(kInt8RowAlign % 64 == 0,
+              "DotBlockVnni8 steps 64 columns with no tail");
+template <int MR>
+RELPOS_VNNI_TARGET void DotBlockVnni8(const uint8_t* const* xr,
+                                      const int8_t* const* wr, int64_t stride,
+                                      int32_t* sums) {
+  __m512i acc[MR][4];
+  for (int r = 0; r < MR; ++r) {
+    for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_setzero_si512();
+  }
+  for (int64_t c = 0; c < stride; c += 64) {
+    __m512i w[4];
+    for (int i = 0; i < 4; ++i) w[i] = _mm512_loadu_si512(wr[i] + c);
+    for (int r = 0; r < MR; ++r) {
+      const __m512i x = _mm512_loadu_si512(xr[r] + c);
+      for (int i = 0; i < 4; ++i) {
+        acc[r][i] = _mm512_dpbusd_epi32(acc[r][i], x, w[i]);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    StoreSums4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], sums + r * 4);
+  }
+}
+
+// Int8RowsVnni for 8-bit activations ux = qx + 128 (u8 [m, stride]; the
+// padding columns hold 128 against the weights' zeros), with W's row sums:
+// every sum corrected to qx_r . qw_i before the scaling.
+RELPOS_VNNI_TARGET void Int8RowsVnni8(int64_t m, const uint8_t* ux,
+                                      const float* sx, const int8_t* qw,
+                                      const float* sw,
+                                      const int32_t* row_sums, int64_t stride,
+                                      int64_t begin, int64_t end,
+                                      const float* bias, float* y,
+                                      int64_t ldy) {
+  const auto dot = [stride, row_sums](int64_t mb, const uint8_t* const* xr,
+                                      const int8_t* const* wr,
+                                      const int64_t* rows,
+                                      int32_t* sums) RELPOS_VNNI_TARGET {
+    switch (mb) {
+      case 1:
+        DotBlockVnni8<1>(xr, wr, stride, sums);
+        break;
+      case 2:
+        DotBlockVnni8<2>(xr, wr, stride, sums);
+        break;
+      case 3:
+        DotBlockVnni8<3>(xr, wr, stride, sums);
+        break;
+      default:
+        DotBlockVnni8<4>(xr, wr, stride, sums);
+        break;
+    }
+    // In uint32: the wrapped difference is the exact int32 result.
+    for (int64_t r = 0; r < mb; ++r) {
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t u = static_cast<uint32_t>(sums[r * 4 + i]) -
+                           (static_cast<uint32_t>(row_sums[rows[i]]) << 7);
+        sums[r * 4 + i] = static_cast<int32_t>(u);
+      }
+    }
+  };
+  int8_linear::BlockLoop<4>(m, ux, sx, qw, sw, stride, begin, end, bias, y,
                             ldy, dot);
 }
 #undef RELPOS_VNNI_TARGET
@@ -406,6 +485,7 @@ Int8Matrix QuantizeRows(const float* w, int64_t rows, int64_t cols,
   q.stride = PaddedStride(cols);
   q.values.assign(static_cast<size_t>(rows * q.stride), 0);
   q.scales.assign(static_cast<size_t>(rows), 0.0f);
+  q.row_sums.assign(static_cast<size_t>(rows), 0);
   std::vector<float> amax(static_cast<size_t>(rows));
   HWY_DYNAMIC_DISPATCH(QuantizeRows8)
   (rows, w, ldw, cols, q.values.data(), q.stride, amax.data());
@@ -418,26 +498,50 @@ Int8Matrix QuantizeRows(const float* w, int64_t rows, int64_t cols,
                                         << ") is not finite");
     }
     q.scales[j] = amax[j] / 127.0f;
+    int32_t sum = 0;  // |sum| <= 127 stride, far inside int32
+    for (int64_t c = 0; c < cols; ++c) sum += q.values[j * q.stride + c];
+    q.row_sums[j] = sum;
   }
   return q;
 }
 
 void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
-                const float* bias, float* y, int64_t ldy, int num_threads) {
+                const float* bias, float* y, int64_t ldy, int num_threads,
+                Int8Activations activations) {
   RELPOS_CHECK_ARG(m >= 0 && ldx >= w.cols && ldy >= w.rows,
                    "Int8Linear: bad sizes (m " << m << ", ldx " << ldx
                                                << ", ldy " << ldy << " for "
                                                << w.rows << " x " << w.cols
                                                << ")");
+  const bool a8 = activations == Int8Activations::k8;
+  RELPOS_CHECK_ARG(!a8 || w.stride <= kInt8A8MaxStride,
+                   "Int8Linear: " << w.cols
+                                  << " columns are too many for 8-bit "
+                                     "activations' int32 sums (at most "
+                                  << kInt8A8MaxStride << ")");
   if (m == 0 || w.rows == 0) return;
-  // The activations, quantized per row (zeros in the padding columns).
+  const bool vnni = UseVnni(HWY_DYNAMIC_DISPATCH(Int8Target)());
+  // The activations, quantized per row (zeros in the padding columns):
+  // int16 for the Highway kernels and vpdpwssd, whatever their range; u8
+  // (qx + 128) for vpdpbusd.
+  const bool unsigned8 = a8 && vnni;
   thread_local std::vector<int16_t> qx;
+  thread_local std::vector<uint8_t> ux;
   thread_local std::vector<float> sx;
-  qx.assign(static_cast<size_t>(m * w.stride), 0);
   sx.assign(static_cast<size_t>(m), 0.0f);
-  const float range = static_cast<float>(Int8ActivationRange(w.stride));
-  HWY_DYNAMIC_DISPATCH(QuantizeRows16)
-  (m, x, ldx, w.cols, range, qx.data(), w.stride, sx.data());
+  const float range =
+      a8 ? 127.0f : static_cast<float>(Int8ActivationRange(w.stride));
+  if (unsigned8) {
+    ux.assign(static_cast<size_t>(m * w.stride), 0);
+    HWY_DYNAMIC_DISPATCH(QuantizeRows8)
+    (m, x, ldx, w.cols, reinterpret_cast<int8_t*>(ux.data()), w.stride,
+     sx.data());
+    for (uint8_t& u : ux) u ^= 0x80;  // two's complement q + 128
+  } else {
+    qx.assign(static_cast<size_t>(m * w.stride), 0);
+    HWY_DYNAMIC_DISPATCH(QuantizeRows16)
+    (m, x, ldx, w.cols, range, qx.data(), w.stride, sx.data());
+  }
   for (float& scale : sx) scale /= range;  // NaN stays NaN, 0 stays 0
   const int64_t blocks = (w.rows + 3) / 4;
   const int threads =
@@ -445,35 +549,36 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
           ? 1
           : static_cast<int>(std::clamp<int64_t>(num_threads, 1, blocks));
   const int16_t* qxp = qx.data();
+  const uint8_t* uxp = ux.data();
   const float* sxp = sx.data();
-  using RowsFn = void (*)(int64_t, const int16_t*, const float*,
-                          const int8_t*, const float*, int64_t, int64_t,
-                          int64_t, const float*, float*, int64_t);
-  RowsFn rows = [](int64_t m_, const int16_t* qx_, const float* sx_,
-                   const int8_t* qw_, const float* sw_, int64_t stride_,
-                   int64_t begin_, int64_t end_, const float* bias_,
-                   float* y_, int64_t ldy_) {
-    HWY_DYNAMIC_DISPATCH(Int8Rows)
-    (m_, qx_, sx_, qw_, sw_, stride_, begin_, end_, bias_, y_, ldy_);
-  };
+  // Weight rows [begin, end) against every activation row.
+  const auto rows = [&](int64_t begin, int64_t end) {
 #if HWY_ARCH_X86
-  if (UseVnni(HWY_DYNAMIC_DISPATCH(Int8Target)())) rows = &Int8RowsVnni;
+    if (unsigned8) {
+      Int8RowsVnni8(m, uxp, sxp, w.values.data(), w.scales.data(),
+                    w.row_sums.data(), w.stride, begin, end, bias, y, ldy);
+      return;
+    }
+    if (vnni) {
+      Int8RowsVnni(m, qxp, sxp, w.values.data(), w.scales.data(), w.stride,
+                   begin, end, bias, y, ldy);
+      return;
+    }
 #endif
+    HWY_DYNAMIC_DISPATCH(Int8Rows)
+    (m, qxp, sxp, w.values.data(), w.scales.data(), w.stride, begin, end,
+     bias, y, ldy);
+  };
   if (threads == 1) {
-    rows(m, qxp, sxp, w.values.data(), w.scales.data(), w.stride, 0, w.rows,
-         bias, y, ldy);
+    rows(0, w.rows);
     return;
   }
   const int64_t per = (blocks + threads - 1) / threads * 4;
-  (void)HWY_DYNAMIC_DISPATCH(Int8Target)();
 #pragma omp parallel num_threads(threads)
   {
     const int64_t begin = omp_get_thread_num() * per;
     const int64_t end = std::min(w.rows, begin + per);
-    if (begin < end) {
-      rows(m, qxp, sxp, w.values.data(), w.scales.data(), w.stride, begin,
-           end, bias, y, ldy);
-    }
+    if (begin < end) rows(begin, end);
   }
 }
 

@@ -21,6 +21,17 @@
 //
 // A row of x holding NaN or an infinity gives NaN in every output of that
 // row (the float product would be NaN or infinite there too).
+//
+// 8-bit activations (Int8Activations::k8, `--compute-type int8_a8`): the
+// same with A = 127, x quantized onto [-127, 127] like the weights. Where
+// the CPU has AVX-512 VNNI the sums run as vpdpbusd (u8 x s8, 64
+// multiply-adds per instruction, twice vpdpwssd's) on u = qx + 128 in
+// [1, 255], and 128 * sum_c qw[j, c] (Int8Matrix::row_sums) is subtracted
+// after the row: the same integer sum_c qx qw. Every other target feeds the
+// same 8-bit values to its int16 kernel, so the outputs are again the same
+// bits on every instruction set and thread count. The error bound above
+// holds with sx = max |x| / 127: an activation step up to 258 times
+// (32767 / 127) the int16 path's.
 #ifndef RELPOS_SRC_OP_KERNELS_INT8_LINEAR_H_
 #define RELPOS_SRC_OP_KERNELS_INT8_LINEAR_H_
 
@@ -39,12 +50,27 @@ struct Int8Matrix {
   int64_t stride = 0;          // cols rounded up to kInt8RowAlign
   std::vector<int8_t> values;  // [rows, stride], zeros beyond cols
   std::vector<float> scales;   // [rows]: W[j, c] ~= scales[j] * values[j, c]
-  // Bytes held (values and scales).
+  // [rows]: sum_c values[j, c], the 8-bit path's correction for its
+  // unsigned activations (|row_sums[j]| <= 127 stride).
+  std::vector<int32_t> row_sums;
+  // Bytes held (values, scales and row sums).
   int64_t bytes() const {
     return static_cast<int64_t>(values.size()) +
-           static_cast<int64_t>(scales.size() * sizeof(float));
+           static_cast<int64_t>(scales.size() * sizeof(float)) +
+           static_cast<int64_t>(row_sums.size() * sizeof(int32_t));
   }
 };
+
+// How Int8Linear quantizes the activations: k16 onto the int16 range
+// Int8ActivationRange (W8A16, `--compute-type int8`), k8 onto [-127, 127]
+// (W8A8, `--compute-type int8_a8`).
+enum class Int8Activations { k16, k8 };
+
+// The widest padded row (stride) the 8-bit path takes: its VNNI kernel
+// adds products u x qw with u in [1, 255] and |qw| <= 127, so every int32
+// partial sum stays within 255 * 127 * stride <= 2^31 - 1 (and the
+// corrected sum within 127 * 127 * stride). 66304 = 1036 * 64.
+inline constexpr int64_t kInt8A8MaxStride = 66304;
 
 // Quantizes w [rows, cols] (row stride ldw >= cols) per row. A row of zeros
 // gets scale 0. InvalidArgument for a negative size or ldw < cols, and for
@@ -57,17 +83,21 @@ int32_t Int8ActivationRange(int64_t stride);
 
 // y[r, :] = x[r, :] W^T (+ bias, unless nullptr) for r < m, with x
 // [m, w.cols] (row stride ldx >= w.cols) and y [m, w.rows] (row stride
-// ldy >= w.rows), quantizing x per row as above. Threads (up to
-// num_threads; one for small products) take blocks of W's rows.
+// ldy >= w.rows), quantizing x per row as above (`activations`). Threads
+// (up to num_threads; one for small products) take blocks of W's rows.
+// InvalidArgument for bad sizes, and for k8 with w.stride above
+// kInt8A8MaxStride.
 void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
-                const float* bias, float* y, int64_t ldy, int num_threads);
+                const float* bias, float* y, int64_t ldy, int num_threads,
+                Int8Activations activations = Int8Activations::k16);
 
 // Highway target Int8Linear dispatches to on this CPU ("AVX3", "AVX2", ...;
 // "AVX3+VNNI" where AVX3's CPU has AVX-512 VNNI and its vpdpwssd runs the
 // multiply-adds).
 const char* Int8LinearTargetName();
 
-// Tests: false makes an AVX-512 VNNI CPU take the plain AVX3 path too.
+// Tests: false makes an AVX-512 VNNI CPU take the plain AVX3 path too (for
+// both activation widths).
 void Int8LinearAllowVnniForTest(bool allow);
 
 }  // namespace relpos

@@ -3,11 +3,14 @@
 // against a scalar integer reference, bit for bit, on every compiled Highway
 // target and awkward sizes; against the float product within the
 // quantization bound of the header; thread-count independence; rows that
-// are not finite; the activation range's overflow guarantee.
+// are not finite; the activation range's overflow guarantee. The same for
+// 8-bit activations (Int8Activations::k8), whose VNNI kernel must give the
+// integers of every other target.
 #include "kernels/int8_linear.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -31,21 +34,37 @@ std::vector<float> Normal(int64_t count, uint64_t seed, float scale = 1.0f) {
 
 // The kernel's arithmetic, one dot product at a time: the same
 // quantization of x, exact int64 sums, the same final float operations.
+// 8-bit activations: the range is 127, and the sum is the plain signed
+// one (the VNNI kernel's unsigned offset and its correction must cancel).
 std::vector<float> Reference(int64_t m, const std::vector<float>& x,
                              int64_t ldx, const Int8Matrix& w,
-                             const float* bias) {
-  const float range = static_cast<float>(Int8ActivationRange(w.stride));
+                             const float* bias,
+                             Int8Activations activations = Int8Activations::k16) {
+  const float range = activations == Int8Activations::k8
+                          ? 127.0f
+                          : static_cast<float>(Int8ActivationRange(w.stride));
   std::vector<float> y(static_cast<size_t>(m * w.rows));
   for (int64_t r = 0; r < m; ++r) {
     const float* row = x.data() + r * ldx;
     float amax = 0.0f;
-    for (int64_t c = 0; c < w.cols; ++c) amax = std::max(amax, std::abs(row[c]));
+    bool finite = true;
+    for (int64_t c = 0; c < w.cols; ++c) {
+      amax = std::max(amax, std::abs(row[c]));
+      finite = finite && std::isfinite(row[c]);
+    }
+    if (!finite) {  // NaN in every output of the row
+      for (int64_t j = 0; j < w.rows; ++j) {
+        y[r * w.rows + j] = std::numeric_limits<float>::quiet_NaN();
+      }
+      continue;
+    }
     const float scale = amax == 0.0f ? 0.0f : amax / range;
     const float inv = amax == 0.0f ? 0.0f : range / amax;
     for (int64_t j = 0; j < w.rows; ++j) {
       int64_t sum = 0;
       for (int64_t c = 0; c < w.cols; ++c) {
         const auto q = static_cast<int64_t>(std::nearbyint(row[c] * inv));
+        EXPECT_LE(std::abs(q), static_cast<int64_t>(range));
         sum += q * w.values[j * w.stride + c];
       }
       EXPECT_LE(std::abs(sum), int64_t{std::numeric_limits<int32_t>::max()});
@@ -80,7 +99,12 @@ TEST(Int8Linear, QuantizesRowsSymmetrically) {
   for (int64_t j = 0; j < 3; ++j) {
     for (int64_t c = 3; c < q.stride; ++c) EXPECT_EQ(q.values[j * q.stride + c], 0);
   }
-  EXPECT_EQ(q.bytes(), 3 * kInt8RowAlign + 3 * 4);
+  // The row sums of the values (8-bit activations' correction).
+  ASSERT_EQ(q.row_sums.size(), 3u);
+  EXPECT_EQ(q.row_sums[0], 38 - 127 + 32);
+  EXPECT_EQ(q.row_sums[1], 0);
+  EXPECT_EQ(q.row_sums[2], -127 + 51 + 0);
+  EXPECT_EQ(q.bytes(), 3 * kInt8RowAlign + 3 * 4 + 3 * 4);
 }
 
 TEST(Int8Linear, RefusesBadWeights) {
@@ -242,6 +266,253 @@ TEST(Int8Linear, RowsThatAreNotFiniteGiveNaN) {
     EXPECT_TRUE(std::isnan(y[n + j]));
     EXPECT_EQ(y[2 * n + j], bias[j]);
   }
+}
+
+// 8-bit activations (Int8Activations::k8): Int8Linear on every compiled
+// target, 1 and 2 threads, with and without bias, against the integer
+// reference bit for bit; awkward sizes (m not a multiple of the row tile,
+// columns not of 64, weight rows not of 4, an all-zero weight row).
+// Returns every output, in order, to compare runs.
+std::vector<float> CheckA8AgainstIntegerReference() {
+  const int64_t ms[] = {1, 3, 5, 17, 64};
+  const int64_t ks[] = {1, 33, 100, 257, 1024};
+  const int64_t ns[] = {1, 6, 13, 37, 130};
+  std::vector<float> all;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(Int8LinearTargetName());
+    uint64_t seed = 1;
+    for (size_t mi = 0; mi < 5; ++mi) {
+      for (size_t ki = 0; ki < 5; ++ki) {
+        const int64_t m = ms[mi], k = ks[ki], n = ns[(mi + ki) % 5];
+        SCOPED_TRACE(testing::Message() << m << " x " << n << " x " << k);
+        const int64_t ldx = k + 3, ldy = n + 2;
+        std::vector<float> w = Normal(n * k, seed++, 0.1f);
+        if (n > 1) std::fill(w.begin() + (n / 2) * k, w.begin() + (n / 2 + 1) * k, 0.0f);
+        const std::vector<float> x = Normal(m * ldx, seed++);
+        const std::vector<float> bias = Normal(n, seed++);
+        const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
+        for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+          const std::vector<float> ref =
+              Reference(m, x, ldx, q, b, Int8Activations::k8);
+          for (int threads : {1, 2}) {
+            std::vector<float> y(static_cast<size_t>(m * ldy), -5.0f);
+            Int8Linear(m, x.data(), ldx, q, b, y.data(), ldy, threads,
+                       Int8Activations::k8);
+            for (int64_t r = 0; r < m; ++r) {
+              for (int64_t j = 0; j < n; ++j) {
+                EXPECT_EQ(y[r * ldy + j], ref[r * n + j])
+                    << r << ", " << j << ", " << threads << " threads";
+              }
+              for (int64_t j = n; j < ldy; ++j) EXPECT_EQ(y[r * ldy + j], -5.0f);
+            }
+            all.insert(all.end(), y.begin(), y.end());
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  return all;
+}
+
+TEST(Int8LinearA8, MatchesIntegerReferenceOnEveryCompiledTarget) {
+  // Where the CPU has AVX-512 VNNI, AVX3 runs the vpdpbusd kernel first,
+  // then the plain AVX3 path (vpmaddwd on the same 8-bit values): the
+  // same bits.
+  const std::vector<float> vnni = CheckA8AgainstIntegerReference();
+  Int8LinearAllowVnniForTest(false);
+  const std::vector<float> plain = CheckA8AgainstIntegerReference();
+  Int8LinearAllowVnniForTest(true);
+  EXPECT_EQ(vnni, plain);
+}
+
+TEST(Int8LinearA8, ThreadCountAndVnniDoNotChangeResults) {
+  const int64_t m = 6, n = 301, k = 520;
+  const std::vector<float> w = Normal(n * k, 7, 0.1f);
+  const std::vector<float> x = Normal(m * k, 8);
+  const std::vector<float> bias = Normal(n, 9);
+  const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
+  std::vector<float> one(m * n), many(m * n);
+  Int8Linear(m, x.data(), k, q, bias.data(), one.data(), n, 1,
+             Int8Activations::k8);
+  EXPECT_EQ(one, Reference(m, x, k, q, bias.data(), Int8Activations::k8));
+  for (bool vnni : {true, false}) {
+    Int8LinearAllowVnniForTest(vnni);
+    for (int threads : {1, 2, 3, 8, 200}) {
+      Int8Linear(m, x.data(), k, q, bias.data(), many.data(), n, threads,
+                 Int8Activations::k8);
+      EXPECT_EQ(one, many) << threads << " threads, vnni " << vnni;
+    }
+  }
+  Int8LinearAllowVnniForTest(true);
+}
+
+// Against the float product. With x[r, c] = sx_r (qx[r, c] + e[r, c]) and
+// W[j, c] = sw_j (qw[j, c] + f[j, c]), |e|, |f| <= 1/2 (round to nearest;
+// plus 1e-3 for the float rounding of x / sx, whose inverse scale 127 /
+// max|x| is itself rounded: a few units of 127 eps), the quantized operands
+// are X^ = X - dX and W^ = W - dW with
+//   ||dX||_F <= (1/2 + 1e-3) sqrt(k sum_r sx_r^2),
+//   ||dW||_F <= (1/2 + 1e-3) sqrt(k sum_j sw_j^2),
+// and X^ W^T - X W^T = -dX W^T - X^ dW^T, so
+//   ||Y - X W^T||_F <= ||dX||_F ||W||_F + ||X^||_F ||dW||_F + rounding,
+// ||X^||_F <= ||X||_F + ||dX||_F. The integer sums are exact; the scaling
+// rounds three times (the sum to float, sx * sw, the product): at most
+// 4 eps |X^ W^T| per element, 4 eps ||X^||_F ||W^||_F in all. The
+// header's element bound (sx sw (sum |qx| + sum |qw| + k/2) / 2) is
+// checked too.
+TEST(Int8LinearA8, WithinTheQuantizationBoundOfTheFloatProduct) {
+  const Case cases[] = {{1, 64, 256}, {4, 96, 512}, {17, 40, 2048}, {3, 37, 100}};
+  uint64_t seed = 200;
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(testing::Message() << cs.m << " x " << cs.n << " x " << cs.k);
+    const std::vector<float> w = Normal(cs.n * cs.k, seed++, 0.05f);
+    const std::vector<float> x = Normal(cs.m * cs.k, seed++, 3.0f);
+    const Int8Matrix q = QuantizeRows(w.data(), cs.n, cs.k, cs.k);
+    std::vector<float> y(static_cast<size_t>(cs.m * cs.n));
+    Int8Linear(cs.m, x.data(), cs.k, q, nullptr, y.data(), cs.n, 1,
+               Int8Activations::k8);
+    double x_norm2 = 0, w_norm2 = 0, sx2 = 0, sw2 = 0, err2 = 0, exact2 = 0;
+    for (float v : x) x_norm2 += double{v} * v;
+    for (float v : w) w_norm2 += double{v} * v;
+    for (float s : q.scales) sw2 += double{s} * s;
+    for (int64_t r = 0; r < cs.m; ++r) {
+      double amax = 0;
+      for (int64_t c = 0; c < cs.k; ++c) {
+        amax = std::max(amax, std::abs(double{x[r * cs.k + c]}));
+      }
+      const double sx = amax / 127;
+      sx2 += sx * sx;
+      for (int64_t j = 0; j < cs.n; ++j) {
+        double exact = 0, qx_sum = 0, qw_sum = 0, magnitude = 0;
+        for (int64_t c = 0; c < cs.k; ++c) {
+          const double xv = x[r * cs.k + c], wv = w[j * cs.k + c];
+          exact += xv * wv;
+          magnitude += std::abs(xv * wv);
+          qx_sum += std::abs(xv) / sx + 0.5;
+          qw_sum += std::abs(q.values[j * q.stride + c]);
+        }
+        const double err = y[r * cs.n + j] - exact;
+        const double bound =
+            sx * q.scales[j] * 0.5 * (qx_sum + qw_sum + 0.5 * cs.k) +
+            4 * eps * magnitude;
+        ASSERT_LE(std::abs(err), bound) << r << ", " << j;
+        err2 += err * err;
+        exact2 += exact * exact;
+      }
+    }
+    const double step = 0.5 + 1e-3;
+    const double dx = step * std::sqrt(cs.k * sx2);
+    const double dw = step * std::sqrt(cs.k * sw2);
+    const double xf = std::sqrt(x_norm2), wf = std::sqrt(w_norm2);
+    const double bound =
+        dx * wf + (xf + dx) * dw + 4 * eps * (xf + dx) * (wf + dw);
+    EXPECT_LE(std::sqrt(err2), bound);
+    std::printf("a8 %ld x %ld x %ld: ||error||_F %.3e, bound %.3e, "
+                "||x W^T||_F %.3e\n",
+                static_cast<long>(cs.m), static_cast<long>(cs.n),
+                static_cast<long>(cs.k), std::sqrt(err2), bound,
+                std::sqrt(exact2));
+  }
+}
+
+// A row holding NaN or an infinity gives NaN in every output of that row,
+// as in the int16 path (its scale is NaN; the VNNI kernel's sums of that
+// row, 128 x row sums minus the correction, are 0); a row of zeros gives the
+// bias; the other rows are untouched by them.
+TEST(Int8LinearA8, RowsThatAreNotFiniteBehaveAsTheInt16Paths) {
+  const int64_t m = 5, n = 7, k = 70;
+  const std::vector<float> w = Normal(n * k, 11);
+  std::vector<float> x = Normal(m * k, 12);
+  x[1 * k + 7] = std::numeric_limits<float>::infinity();
+  x[3 * k + 69] = std::numeric_limits<float>::quiet_NaN();
+  std::fill(x.begin() + 2 * k, x.begin() + 3 * k, 0.0f);  // a row of zeros
+  const std::vector<float> bias = Normal(n, 13);
+  const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
+  std::vector<float> y16(m * n), y8(m * n), plain(m * n);
+  Int8Linear(m, x.data(), k, q, bias.data(), y16.data(), n, 1);
+  Int8Linear(m, x.data(), k, q, bias.data(), y8.data(), n, 1,
+             Int8Activations::k8);
+  Int8LinearAllowVnniForTest(false);
+  Int8Linear(m, x.data(), k, q, bias.data(), plain.data(), n, 1,
+             Int8Activations::k8);
+  Int8LinearAllowVnniForTest(true);
+  const std::vector<float> ref =
+      Reference(m, x, k, q, bias.data(), Int8Activations::k8);
+  for (int64_t r = 0; r < m; ++r) {
+    const bool finite = r != 1 && r != 3;
+    for (int64_t j = 0; j < n; ++j) {
+      SCOPED_TRACE(testing::Message() << r << ", " << j);
+      EXPECT_EQ(std::isnan(y8[r * n + j]), std::isnan(y16[r * n + j]));
+      EXPECT_EQ(std::isnan(y8[r * n + j]), !finite);
+      EXPECT_EQ(std::isnan(plain[r * n + j]), !finite);
+      if (finite) {
+        EXPECT_EQ(y8[r * n + j], ref[r * n + j]);
+        EXPECT_EQ(plain[r * n + j], y8[r * n + j]);
+      }
+      if (r == 2) {
+        EXPECT_EQ(y8[r * n + j], bias[j]);
+      }
+    }
+  }
+}
+
+// Weight rows of zeros (scale 0, row sum 0) give exactly the bias, in
+// both kernels; the other rows match the reference.
+TEST(Int8LinearA8, ZeroWeightRowsGiveTheBias) {
+  const int64_t m = 4, n = 9, k = 130;
+  std::vector<float> w = Normal(n * k, 21, 0.2f);
+  for (int64_t j : {0, 4, 8}) {
+    std::fill(w.begin() + j * k, w.begin() + (j + 1) * k, 0.0f);
+  }
+  const std::vector<float> x = Normal(m * k, 22);
+  const std::vector<float> bias = Normal(n, 23);
+  const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
+  EXPECT_EQ(q.row_sums[4], 0);
+  EXPECT_EQ(q.scales[4], 0.0f);
+  const std::vector<float> ref =
+      Reference(m, x, k, q, bias.data(), Int8Activations::k8);
+  for (bool vnni : {true, false}) {
+    Int8LinearAllowVnniForTest(vnni);
+    std::vector<float> y(m * n);
+    Int8Linear(m, x.data(), k, q, bias.data(), y.data(), n, 1,
+               Int8Activations::k8);
+    EXPECT_EQ(y, ref) << "vnni " << vnni;
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t j : {0, 4, 8}) EXPECT_EQ(y[r * n + j], bias[j]);
+    }
+  }
+  Int8LinearAllowVnniForTest(true);
+}
+
+// The widest rows the 8-bit path takes, at their extreme sums (every
+// activation 127, so u = 255 in the VNNI kernel, against weights -127):
+// exact; one step wider is refused (the int16 path still takes it).
+TEST(Int8LinearA8, WidestRowsAreExactAndWiderAreRefused) {
+  for (float sign : {1.0f, -1.0f}) {
+    const int64_t k = kInt8A8MaxStride;
+    std::vector<float> w(k, -1.0f), x(k, sign);
+    const Int8Matrix q = QuantizeRows(w.data(), 1, k, k);
+    for (bool vnni : {true, false}) {
+      Int8LinearAllowVnniForTest(vnni);
+      float y = 0;
+      Int8Linear(1, x.data(), k, q, nullptr, &y, 1, 1, Int8Activations::k8);
+      EXPECT_EQ(Reference(1, x, k, q, nullptr, Int8Activations::k8)[0], y);
+      EXPECT_NEAR(y, -sign * k, 1e-4 * k);
+    }
+    Int8LinearAllowVnniForTest(true);
+  }
+  const int64_t k = kInt8A8MaxStride + 1;
+  std::vector<float> w(k, 1.0f), x(k, 1.0f);
+  const Int8Matrix q = QuantizeRows(w.data(), 1, k, k);
+  float y = 0;
+  EXPECT_THROW(Int8Linear(1, x.data(), k, q, nullptr, &y, 1, 1,
+                          Int8Activations::k8),
+               InvalidArgument);
+  Int8Linear(1, x.data(), k, q, nullptr, &y, 1, 1);
+  EXPECT_NEAR(y, k, 1e-3 * k);
 }
 
 }  // namespace
