@@ -35,7 +35,9 @@
 #ifndef RELPOS_SRC_OP_KERNELS_INT8_LINEAR_H_
 #define RELPOS_SRC_OP_KERNELS_INT8_LINEAR_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 namespace relpos {
@@ -44,11 +46,30 @@ namespace relpos {
 // kernels never need a partial vector.
 inline constexpr int64_t kInt8RowAlign = 64;
 
+// Storage aligned to 64 bytes (a cache line, an AVX-512 vector): with
+// strides of kInt8RowAlign bytes every row starts a cache line, so no
+// 64-byte load of the kernels straddles two.
+template <typename T>
+struct Int8Allocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  Int8Allocator() = default;
+  template <typename U>
+  Int8Allocator(const Int8Allocator<U>&) {}  // NOLINT: rebinding
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), kAlign));
+  }
+  void deallocate(T* p, size_t) { ::operator delete(p, kAlign); }
+  template <typename U>
+  bool operator==(const Int8Allocator<U>&) const { return true; }
+};
+
 // A weight matrix [rows, cols] quantized per row.
 struct Int8Matrix {
   int64_t rows = 0, cols = 0;
   int64_t stride = 0;          // cols rounded up to kInt8RowAlign
-  std::vector<int8_t> values;  // [rows, stride], zeros beyond cols
+  // [rows, stride], zeros beyond cols; 64-byte aligned.
+  std::vector<int8_t, Int8Allocator<int8_t>> values;
   std::vector<float> scales;   // [rows]: W[j, c] ~= scales[j] * values[j, c]
   // [rows]: sum_c values[j, c], the 8-bit path's correction for its
   // unsigned activations (|row_sums[j]| <= 127 stride).
