@@ -11,6 +11,9 @@
 //               weights, the activations quantized per row inside the call;
 //   int8_no_vnni  the same without AVX-512 VNNI's vpdpwssd where the CPU
 //               has it (Highway's AVX3 path: vpmaddwd + vpaddd);
+//   int8_a8     Int8Linear with 8-bit activations (Int8Activations::k8,
+//               `--compute-type int8_a8`): vpdpbusd on AVX-512 VNNI;
+//   int8_a8_no_vnni  the same 8-bit values through Highway's int16 kernel;
 //   dnnl_u8s8   oneDNN's int8 GEMM, dnnl_gemm_u8s8s32 (the activations
 //               quantized per row to u8 with a zero point of 128, as
 //               CTranslate2 feeds it, timed with the quantization and the
@@ -64,7 +67,15 @@ std::vector<Product> DecoderWeights(int64_t d, int64_t layers) {
   return out;
 }
 
-enum class Path { kGemv, kDnnlSgemm, kInt8, kInt8NoVnni, kDnnlU8S8 };
+enum class Path {
+  kGemv,
+  kDnnlSgemm,
+  kInt8,
+  kInt8NoVnni,
+  kInt8A8,
+  kInt8A8NoVnni,
+  kDnnlU8S8
+};
 
 // y [m, n] = x [m, k] W^T through oneDNN's int8 GEMM: x quantized per row
 // to u8 (zero point 128), W's int8 rows (the Int8Matrix's, row stride
@@ -110,9 +121,14 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
   std::vector<uint8_t> qx;
   std::vector<float> sx;
   std::vector<int32_t> acc;
-  const bool int8 = path == Path::kInt8 || path == Path::kInt8NoVnni ||
-                    path == Path::kDnnlU8S8;
-  relpos::Int8LinearAllowVnniForTest(path != Path::kInt8NoVnni);
+  const bool int8 = path != Path::kGemv && path != Path::kDnnlSgemm;
+  const bool relpos_int8 = int8 && path != Path::kDnnlU8S8;
+  const relpos::Int8Activations activations =
+      path == Path::kInt8A8 || path == Path::kInt8A8NoVnni
+          ? relpos::Int8Activations::k8
+          : relpos::Int8Activations::k16;
+  relpos::Int8LinearAllowVnniForTest(path != Path::kInt8NoVnni &&
+                                     path != Path::kInt8A8NoVnni);
   int64_t bytes = 0;
   for (const Product& p : weights) {
     bytes += p.n * p.k * (int8 ? 1 : static_cast<int64_t>(sizeof(float)));
@@ -137,8 +153,10 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
           break;
         case Path::kInt8:
         case Path::kInt8NoVnni:
+        case Path::kInt8A8:
+        case Path::kInt8A8NoVnni:
           relpos::Int8Linear(m, x.data(), p.k, p.q, nullptr, y.data(), p.n,
-                             threads);
+                             threads, activations);
           break;
         case Path::kDnnlU8S8:
           ok = DnnlU8S8(m, x.data(), p.q, &qx, &sx, &acc, y.data());
@@ -155,8 +173,7 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
   state.SetBytesProcessed(state.iterations() * bytes);
   state.counters["threads"] = threads;
   state.SetLabel(path == Path::kGemv ? relpos::GemvTargetName()
-                 : path == Path::kInt8 || path == Path::kInt8NoVnni
-                     ? relpos::Int8LinearTargetName()
+                 : relpos_int8 ? relpos::Int8LinearTargetName()
                      : "oneDNN");
   relpos::Int8LinearAllowVnniForTest(true);
 }
@@ -174,6 +191,12 @@ RELPOS_DECODE_SIZES(int8, Path::kInt8,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));
 RELPOS_DECODE_SIZES(int8_no_vnni, Path::kInt8NoVnni,
+                    ->ArgsProduct({{256}, {4}, {1, 4, 16}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
+RELPOS_DECODE_SIZES(int8_a8, Path::kInt8A8,
+                    ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));
+RELPOS_DECODE_SIZES(int8_a8_no_vnni, Path::kInt8A8NoVnni,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
 RELPOS_DECODE_SIZES(dnnl_u8s8, Path::kDnnlU8S8,
