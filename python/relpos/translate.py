@@ -160,7 +160,7 @@ class Translation(NamedTuple):
 
 
 _LENGTH_PENALTIES = ("wu", "power", "none")
-_COMPUTE_TYPES = ("float32", "int8")
+_COMPUTE_TYPES = tuple(_ext.compute_type_names())  # float32, int8, int8_a8
 
 
 class Translator:
@@ -187,12 +187,14 @@ class Translator:
     batches in turn (as CTranslate2's ``translate_batch(max_batch_size=)``
     with ``inter_threads``); 0 decodes all lines as one batch (split
     between the threads). The translations do not depend on either.
-    ``compute_type`` "float32" (the default) or "int8": the decoder
-    blocks' linear layers (attention projections, FFN) run with int8
-    weights, quantized per output channel when the call starts, and
-    activations quantized per row (as ``relpos translate --compute-type
-    int8``; docs/generate.md, "Quantized inference"), and so does a large
-    output head (a translation vocabulary's); the encoder, the relative
+    ``compute_type`` "float32" (the default), "int8" or "int8_a8": with
+    "int8" the decoder blocks' linear layers (attention projections, FFN)
+    run with int8 weights, quantized per output channel when the call
+    starts, and activations quantized per row to 16 bits (as ``relpos
+    translate --compute-type int8``; docs/generate.md, "Quantized
+    inference"), and so does a large output head (a translation
+    vocabulary's); "int8_a8" quantizes those activations to 8 bits (faster
+    on CPUs with AVX-512 VNNI, less accurate). The encoder, the relative
     tables and attention stay float32. int8 translations are close to the
     float ones, not always the same.
     """

@@ -5,6 +5,7 @@
 // the thin layer: python/relpos/ctranslate2.py validates and converts.
 #include "model_ext.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -92,7 +93,7 @@ void SetParameter(Model& m, const std::string& name,
 
 // sources: lists of token ids -> [(tokens, log_prob, score, ended_by_eos)],
 // Model::Translate with the given options (bos / eos -1: the model's own;
-// compute_type "float32" or "int8").
+// compute_type a name of ComputeTypeNames()).
 std::vector<std::tuple<std::vector<int32_t>, double, double, bool>> Translate(
     Model& m, const std::vector<std::vector<int32_t>>& sources,
     int64_t beam_size, const std::string& length_penalty, double alpha,
@@ -133,9 +134,14 @@ DecodeOptions MakeDecodeOptions(int64_t beam_size,
                                 double alpha, double max_length_ratio,
                                 int64_t max_length, int32_t bos, int32_t eos,
                                 int threads, const std::string& compute_type) {
-  if (compute_type != "float32" && compute_type != "int8") {
-    throw InvalidArgument("relpos: compute_type must be 'float32' or 'int8' "
-                          "(got '" + compute_type + "')");
+  const std::vector<std::string>& names = ComputeTypeNames();
+  if (std::find(names.begin(), names.end(), compute_type) == names.end()) {
+    std::string list;
+    for (const std::string& name : names) {
+      list += (list.empty() ? "'" : ", '") + name + "'";
+    }
+    throw InvalidArgument("relpos: compute_type must be one of " + list +
+                          " (got '" + compute_type + "')");
   }
   DecodeOptions o;
   o.beam_size = beam_size;
@@ -173,6 +179,8 @@ void BindModel(nb::module_& m) {
            nb::arg("alpha") = 0.6, nb::arg("max_length_ratio") = 2.0,
            nb::arg("max_length") = 1024, nb::arg("bos") = -1,
            nb::arg("eos") = -1, nb::arg("compute_type") = "float32");
+  m.def("compute_type_names", &ComputeTypeNames,
+        "The compute types decoding takes: float32, int8, int8_a8.");
   m.def("train", &Train, nb::arg("settings"), nb::arg("checkpoint_dir"),
         "Internal: trains a fresh relpos run and saves its checkpoint.");
 }

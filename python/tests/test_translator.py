@@ -148,20 +148,23 @@ def test_refuses_other_checkpoints(tmp_path):
         rt.Translator(ck)
 
 
-def test_int8_compute_type_translates(checkpoint):
-    """compute_type="int8" (the decoder's linear layers with int8 weights):
-    one translation per line, as the model's own int8 beam search gives
-    it, with finite scores; where it picks the float model's tokens their
-    log-probability is close to the float one. Equal translations are not
-    required: quantization may flip a near tie."""
+@pytest.mark.parametrize("compute_type", ["int8", "int8_a8"])
+def test_int8_compute_type_translates(checkpoint, compute_type):
+    """compute_type="int8" (the decoder's linear layers with int8 weights)
+    and "int8_a8" (their activations in 8 bits too): one translation per
+    line, as the model's own int8 beam search gives it, with finite scores;
+    where it picks the float model's tokens their log-probability is close
+    to the float one. Equal translations are not required: quantization
+    may flip a near tie."""
     tr = rt.Translator(checkpoint)
     model = ext.Model.load(str(checkpoint))
     ids = [tr.encode(line) for line in LINES]
     for beam in (1, 4):
         want = tr.translate(LINES, beam_size=beam)
-        got = tr.translate(LINES, beam_size=beam, compute_type="int8")
+        got = tr.translate(LINES, beam_size=beam, compute_type=compute_type)
         assert len(got) == len(LINES)
-        direct = model.translate(ids, beam_size=beam, compute_type="int8")
+        direct = model.translate(ids, beam_size=beam,
+                                 compute_type=compute_type)
         for g, w, d in zip(got, want, direct):
             assert g.tokens == d[0]
             assert g.log_prob == pytest.approx(d[1], abs=1e-9)
@@ -184,7 +187,8 @@ def test_compute_type_default_is_float32(checkpoint):
 
 def test_bad_compute_type(checkpoint):
     tr = rt.Translator(checkpoint)
-    for bad in ("int4", "INT8", "float16", "", None, 8):
+    assert rt._COMPUTE_TYPES == ("float32", "int8", "int8_a8")
+    for bad in ("int4", "INT8", "int8a8", "INT8_A8", "float16", "", None, 8):
         with pytest.raises(ValueError, match="compute_type"):
             tr.translate(LINES, compute_type=bad)
     model = ext.Model.load(str(checkpoint))

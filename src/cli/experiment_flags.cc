@@ -74,10 +74,11 @@ uint64_t ParseSeed(const std::string& text, const std::string& flag) {
 CLI::Option* AddComputeTypeOption(CLI::App* sub, std::string* compute_type) {
   return sub
       ->add_option("--compute-type", *compute_type,
-                   "float32, or int8: the decoder's linear layers with int8 "
-                   "weights per output channel (docs/generate.md, "
-                   "\"Quantized inference\")")
-      ->check(CLI::IsMember({"float32", "int8"}))
+                   "float32; int8: the decoder's linear layers with int8 "
+                   "weights per output channel and 16-bit activations; "
+                   "int8_a8: 8-bit activations, faster, less accurate "
+                   "(docs/generate.md, \"Quantized inference\")")
+      ->check(CLI::IsMember(ComputeTypeNames()))
       ->capture_default_str();
 }
 

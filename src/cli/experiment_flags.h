@@ -31,7 +31,8 @@ CLI::Option* AddSeedOption(CLI::App* sub, const std::string& flag,
                            uint64_t* seed, const std::string& help);
 
 // The --compute-type option of the decoding verbs (generate, translate,
-// eval): float32 or int8 (relpos/lab/model.h, DecodeOptions::compute_type).
+// eval): a name of ComputeTypeNames(), float32, int8 or int8_a8
+// (relpos/lab/model.h, DecodeOptions::compute_type).
 CLI::Option* AddComputeTypeOption(CLI::App* sub, std::string* compute_type);
 
 // Which groups of flags a verb takes.

@@ -114,7 +114,8 @@ void RunEval(const EvalFlags& f, std::ostream& out) {
   }
   RELPOS_CLI_CHECK(f.compute_type == "float32" ||
                        c.Get("model", "arch") == "decoder",
-                   "--compute-type int8 applies to decoding: a translation "
+                   "--compute-type " << f.compute_type
+                                     << " applies to decoding: a translation "
                    "checkpoint's beam search or a decoder's (task lm) cached "
                    "steps; this checkpoint's arch is "
                        << c.Get("model", "arch") << " (task "

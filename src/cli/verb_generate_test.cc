@@ -235,54 +235,58 @@ TEST_F(VerbGenerateTest, Errors) {
   ExpectError({"generate", P("damaged"), "--prompt", "a"}, {"config.json"});
 }
 
-// --compute-type int8: the same kind of output, deterministic, for one
-// prompt and a batch; a batch's prompt gets the bytes it gets alone (each
-// row's activations are quantized on their own). Whether int8 picks the
-// float model's bytes depends on how near the model's ties are: measured
-// on trained models (docs/benchmarks.md), not asserted here.
+// --compute-type int8 (and int8_a8, its 8-bit activations): the same kind
+// of output, deterministic, for one prompt and a batch; a batch's prompt
+// gets the bytes it gets alone (each row's activations are quantized on
+// their own). Whether int8 picks the float model's bytes depends on how
+// near the model's ties are: measured on trained models
+// (docs/benchmarks.md), not asserted here.
 TEST_F(VerbGenerateTest, Int8ComputeType) {
-  const std::vector<std::string> greedy = {
-      "generate", P("lm_relative"), "--prompt", "the ", "--max-new", "20",
-      "--temperature", "0", "--compute-type", "int8", "--json"};
-  const nlohmann::json a = Json(greedy), b = Json(greedy);
-  EXPECT_EQ(a["text"], b["text"]);
-  EXPECT_EQ(a["tokens"], 20);
-  const fs::path prompts = root_ / "int8_prompts.txt";
-  std::ofstream(prompts) << "the \nab\n";
-  const CliResult batch = RunRelpos(
-      {"generate", P("lm_relative"), "--batch", prompts.string(),
-       "--max-new", "20", "--temperature", "0", "--compute-type", "int8",
-       "--json"});
-  ASSERT_EQ(batch.code, 0) << batch.err;
-  std::istringstream lines(batch.out);
-  std::string first;
-  std::getline(lines, first);
-  EXPECT_EQ(nlohmann::json::parse(first)["text"], a["text"]);
+  for (const std::string type : {"int8", "int8_a8"}) {
+    SCOPED_TRACE(type);
+    const std::vector<std::string> greedy = {
+        "generate", P("lm_relative"), "--prompt", "the ", "--max-new", "20",
+        "--temperature", "0", "--compute-type", type, "--json"};
+    const nlohmann::json a = Json(greedy), b = Json(greedy);
+    EXPECT_EQ(a["text"], b["text"]);
+    EXPECT_EQ(a["tokens"], 20);
+    const fs::path prompts = root_ / "int8_prompts.txt";
+    std::ofstream(prompts) << "the \nab\n";
+    const CliResult batch = RunRelpos(
+        {"generate", P("lm_relative"), "--batch", prompts.string(),
+         "--max-new", "20", "--temperature", "0", "--compute-type", type,
+         "--json"});
+    ASSERT_EQ(batch.code, 0) << batch.err;
+    std::istringstream lines(batch.out);
+    std::string first;
+    std::getline(lines, first);
+    EXPECT_EQ(nlohmann::json::parse(first)["text"], a["text"]);
+    ExpectError({"generate", P("lm_relative"), "--prompt", "a",
+                 "--compute-type", type, "--no-cache"},
+                {"--compute-type " + type, "cached decoder"});
+    // eval --compute-type int8 scores an LM with the cached int8 decoder:
+    // its bits per byte stay near the float32 forward pass's, and the same
+    // held-out bytes are scored.
+    const std::vector<std::string> eval = {"eval", P("lm_relative"),
+                                           "--lengths", "8,16", "--json",
+                                           "--progress", "none"};
+    std::vector<std::string> eval8 = eval;
+    eval8.insert(eval8.end(), {"--compute-type", type});
+    const nlohmann::json f32 = Json(eval), i8 = Json(eval8);
+    for (const char* n : {"8", "16"}) {
+      const double bits = f32["bits_by_length"][n].get<double>();
+      EXPECT_NE(i8["bits_by_length"][n].get<double>(), bits) << n;
+      EXPECT_NEAR(i8["bits_by_length"][n].get<double>(), bits, 0.05 * bits)
+          << n;
+    }
+    // An encoder's metrics come from the float32 forward pass only.
+    ExpectError({"eval", P("lm_encoder"), "--lengths", "8", "--compute-type",
+                 type},
+                {"--compute-type " + type, "arch is encoder"});
+  }
   ExpectError({"generate", P("lm_relative"), "--prompt", "a",
                "--compute-type", "int4"},
-              {"--compute-type", "int4"});
-  ExpectError({"generate", P("lm_relative"), "--prompt", "a",
-               "--compute-type", "int8", "--no-cache"},
-              {"--compute-type int8", "cached decoder"});
-  // eval --compute-type int8 scores an LM with the cached int8 decoder:
-  // its bits per byte stay near the float32 forward pass's, and the same
-  // held-out bytes are scored.
-  const std::vector<std::string> eval = {"eval", P("lm_relative"), "--lengths",
-                                         "8,16", "--json", "--progress",
-                                         "none"};
-  std::vector<std::string> eval8 = eval;
-  eval8.insert(eval8.end(), {"--compute-type", "int8"});
-  const nlohmann::json f32 = Json(eval), i8 = Json(eval8);
-  for (const char* n : {"8", "16"}) {
-    const double bits = f32["bits_by_length"][n].get<double>();
-    EXPECT_NE(i8["bits_by_length"][n].get<double>(), bits) << n;
-    EXPECT_NEAR(i8["bits_by_length"][n].get<double>(), bits, 0.05 * bits)
-        << n;
-  }
-  // An encoder's metrics come from the float32 forward pass only.
-  ExpectError({"eval", P("lm_encoder"), "--lengths", "8", "--compute-type",
-               "int8"},
-              {"--compute-type int8", "arch is encoder"});
+              {"--compute-type", "int4", "int8_a8"});
 }
 
 }  // namespace

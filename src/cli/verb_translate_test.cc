@@ -195,32 +195,37 @@ TEST_F(VerbTranslateTest, TrainsEvaluatesAndTranslates) {
              "0"},
             "--max-length");
 
-  // --compute-type int8: the library's int8 translations, the same for any
-  // thread count; eval scores them (BLEU close to float32's on this easy
-  // toy language; the deltas on the catalogs are in docs/benchmarks.md).
-  DecodeOptions d8 = d;
-  d8.compute_type = "int8";
-  const std::vector<TextTranslation> want8 = translator.Translate(
-      {"open the red file", "close the big list and save the old key",
-       "find the new page"},
-      d8);
-  std::string expected8;
-  for (const auto& w : want8) expected8 += w.text + "\n";
-  for (const char* threads : {"1", "2"}) {
-    const CliResult o8 =
-        RunRelpos({"translate", P("ck"), "--input", P("in.txt"), "--beam", "3",
-                   "--compute-type", "int8", "--threads", threads});
-    ASSERT_EQ(o8.code, 0) << o8.err;
-    EXPECT_EQ(o8.out, expected8) << "--threads " << threads;
+  // --compute-type int8 (and int8_a8, 8-bit activations): the library's
+  // int8 translations, the same for any thread count; eval scores them
+  // (BLEU close to float32's on this easy toy language; the deltas on the
+  // catalogs are in docs/benchmarks.md).
+  for (const std::string type : {"int8", "int8_a8"}) {
+    SCOPED_TRACE(type);
+    DecodeOptions d8 = d;
+    d8.compute_type = type;
+    const std::vector<TextTranslation> want8 = translator.Translate(
+        {"open the red file", "close the big list and save the old key",
+         "find the new page"},
+        d8);
+    std::string expected8;
+    for (const auto& w : want8) expected8 += w.text + "\n";
+    for (const char* threads : {"1", "2"}) {
+      const CliResult o8 = RunRelpos({"translate", P("ck"), "--input",
+                                      P("in.txt"), "--beam", "3",
+                                      "--compute-type", type, "--threads",
+                                      threads});
+      ASSERT_EQ(o8.code, 0) << o8.err;
+      EXPECT_EQ(o8.out, expected8) << "--threads " << threads;
+    }
+    const CliResult e8 =
+        RunRelpos({"eval", P("ck"), "--json", "--beam", "2", "--progress",
+                   "none", "--compute-type", type});
+    ASSERT_EQ(e8.code, 0) << e8.err;
+    const nlohmann::json ej8 = nlohmann::json::parse(e8.out);
+    EXPECT_EQ(ej8["sentences"], ej["sentences"]);
+    EXPECT_NEAR(ej8["scores"][0]["bleu"].get<double>(),
+                scores[0]["bleu"].get<double>(), 5.0);
   }
-  const CliResult e8 =
-      RunRelpos({"eval", P("ck"), "--json", "--beam", "2", "--progress",
-                 "none", "--compute-type", "int8"});
-  ASSERT_EQ(e8.code, 0) << e8.err;
-  const nlohmann::json ej8 = nlohmann::json::parse(e8.out);
-  EXPECT_EQ(ej8["sentences"], ej["sentences"]);
-  EXPECT_NEAR(ej8["scores"][0]["bleu"].get<double>(),
-              scores[0]["bleu"].get<double>(), 5.0);
   ExpectBad({"translate", P("ck"), "--input", P("in.txt"), "--compute-type",
              "bf16"},
             "--compute-type");

@@ -158,6 +158,11 @@ class DecoderSessionTest : public ::testing::TestWithParam<Case> {};
 // What the weights' rounding costs is measured on trained models
 // (docs/benchmarks.md, "Quantized inference").
 constexpr double kInt8LogitTolerance = 2e-3;
+// int8_a8 (8-bit activations): each row's rounding is 1/2 in 127 of its
+// largest |x|, 258 times the int16 step; the logits moved by at most 0.107
+// of their scale over every scheme here (shaw_asym; most schemes below
+// 0.06), and the bound has ~3x margin. A plumbing error moves them by O(1).
+constexpr double kInt8A8LogitTolerance = 0.3;
 
 // Every weight `q` holds becomes scale * int8 value in place.
 void Dequantize(BasicTransformer<float>* model, const QuantizedLinears& q) {
@@ -183,13 +188,14 @@ void Dequantize(BasicTransformer<float>* model, const QuantizedLinears& q) {
 // int8: the session runs the linear layers in int8 (QuantizedLinears)
 // while the recomputation stays float.
 template <typename T>
-void CheckAgainstRecomputation(const Case& k, double tol, bool int8 = false) {
+void CheckAgainstRecomputation(const Case& k, double tol,
+                               ComputeType type = ComputeType::kFloat32) {
   BasicTransformer<T> model(ConfigFor(k));
   Perturb(&model);
   std::optional<QuantizedLinears> quantized;
   if constexpr (std::is_same_v<T, float>) {
-    if (int8) {
-      quantized.emplace(model);
+    if (type != ComputeType::kFloat32) {
+      quantized.emplace(model, type);
       Dequantize(&model, *quantized);
     }
   }
@@ -314,14 +320,14 @@ ModelConfig Seq2seqConfigFor(const Case& k) {
 // slots grow from 16 rows to 20 after the Reorder); every result
 // against recomputation with each hypothesis's source.
 template <typename T>
-void CheckSeq2seqAgainstRecomputation(const Case& k, double tol,
-                                      bool int8 = false) {
+void CheckSeq2seqAgainstRecomputation(
+    const Case& k, double tol, ComputeType type = ComputeType::kFloat32) {
   BasicTransformer<T> model(Seq2seqConfigFor(k));
   Perturb(&model);
   std::optional<QuantizedLinears> quantized;
   if constexpr (std::is_same_v<T, float>) {
-    if (int8) {
-      quantized.emplace(model);
+    if (type != ComputeType::kFloat32) {
+      quantized.emplace(model, type);
       Dequantize(&model, *quantized);
     }
   }
@@ -395,12 +401,24 @@ TEST_P(DecoderSessionTest, Seq2seqDoubleMatchesRecomputation) {
 // Int8 linear layers (QuantizedLinears) against the float model with the
 // same (dequantized) weights: kInt8LogitTolerance above.
 TEST_P(DecoderSessionTest, Int8StaysCloseToFloat) {
-  CheckAgainstRecomputation<float>(GetParam(), kInt8LogitTolerance, true);
+  CheckAgainstRecomputation<float>(GetParam(), kInt8LogitTolerance,
+                                   ComputeType::kInt8);
 }
 
 TEST_P(DecoderSessionTest, Seq2seqInt8StaysCloseToFloat) {
   CheckSeq2seqAgainstRecomputation<float>(GetParam(), kInt8LogitTolerance,
-                                          true);
+                                          ComputeType::kInt8);
+}
+
+// The same with 8-bit activations (kInt8A8LogitTolerance).
+TEST_P(DecoderSessionTest, Int8A8StaysCloseToFloat) {
+  CheckAgainstRecomputation<float>(GetParam(), kInt8A8LogitTolerance,
+                                   ComputeType::kInt8A8);
+}
+
+TEST_P(DecoderSessionTest, Seq2seqInt8A8StaysCloseToFloat) {
+  CheckSeq2seqAgainstRecomputation<float>(GetParam(), kInt8A8LogitTolerance,
+                                          ComputeType::kInt8A8);
 }
 
 TEST(DecoderSessionInt8, QuantizesEveryDecoderLinearOnce) {
@@ -433,9 +451,17 @@ TEST(DecoderSessionInt8, QuantizesEveryDecoderLinearOnce) {
   ExpectInvalid([&] { QuantizedLinears bad(encoder_model); },
                 {"decoder or seq2seq", "encoder"});
   ExpectInvalid([] { ParseComputeType("int4", "--compute-type"); },
-                {"--compute-type must be float32 or int8", "int4"});
+                {"--compute-type must be float32, int8 or int8_a8", "int4"});
   EXPECT_EQ(ParseComputeType("int8", "x"), ComputeType::kInt8);
+  EXPECT_EQ(ParseComputeType("int8_a8", "x"), ComputeType::kInt8A8);
   EXPECT_EQ(ParseComputeType("float32", "x"), ComputeType::kFloat32);
+  // The activations each int8 type asks Int8Linear for; float32 has no
+  // int8 layers.
+  EXPECT_EQ(q.activations(), Int8Activations::k16);
+  EXPECT_EQ(QuantizedLinears(decoder, ComputeType::kInt8A8).activations(),
+            Int8Activations::k8);
+  ExpectInvalid([&] { QuantizedLinears bad(decoder, ComputeType::kFloat32); },
+                {"float32"});
 }
 
 // Reorder on a decoder-only session: sequences copied, dropped and

@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <iterator>
+
 #include "base/check.h"
 #include "model/arch.h"
 #include "model/transformer_block.h"
@@ -11,13 +13,32 @@
 namespace relpos::model {
 
 ComputeType ParseComputeType(const std::string& value, const char* option) {
-  if (value == "float32") return ComputeType::kFloat32;
-  if (value == "int8") return ComputeType::kInt8;
-  RELPOS_THROW(InvalidArgument, option << " must be float32 or int8 (got \""
-                                       << value << "\")");
+  constexpr int kCount = static_cast<int>(std::size(kComputeTypeNames));
+  static_assert(kCount == static_cast<int>(ComputeType::kInt8A8) + 1);
+  for (int i = 0; i < kCount; ++i) {
+    if (value == kComputeTypeNames[i]) return static_cast<ComputeType>(i);
+  }
+  RELPOS_THROW(InvalidArgument, option << " must be " << ComputeTypeList()
+                                       << " (got \"" << value << "\")");
 }
 
-QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model) {
+std::string ComputeTypeList() {
+  std::string out;
+  const size_t count = std::size(kComputeTypeNames);
+  for (size_t i = 0; i < count; ++i) {
+    if (i > 0) out += i + 1 == count ? " or " : ", ";
+    out += kComputeTypeNames[i];
+  }
+  return out;
+}
+
+QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model,
+                                   ComputeType type) {
+  RELPOS_CHECK_ARG(type != ComputeType::kFloat32,
+                   "QuantizedLinears: compute type float32 has no int8 "
+                   "layers");
+  activations_ = type == ComputeType::kInt8A8 ? Int8Activations::k8
+                                              : Int8Activations::k16;
   const ModelConfig& c = model.config();
   RELPOS_CHECK_ARG(Describe(c.arch).causal,
                    "int8 inference needs a decoder or seq2seq model; this "
@@ -80,7 +101,8 @@ void LinearMaybeInt8(const QuantizedLinears* quantized, const float* x,
     RELPOS_THROW(Error, "int8 weight " << q->rows << " x " << q->cols
                                        << " used as " << out << " x " << in);
   }
-  Int8Linear(rows, x, in, *q, b, y, out, omp_get_max_threads());
+  Int8Linear(rows, x, in, *q, b, y, out, omp_get_max_threads(),
+             quantized->activations());
 }
 
 void LinearMaybeInt8(const QuantizedLinears* /*quantized*/, const double* x,

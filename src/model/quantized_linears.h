@@ -1,6 +1,6 @@
 // Int8 copies of the linear layers a decoder session runs, for quantized
-// inference (`--compute-type int8`; docs/generate.md, "Quantized
-// inference"): every decoder block's attention projections (and, for
+// inference (`--compute-type int8` or `int8_a8`; docs/generate.md,
+// "Quantized inference"): every decoder block's attention projections (and, for
 // seq2seq, the cross-attention's) and its feed-forward layers, each
 // quantized per output channel (kernels/int8_linear.h), and the output head
 // when it is large (its float32 bytes above 1/kFloatHeadShare of the
@@ -9,7 +9,9 @@
 // attention itself stay float32.
 //
 // A session given one (DecoderSession's `quantized` argument) looks each
-// layer's weight up here and runs Int8Linear instead of the float product.
+// layer's weight up here and runs Int8Linear instead of the float product,
+// with the activations quantized as its compute type says (int8: int16,
+// int8_a8: 8 bits; Int8Activations).
 // The copies are made from the model's weights when this object is built:
 // it must be rebuilt after they change.
 #ifndef RELPOS_SRC_MODEL_QUANTIZED_LINEARS_H_
@@ -25,19 +27,32 @@
 
 namespace relpos::model {
 
-enum class ComputeType { kFloat32, kInt8 };
+// float32; int8: int8 weights x int16 activations (W8A16); int8_a8: int8
+// weights x 8-bit activations (W8A8).
+enum class ComputeType { kFloat32, kInt8, kInt8A8 };
+
+// Their names, in ComputeType's order: the one list every option that
+// takes a compute type accepts (relpos::ComputeTypeNames(),
+// relpos/lab/model.h, gives it to the command line and Python).
+inline constexpr const char* kComputeTypeNames[] = {"float32", "int8",
+                                                    "int8_a8"};
 
 // The output head stays float32 when its float32 bytes are at most
 // 1/kFloatHeadShare of the decoder blocks' int8 bytes.
 inline constexpr int64_t kFloatHeadShare = 8;
 
-// "float32" or "int8"; InvalidArgument naming `option` otherwise.
+// A name of kComputeTypeNames; InvalidArgument naming `option` and the
+// names otherwise.
 ComputeType ParseComputeType(const std::string& value, const char* option);
+// kComputeTypeNames joined: "float32, int8 or int8_a8".
+std::string ComputeTypeList();
 
 class QuantizedLinears {
  public:
-  // Quantizes the decoder side of `model` (a decoder or seq2seq model).
-  explicit QuantizedLinears(const BasicTransformer<float>& model);
+  // Quantizes the decoder side of `model` (a decoder or seq2seq model),
+  // for `type` (kInt8 or kInt8A8; InvalidArgument for kFloat32).
+  explicit QuantizedLinears(const BasicTransformer<float>& model,
+                            ComputeType type = ComputeType::kInt8);
 
   // The int8 copy of the [out, in] weight `weight` points at, or nullptr
   // for a weight that was not quantized.
@@ -45,14 +60,18 @@ class QuantizedLinears {
   // Matrices held and their bytes.
   int64_t size() const { return static_cast<int64_t>(matrices_.size()); }
   int64_t bytes() const;
+  // How Int8Linear quantizes the activations for this compute type.
+  Int8Activations activations() const { return activations_; }
 
  private:
   void Add(const float* weight, int64_t out, int64_t in);
   std::vector<std::pair<const float*, Int8Matrix>> matrices_;
+  Int8Activations activations_ = Int8Activations::k16;
 };
 
 // y [rows, out] = x W^T + b through `quantized`'s copy of w when it has
-// one, through the float product otherwise (quantized may be nullptr).
+// one (with its activations()), through the float product otherwise
+// (quantized may be nullptr).
 void LinearMaybeInt8(const QuantizedLinears* quantized, const float* x,
                      const float* w, const float* b, float* y, int64_t rows,
                      int64_t in, int64_t out);

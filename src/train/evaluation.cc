@@ -99,9 +99,9 @@ std::vector<LengthResult> EvaluateByLength(model::Transformer& model,
                                                << config.batch_size << ")");
   CheckEvalLengths(model.config(), data, config.lengths);
   std::optional<model::QuantizedLinears> quantized;
-  if (config.compute_type == model::ComputeType::kInt8) {
+  if (config.compute_type != model::ComputeType::kFloat32) {
     CheckCachedDecoder(model.config());
-    quantized.emplace(model);
+    quantized.emplace(model, config.compute_type);
   }
   std::vector<LengthResult> results;
   int64_t done = 0, tokens_seen = 0;

@@ -26,9 +26,10 @@ struct EvalConfig {
   int64_t sequences_per_length = 128;
   int64_t batch_size = 64;
   uint64_t seed = kDefaultEvalSeed;
-  // kInt8 (decoder models only): the metrics of the cached decoder with
-  // int8 weights (ScoreCached), what `relpos generate --compute-type int8`
-  // runs, instead of the float32 forward pass.
+  // kInt8 or kInt8A8 (decoder models only): the metrics of the cached
+  // decoder with int8 weights (ScoreCached), what `relpos generate
+  // --compute-type int8` (or int8_a8) runs, instead of the float32 forward
+  // pass.
   model::ComputeType compute_type = model::ComputeType::kFloat32;
 };
 

@@ -62,18 +62,23 @@ TEST(ScoreCached, Float32GivesTheForwardPassMetrics) {
   }
 }
 
+// Int8 (and int8_a8's 8-bit activations) against float32.
 TEST(ScoreCached, Int8StaysCloseToFloat32) {
-  for (const auto position : AllSchemes()) {
-    SCOPED_TRACE(model::ToString(position));
-    model::Transformer m(TinyConfig(Arch::kDecoder, position));
-    const model::QuantizedLinears quantized(m);
-    const model::Batch batch = LmBatch(m.config().vocab_size);
-    Metrics f32, i8;
-    ScoreCached(m, nullptr, batch, &f32);
-    ScoreCached(m, &quantized, batch, &i8);
-    EXPECT_EQ(i8.tokens, f32.tokens);
-    EXPECT_NE(i8.loss_sum, f32.loss_sum);  // the int8 products did run
-    EXPECT_NEAR(i8.loss_sum / i8.tokens, f32.loss_sum / f32.tokens, 0.02);
+  for (const auto type : {model::ComputeType::kInt8,
+                          model::ComputeType::kInt8A8}) {
+    for (const auto position : AllSchemes()) {
+      SCOPED_TRACE(model::ToString(position));
+      SCOPED_TRACE(static_cast<int>(type));
+      model::Transformer m(TinyConfig(Arch::kDecoder, position));
+      const model::QuantizedLinears quantized(m, type);
+      const model::Batch batch = LmBatch(m.config().vocab_size);
+      Metrics f32, i8;
+      ScoreCached(m, nullptr, batch, &f32);
+      ScoreCached(m, &quantized, batch, &i8);
+      EXPECT_EQ(i8.tokens, f32.tokens);
+      EXPECT_NE(i8.loss_sum, f32.loss_sum);  // the int8 products did run
+      EXPECT_NEAR(i8.loss_sum / i8.tokens, f32.loss_sum / f32.tokens, 0.02);
+    }
   }
 }
 

@@ -46,9 +46,9 @@ struct GenerateOptions {
   // was trained with more). Small models decode fastest on one thread: a
   // step's work is far below what waking a team of threads costs.
   int threads = 0;
-  // "float32", or "int8": the linear layers run with int8 weights
-  // (DecodeOptions::compute_type, relpos/lab/model.h). Cached decoding
-  // only (use_cache).
+  // "float32", or "int8" / "int8_a8": the linear layers run with int8
+  // weights, and int8_a8 with 8-bit activations (DecodeOptions::
+  // compute_type, relpos/lab/model.h). Cached decoding only (use_cache).
   std::string compute_type = "float32";
   // Called with each new byte as soon as it is drawn (to stream it).
   std::function<void(char)> on_token;

@@ -58,12 +58,14 @@ struct DecodeOptions {
   // batches of at most this many (as CTranslate2's translate_batch with
   // max_batch_size); 0: all as one batch. The output does not depend on it.
   int64_t max_batch_size = 0;
-  // "float32", or "int8": the decoder blocks' linear layers (attention
-  // projections, FFN) and a large output head (above 1/8 of the blocks'
-  // int8 bytes) run as int8 x int16 products with per-output-channel weight
-  // scales and per-row activation scales (docs/generate.md, "Quantized
-  // inference"); the encoder, the relative tables and attention stay
-  // float32. The weights are quantized once per call.
+  // "float32", "int8" or "int8_a8" (ComputeTypeNames()): with int8 the
+  // decoder blocks' linear layers (attention projections, FFN) and a large
+  // output head (above 1/8 of the blocks' int8 bytes) run as int8 x int16
+  // products with per-output-channel weight scales and per-row activation
+  // scales (docs/generate.md, "Quantized inference"); int8_a8 quantizes
+  // those activations to 8 bits instead (faster where the CPU has AVX-512
+  // VNNI, less accurate). The encoder, the relative tables and attention
+  // stay float32. The weights are quantized once per call.
   std::string compute_type = "float32";
 };
 
@@ -136,6 +138,10 @@ class Model {
 
 // True if `dir` holds a checkpoint (valid or not): its config.json exists.
 bool HasCheckpoint(const std::string& dir);
+
+// The compute types every compute_type option takes, in order: "float32",
+// "int8", "int8_a8".
+const std::vector<std::string>& ComputeTypeNames();
 
 }  // namespace relpos
 

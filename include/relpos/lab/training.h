@@ -95,10 +95,10 @@ struct EvalOptions {
   int64_t batch_size = 64;
   uint64_t seed = kDefaultEvalSeed;
   int threads = 0;  // 0: the model's training thread count
-  // "float32" (the forward pass) or "int8": a decoder model's (task lm)
-  // metrics from the cached decoder with int8 weights, as `generate
-  // --compute-type int8` runs it (docs/generate.md, "Quantized inference");
-  // InvalidArgument for other models.
+  // "float32" (the forward pass), or "int8" / "int8_a8": a decoder model's
+  // (task lm) metrics from the cached decoder with int8 weights, as
+  // `generate --compute-type int8` (or int8_a8) runs it (docs/generate.md,
+  // "Quantized inference"); InvalidArgument for other models.
   std::string compute_type = "float32";
   ProgressOptions progress{.label = "eval"};
 };

@@ -60,8 +60,9 @@ void CheckRequest(const model::Transformer& t, const ExperimentConfig& config,
       model::ParseComputeType(o.compute_type, "compute_type") ==
               model::ComputeType::kFloat32 ||
           o.use_cache,
-      "compute_type int8 runs the cached decoder only (use_cache = true; the "
-      "uncached reference is float32)");
+      "compute_type " << o.compute_type
+                      << " runs the cached decoder only (use_cache = true; "
+                         "the uncached reference is float32)");
   const int64_t n = static_cast<int64_t>(prompt.size());
   RELPOS_CHECK_ARG(n > 0,
                    "prompt is empty: a byte-level LM has no "
@@ -108,14 +109,14 @@ void PrepareThreadsAndMemory(const Model& model, int64_t sequences,
   base::SetThreads(threads);
 }
 
-// The int8 copies of the model's linear layers when `o` asks for int8.
+// The int8 copies of the model's linear layers when `o` asks for int8 or
+// int8_a8.
 std::optional<model::QuantizedLinears> QuantizedFor(const model::Transformer& t,
                                                     const GenerateOptions& o) {
   std::optional<model::QuantizedLinears> q;
-  if (model::ParseComputeType(o.compute_type, "compute_type") ==
-      model::ComputeType::kInt8) {
-    q.emplace(t);
-  }
+  const model::ComputeType compute =
+      model::ParseComputeType(o.compute_type, "compute_type");
+  if (compute != model::ComputeType::kFloat32) q.emplace(t, compute);
   return q;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <iterator>
 #include <optional>
 #include <thread>
 
@@ -338,8 +339,8 @@ std::vector<Translation> Model::Translate(
   plan.resident = model::PlanModel(t.config()).total();
   model::CheckMemory(plan);
   std::optional<model::QuantizedLinears> quantized;
-  if (compute == model::ComputeType::kInt8) {
-    quantized.emplace(t);
+  if (compute != model::ComputeType::kFloat32) {
+    quantized.emplace(t, compute);
     o.quantized = &*quantized;
   }
   std::vector<model::Hypothesis> best =
@@ -363,5 +364,11 @@ std::pair<int32_t, int32_t> Model::BosEos() const {
 }
 
 bool HasCheckpoint(const std::string& dir) { return train::HasCheckpoint(dir); }
+
+const std::vector<std::string>& ComputeTypeNames() {
+  static const std::vector<std::string> names(
+      std::begin(model::kComputeTypeNames), std::end(model::kComputeTypeNames));
+  return names;
+}
 
 }  // namespace relpos
