@@ -357,11 +357,15 @@ RELPOS_VNNI_TARGET void Int8RowsVnni(int64_t m, const int16_t* qx, const float* 
 // The 8-bit activations' kernel: vpdpbusd multiplies 64 pairs of u8 (the
 // activations plus 128) and s8 (the weights) and adds each four adjacent
 // products into an int32 lane, twice vpdpwssd's multiply-adds per
-// instruction, and the weights need no widening. sums[r * 4 + i] =
-// ux_r . qw_i, 128 sum_c qw_i[c] above qx_r . qw_i; the caller subtracts
-// it. `stride` is a multiple of 64 (kInt8RowAlign). Every lane's partial
-// sum and the total stay within 255 * 127 * stride, below 2^31 for
-// stride <= kInt8A8MaxStride (Int8Linear checks it).
+// instruction, and the weights need no widening. ux_r . qw_i is
+// 128 sum_c qw_i[c] above qx_r . qw_i: each accumulator starts with
+// start[i] = -128 sum_c qw_i[c] in its lane 0 (subtracting it after the
+// horizontal sums, through memory, stalled on store forwarding), so
+// sums[r * 4 + i] = qx_r . qw_i. `stride` is a multiple of 64
+// (kInt8RowAlign). |start[i]| <= 128 * 127 * stride and the products add
+// at most 255 * 127 * stride over all lanes, so every partial sum (a lane,
+// or lanes added by StoreSums4) stays within (128 + 255) * 127 * stride,
+// below 2^31 for stride <= kInt8A8MaxStride (Int8Linear checks it).
 static_assert(kInt8RowAlign % 64 == 0,
               "DotBlockVnni8 steps 64 columns with no tail");
 // acc + u . w by four bytes per lane (vpdpbusd, u unsigned, w signed). In
@@ -375,11 +379,13 @@ RELPOS_VNNI_TARGET inline __m512i Dpbusd(__m512i acc, __m512i u, __m512i w) {
 }
 template <int MR>
 RELPOS_VNNI_TARGET void DotBlockVnni8(const uint8_t* const* xr,
-                                      const int8_t* const* wr, int64_t stride,
+                                      const int8_t* const* wr,
+                                      const int32_t* start, int64_t stride,
                                       int32_t* sums) {
   __m512i acc[MR][4];
-  for (int r = 0; r < MR; ++r) {
-    for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_setzero_si512();
+  for (int i = 0; i < 4; ++i) {
+    const __m512i s = _mm512_zextsi128_si512(_mm_cvtsi32_si128(start[i]));
+    for (int r = 0; r < MR; ++r) acc[r][i] = s;
   }
   for (int64_t c = 0; c < stride; c += 64) {
     __m512i w[4];
@@ -397,8 +403,8 @@ RELPOS_VNNI_TARGET void DotBlockVnni8(const uint8_t* const* xr,
 }
 
 // Int8RowsVnni for 8-bit activations ux = qx + 128 (u8 [m, stride]; the
-// padding columns hold 128 against the weights' zeros), with W's row sums:
-// every sum corrected to qx_r . qw_i before the scaling.
+// padding columns hold 128 against the weights' zeros), with W's row sums
+// for DotBlockVnni8's correction.
 RELPOS_VNNI_TARGET void Int8RowsVnni8(int64_t m, const uint8_t* ux,
                                       const float* sx, const int8_t* qw,
                                       const float* sw,
@@ -410,27 +416,21 @@ RELPOS_VNNI_TARGET void Int8RowsVnni8(int64_t m, const uint8_t* ux,
                                       const int8_t* const* wr,
                                       const int64_t* rows,
                                       int32_t* sums) RELPOS_VNNI_TARGET {
+    int32_t start[4];
+    for (int i = 0; i < 4; ++i) start[i] = -128 * row_sums[rows[i]];
     switch (mb) {
       case 1:
-        DotBlockVnni8<1>(xr, wr, stride, sums);
+        DotBlockVnni8<1>(xr, wr, start, stride, sums);
         break;
       case 2:
-        DotBlockVnni8<2>(xr, wr, stride, sums);
+        DotBlockVnni8<2>(xr, wr, start, stride, sums);
         break;
       case 3:
-        DotBlockVnni8<3>(xr, wr, stride, sums);
+        DotBlockVnni8<3>(xr, wr, start, stride, sums);
         break;
       default:
-        DotBlockVnni8<4>(xr, wr, stride, sums);
+        DotBlockVnni8<4>(xr, wr, start, stride, sums);
         break;
-    }
-    // In uint32: the wrapped difference is the exact int32 result.
-    for (int64_t r = 0; r < mb; ++r) {
-      for (int i = 0; i < 4; ++i) {
-        const uint32_t u = static_cast<uint32_t>(sums[r * 4 + i]) -
-                           (static_cast<uint32_t>(row_sums[rows[i]]) << 7);
-        sums[r * 4 + i] = static_cast<int32_t>(u);
-      }
     }
   };
   int8_linear::BlockLoop<4>(m, ux, sx, qw, sw, stride, begin, end, bias, y,

@@ -88,10 +88,12 @@ struct Int8Matrix {
 enum class Int8Activations { k16, k8 };
 
 // The widest padded row (stride) the 8-bit path takes: its VNNI kernel
-// adds products u x qw with u in [1, 255] and |qw| <= 127, so every int32
-// partial sum stays within 255 * 127 * stride <= 2^31 - 1 (and the
-// corrected sum within 127 * 127 * stride). 66304 = 1036 * 64.
-inline constexpr int64_t kInt8A8MaxStride = 66304;
+// starts from -128 sum_c qw (|.| <= 128 * 127 * stride) and adds products
+// u x qw with u in [1, 255] and |qw| <= 127 (at most 255 * 127 * stride in
+// all), so every int32 partial sum stays within (128 + 255) * 127 * stride
+// <= 2^31 - 1 (and the result, qx . qw, within 127 * 127 * stride).
+// 44096 = 689 * 64.
+inline constexpr int64_t kInt8A8MaxStride = 44096;
 
 // Quantizes w [rows, cols] (row stride ldw >= cols) per row. A row of zeros
 // gets scale 0. InvalidArgument for a negative size or ldw < cols, and for
@@ -114,7 +116,7 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
 
 // Highway target Int8Linear dispatches to on this CPU ("AVX3", "AVX2", ...;
 // "AVX3+VNNI" where AVX3's CPU has AVX-512 VNNI and its vpdpwssd runs the
-// multiply-adds).
+// multiply-adds, vpdpbusd for 8-bit activations).
 const char* Int8LinearTargetName();
 
 // Tests: false makes an AVX-512 VNNI CPU take the plain AVX3 path too (for
