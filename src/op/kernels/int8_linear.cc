@@ -6,8 +6,8 @@
 // horizontal sum per dot product after the row (on AVX-512 VNNI CPUs the
 // driver runs Int8RowsVnni instead, vpdpwssd in place of vpmaddwd +
 // vpaddd: the same integers; with 8-bit activations Int8RowsVnni8,
-// vpdpbusd on the activations plus 128, corrected by the weights' row sums:
-// the same integers again). The driver quantizes the
+// vpdpbusd on the activations plus 128, its sums started at -128 times the
+// weights' row sums: the same integers again). The driver quantizes the
 // activations once per call and gives threads whole blocks of four weight
 // rows, so every sum is the same integer whatever the thread count.
 #include "kernels/int8_linear.h"
@@ -558,7 +558,7 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
           ? 1
           : static_cast<int>(std::clamp<int64_t>(num_threads, 1, blocks));
   const int16_t* qxp = qx.data();
-  const uint8_t* uxp = ux.data();
+  [[maybe_unused]] const uint8_t* uxp = ux.data();  // x86 only
   const float* sxp = sx.data();
   // Weight rows [begin, end) against every activation row.
   const auto rows = [&](int64_t begin, int64_t end) {

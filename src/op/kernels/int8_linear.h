@@ -26,10 +26,10 @@
 // same with A = 127, x quantized onto [-127, 127] like the weights. Where
 // the CPU has AVX-512 VNNI the sums run as vpdpbusd (u8 x s8, 64
 // multiply-adds per instruction, twice vpdpwssd's) on u = qx + 128 in
-// [1, 255], and 128 * sum_c qw[j, c] (Int8Matrix::row_sums) is subtracted
-// after the row: the same integer sum_c qx qw. Every other target feeds the
-// same 8-bit values to its int16 kernel, so the outputs are again the same
-// bits on every instruction set and thread count. The error bound above
+// [1, 255], each sum starting from -128 * sum_c qw[j, c]
+// (Int8Matrix::row_sums): the same integer sum_c qx qw. Every other
+// target feeds the same 8-bit values to its int16 kernel, so the outputs
+// are again the same bits on every instruction set and thread count. The error bound above
 // holds with sx = max |x| / 127: an activation step up to 258 times
 // (32767 / 127) the int16 path's.
 #ifndef RELPOS_SRC_OP_KERNELS_INT8_LINEAR_H_
