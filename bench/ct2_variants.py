@@ -10,17 +10,19 @@ on sys.path); not a script itself.
 import statistics
 
 # (side, compute type), in the order a round runs them.
-VARIANTS = [("relpos", "float32"), ("relpos", "int8"), ("ct2", "float32"),
-            ("ct2", "int8_float32"), ("ct2", "int8")]
+VARIANTS = [("relpos", "float32"), ("relpos", "int8"), ("relpos", "int8_a8"),
+            ("ct2", "float32"), ("ct2", "int8_float32"), ("ct2", "int8")]
 # Same-round speed ratios reported when both variants run: (a, b) is the
 # speed of a over the speed of b.
 RATIOS = [(("relpos", "float32"), ("ct2", "float32")),
           (("relpos", "int8"), ("ct2", "int8_float32")),
           (("relpos", "int8"), ("ct2", "int8")),
+          (("relpos", "int8_a8"), ("ct2", "int8_float32")),
+          (("relpos", "int8_a8"), ("ct2", "int8")),
           (("relpos", "int8"), ("relpos", "float32"))]
 SIDE_NAMES = {"relpos": "relpos", "ct2": "CTranslate2"}
 HELP = ("variants, comma-separated: relpos:float32, relpos:int8, "
-        "ct2:float32, ct2:int8_float32, ct2:int8, or a bare type for every "
+        "relpos:int8_a8, ct2:float32, ct2:int8_float32, ct2:int8, or a bare type for every "
         "side that has it (float32: both, int8: both, int8_float32: "
         "CTranslate2); default float32")
 
@@ -37,7 +39,7 @@ def parse(text):
             raise ValueError(
                 f"--compute-types: unknown variant '{item}' (one of "
                 f"{', '.join(key(v) for v in VARIANTS)}, or a bare float32, "
-                "int8, int8_float32)")
+                "int8, int8_a8, int8_float32)")
         chosen.update(match)
     return [v for v in VARIANTS if v in chosen]
 
