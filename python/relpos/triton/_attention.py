@@ -384,8 +384,10 @@ def backward(c, dout, q, k, v, ak=None, av=None, bias=None, pb=None,
     a = _Args(c, q, k, v, ak, av, bias, pb, blocks)
     rc = _prep(c, a, blocks, q, out, dout, lse)
     a = _Args(c, q, k, v, ak, av, bias, pb, blocks, dout=dout, rc=rc)
-    dk, dv = _dkdv(c, a, blocks)
+    # dQ first: its kernels correct D in rc (the rowsum correction,
+    # _kernels._rowsum_fix) for the dK / dV and diagonal kernels.
     dq, peq, pew, pes = _dq(c, a, blocks)
+    dk, dv = _dkdv(c, a, blocks)
     tables = (None, None, None, None)
     if c.score in (VECTOR, SCALAR) or c.has_av:
         tables = _table_grads(c, a, blocks, peq, pew, pes, needs)

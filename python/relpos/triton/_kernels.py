@@ -811,6 +811,25 @@ ES_EL = tl.constexpr(0)  # sum of dS over the pairs at distances r <= -L
 ES_ER = tl.constexpr(1)  # ... r >= R
 ES_WL = tl.constexpr(2)  # sum of P over the pairs at r <= -L
 ES_WR = tl.constexpr(3)
+ES_ET = tl.constexpr(4)  # sum of dS over every pair (the rowsum, exactly 0
+                         # in exact arithmetic)
+
+
+@triton.jit
+def _rowsum_fix(RC, bh, Nq, rows, ok, dd, et, pt, el, er, wl, wr):
+    """The rowsum correction (docs/python.md, "GPU", precision). D = dO . O
+    comes from the stored output, rounded to the inputs' dtype, so the dS
+    of a row sum to et = (sum P dP) - D sum P instead of zero; with
+    bfloat16 that rounding (2^-9 |D|) is as large as the far rows' sums of
+    dS, which cancel over hundreds of keys. The exact D is D + delta,
+    delta = et / pt (pt = sum P), and each dS is short of -P delta: the end
+    sums become el - wl delta, er - wr delta. The corrected D goes back
+    into RC for the dK / dV and diagonal kernels, which run after this.
+    Returns (el, er)."""
+    delta = tl.where(pt > 0, et / tl.where(pt > 0, pt, 1.0), 0.0)
+    tl.store(RC + bh.to(tl.int64) * 6 * Nq + RC_D * Nq + rows, dd + delta,
+             mask=ok)
+    return el - delta * wl, er - delta * wr
 
 
 @triton.jit
@@ -909,6 +928,8 @@ def _bwd_dq_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     er = tl.zeros([BLOCK_M], acc_t)
     wl = tl.zeros([BLOCK_M], acc_t)
     wr = tl.zeros([BLOCK_M], acc_t)
+    et = tl.zeros([BLOCK_M], acc_t)
+    FIX_D: tl.constexpr = SCORE == VECTOR or SCORE == SCALAR or HAS_AV
     for u in range(_first_tile(ks, nL, HAS_START, BLOCK_N), nL + nK - tR):
         left = u < nL
         j0 = tl.where(left, u, u - nL + tR) * BLOCK_N
@@ -927,11 +948,15 @@ def _bwd_dq_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
             es = tl.sum(ds, 1)
             el += tl.where(left, es, 0.0)
             er += tl.where(left, 0.0, es)
-        if HAS_AV:
+        if FIX_D:
+            et += tl.sum(ds, 1)
             ps = tl.sum(p, 1)
             wl += tl.where(left, ps, 0.0)
             wr += tl.where(left, 0.0, ps)
     if FINAL:
+        if FIX_D:
+            el, er = _rowsum_fix(RC, bh, Nq, rows, ok, dd, et, wl + wr, el,
+                                 er, wl, wr)
         _dq_finish(DQO, PEQ, PEW, PES, AK, q, do, dq, el, er, wl, wr, bh, h,
                    rows, ok, Nq, dk, dv, bL, bR, s_akh, s_akr, scale, SCORE,
                    HAS_AV, DK, DV)
@@ -942,6 +967,7 @@ def _bwd_dq_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
         tl.store(es_ + ES_ER * Nq, er, mask=ok)
         tl.store(es_ + ES_WL * Nq, wl, mask=ok)
         tl.store(es_ + ES_WR * Nq, wr, mask=ok)
+        tl.store(es_ + ES_ET * Nq, et, mask=ok)
 
 
 @triton.jit
@@ -981,6 +1007,11 @@ def _bwd_dq_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     er = tl.load(es_ + ES_ER * Nq, mask=ok, other=0.0)
     wl = tl.load(es_ + ES_WL * Nq, mask=ok, other=0.0)
     wr = tl.load(es_ + ES_WR * Nq, mask=ok, other=0.0)
+    et = tl.load(es_ + ES_ET * Nq, mask=ok, other=0.0)
+    # P summed over the band pairs at interior distances (the far ones go
+    # to wl, wr).
+    pin = tl.zeros([BLOCK_M], acc_t)
+    FIX_D: tl.constexpr = SCORE == VECTOR or SCORE == SCALAR or HAS_AV
     for j0 in range(_band_start(nL * FAR_N, ks, HAS_START, BLOCK_N), j_hi,
                     BLOCK_N):
         keys = j0 + jj
@@ -1010,9 +1041,14 @@ def _bwd_dq_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
         if SCORE == VECTOR or SCORE == SCALAR:
             el += tl.sum(tl.where(r <= -L, ds, 0.0), 1)
             er += tl.sum(tl.where(r >= R, ds, 0.0), 1)
-        if HAS_AV:
+        if FIX_D:
+            et += tl.sum(ds, 1)
+            pin += tl.sum(tl.where((r > -L) & (r < R), p, 0.0), 1)
             wl += tl.sum(tl.where(r <= -L, p, 0.0), 1)
             wr += tl.sum(tl.where(r >= R, p, 0.0), 1)
+    if FIX_D:
+        el, er = _rowsum_fix(RC, bh, Nq, rows, ok, dd, et, wl + wr + pin,
+                             el, er, wl, wr)
     _dq_finish(DQO, PEQ, PEW, PES, AK, q, do, dq, el, er, wl, wr, bh, h,
                rows, ok, Nq, dk, dv, bL, bR, s_akh, s_akr, scale, SCORE,
                HAS_AV, DK, DV)
