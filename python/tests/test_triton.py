@@ -493,6 +493,111 @@ def test_bfloat16_table_gradients_in_long_decode_rows(monkeypatch, nk, seed):
     assert max(errors.values()) <= 0.01, errors
 
 
+def _direct(q, k, v, ak, av, dout, **kw):
+    """(out, dq, dk, dv, dak, dav) of the forward and backward kernels."""
+    call = A.prepare("triton.attention", q, k, v, ak, av, None, None, **kw)
+    out, lse = A.forward(call, q, k, v, ak, av)
+    return (out,) + tuple(A.backward(call, dout, q, k, v, ak, av, None,
+                                     None, out, lse)[:5])
+
+
+def test_offsets_past_int32_on_strided_views():
+    # Views into one storage of 6.1e9 bfloat16 elements (12 GB reserved,
+    # never touched but for the few pages written below): q's batch stride
+    # is 2^30 + 4096 elements, so item 2 starts 2^31 + 8192 elements past
+    # its item 0 (b * stride_b in int32 wraps to -2^31 + 8192); k's
+    # feature stride is 2^28, so column c >= 8 is 2^31 or more past column
+    # 0 (c * stride_d wraps). The interpreter keeps int32 arithmetic as
+    # int32 (numpy), and both views start 2^31 elements into the storage:
+    # a wrapped offset would read untouched zeros inside it (not fault),
+    # and the results would differ from the same call on contiguous
+    # copies. dout and the outputs are [B, H, N, d] buffers of their own.
+    b, n, d = 3, 20, 16
+    sb, sd, base = (1 << 30) + 4096, 1 << 28, 1 << 31
+    try:
+        store = torch.empty(base + 1000 + 15 * sd + b * n + 1,
+                            dtype=torch.bfloat16)
+    except RuntimeError as e:  # no address space for the reservation
+        pytest.skip(f"cannot reserve 12 GB of address space: {e}")
+    g = torch.Generator().manual_seed(11)
+    vals = [torch.randn(b, 1, n, d, generator=g).to(torch.bfloat16)
+            for _ in range(3)]
+    q = store.as_strided((b, 1, n, d), (sb, n * d, d, 1), base)
+    k = store.as_strided((b, 1, n, d), (n, n, 1, sd), base + 1000)
+    q.copy_(vals[0])
+    k.copy_(vals[1])
+    v = vals[2]
+    ak = torch.randn(7, d, generator=g).to(torch.bfloat16)
+    dout = torch.randn(b, 1, n, d, generator=g).to(torch.bfloat16)
+    kw = dict(max_distance=3, causal=True)
+    got = _direct(q, k, v, ak, None, dout, **kw)
+    want = _direct(vals[0], vals[1], v, ak, None, dout, **kw)
+    for name, x, y in zip(("out", "dq", "dk", "dv", "dak"), got, want):
+        assert torch.equal(x, y), name
+
+
+@pytest.mark.parametrize("d", [32, 64, 80, 96, 128, 256])
+def test_head_dims(d):
+    # Non-powers of two are padded to the next power of two (masked
+    # columns); up to 256. Small N: 18 rows, 16 x 16 tiles.
+    case = _case(f"shaw_d{d}", nq=18, nk=21, dk=d, dv=d, causal=True)
+    _run(case, torch.float32, SMALL)
+
+
+def test_head_dims_above_256_are_refused():
+    q = torch.zeros(1, 1, 4, 264)
+    with pytest.raises(NotImplementedError, match="32, 64, 80, 96, 128"):
+        rtt.attention(q, q, q, max_distance=2)
+    with pytest.raises(NotImplementedError, match="dv 300"):
+        rtt.attention(q[..., :8], q[..., :8],
+                      torch.zeros(1, 1, 4, 300), max_distance=2)
+
+
+def test_batch_or_heads_above_the_grid_limit_are_refused():
+    # The kernels' grid is (tiles, H, B); CUDA's second and third axes
+    # stop at 65535 (B H above it is fine: 2 x 40000 runs below).
+    q = torch.zeros(65536, 1, 2, 8)
+    with pytest.raises(NotImplementedError, match="B 65536, H 1"):
+        rtt.attention(q, q, q, max_distance=2)
+    q = torch.zeros(1, 65536, 2, 8)
+    with pytest.raises(NotImplementedError, match="B 1, H 65536"):
+        rtt.attention(q, q[:, :1], q[:, :1], max_distance=2)
+    call = A.prepare("triton.attention", *[torch.zeros(2, 40000, 1, 8)] * 3,
+                     max_distance=2)
+    assert (call.b, call.h) == (2, 40000)
+
+
+def test_fused_qkv_views_are_not_copied(monkeypatch):
+    # q, k, v as views of one [B, N, 3, H, d] projection (permuted to
+    # [B, H, N, d], no .contiguous()): the kernels get the views' strides
+    # (not copies) and give bit for bit what contiguous inputs give.
+    bsz, n, h, d = 2, 37, 2, 8
+    g = torch.Generator().manual_seed(3)
+    qkv = torch.randn(bsz, n, 3, h, d, generator=g)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    assert not q.is_contiguous()
+    ak = torch.randn(7, d, generator=g)
+    av = torch.randn(7, d, generator=g)
+    dout = torch.randn(bsz, h, n, d, generator=g)
+    seen = []
+    original = A._Args.__init__
+
+    def record(self, c, q_, k_, v_, *rest, **kw):
+        seen.append(tuple((t.data_ptr(), t.stride()) for t in (q_, k_, v_)))
+        original(self, c, q_, k_, v_, *rest, **kw)
+
+    monkeypatch.setattr(A._Args, "__init__", record)
+    kw = dict(max_distance=3, causal=True)
+    got = _direct(q, k, v, ak, av, dout, **kw)
+    views = tuple((t.data_ptr(), t.stride()) for t in (q, k, v))
+    assert seen and all(s == views for s in seen)
+    want = _direct(q.contiguous(), k.contiguous(), v.contiguous(), ak, av,
+                   dout, **kw)
+    for name, x, y in zip(("out", "dq", "dk", "dv", "dak", "dav"), got,
+                          want):
+        assert torch.equal(x, y), name
+
+
 def test_repeat_runs_are_bitwise_identical():
     # No float atomics in any kernel (the table gradients are reduced from
     # partial sums in a fixed order), so two runs agree bit for bit.

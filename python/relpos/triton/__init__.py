@@ -39,7 +39,9 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
 
     The arguments, conventions and result of relpos.torch.attention
     (docs/math.md, docs/conventions.md): q [B, H, Nq, dk], k [B, Hkv, Nk,
-    dk], v [B, Hkv, Nk, dv] (any strides; Hkv = H, or dividing H:
+    dk], v [B, Hkv, Nk, dv] (any strides, read in place: e.g. permuted
+    views of one fused [B, N, 3, H, d] projection; dk, dv up to 256, a
+    dim that is not a power of two padded; Hkv = H, or dividing H:
     grouped-query heads, query head h reading head h // (H / Hkv)), ak / av
     tables ([nb, d] shared or [H, nb, d] per head, None: that term off),
     max_distance or buckets (relpos.ClipBuckets / relpos.T5Buckets),
@@ -56,7 +58,7 @@ def attention(q, k, v, ak=None, av=None, *, max_distance=None, causal=False,
     Raises TypeError / ValueError naming the argument (as relpos.torch),
     NotImplementedError for a floating dtype the kernels lack (float8) or a
     query_offset beyond their 32-bit distances (|query_offset| + Nq + Nk >=
-    2^30, over every per-row offset), and ValueError for CPU tensors
+    2^30, over every per-row offset) or dk / dv above 256, and ValueError for CPU tensors
     outside the interpreter.
     """
     return _attention_fn(q, k, v, ak, av, max_distance=max_distance,

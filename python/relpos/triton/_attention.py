@@ -150,14 +150,14 @@ def _state(like, acc, *shape):
 
 
 def _far_then_band(c, a, far, band, n, far_tile, band_tile, *buffers):
-    """Launches a far kernel over cdiv(n, far_tile) x (B H) programs, then
+    """Launches a far kernel over (cdiv(n, far_tile), H, B) programs
+    (_kernels._head_item), then
     (unless every tile is far, when the far kernel finishes alone) its band
     kernel; both take the common arguments and `buffers`."""
-    bh = c.b * c.h
-    far[(triton.cdiv(n, far_tile), bh)](*a.common, *buffers,
+    far[(triton.cdiv(n, far_tile), c.h, c.b)](*a.common, *buffers,
                                         FINAL=c.all_far, **a.flags, **a.far)
     if not c.all_far:
-        band[(triton.cdiv(n, band_tile), bh)](*a.common, *buffers,
+        band[(triton.cdiv(n, band_tile), c.h, c.b)](*a.common, *buffers,
                                               **a.flags, **a.band)
 
 
@@ -317,7 +317,7 @@ def _prep(c, a, blocks, q, out, dout, lse):
     rc = torch.zeros((c.b, c.h, 6, c.nq), dtype=_acc(c.dtype),
                      device=c.device)
     ak_, av_, bias_, pb_ = a.common[3:7]
-    K._bwd_prep[(triton.cdiv(c.nq, blocks.far_m), c.b * c.h)](
+    K._bwd_prep[(triton.cdiv(c.nq, blocks.far_m), c.h, c.b)](
         q, ak_, av_, bias_, pb_, out.contiguous(), dout, lse, rc,
         *q.stride(), *dout.stride(), *a.common[28:32], c.h, c.nq, c.dk,
         c.dv, c.buckets.b_left, c.buckets.b_right, c.buckets.nb,

@@ -100,7 +100,8 @@ def _key_end(rows, off, klen, CAUSAL: tl.constexpr):
 def _load_tile(PTR, base, idx, ok, s_n, s_d, D: tl.constexpr, d):
     """Rows idx (masked by ok) of a [N, d] matrix, padded to D columns."""
     cols = tl.arange(0, D)
-    ptrs = PTR + base + idx[:, None].to(tl.int64) * s_n + cols[None, :] * s_d
+    ptrs = (PTR + base + idx[:, None].to(tl.int64) * s_n
+            + cols[None, :].to(tl.int64) * s_d)
     return tl.load(ptrs, mask=ok[:, None] & (cols[None, :] < d), other=0.0)
 
 
@@ -298,7 +299,20 @@ def _band_start(j_lo, ks, HAS_START: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _head_item(H):
+    """(bh, b, h) of this program: the attention kernels' grid is (tiles,
+    H, B), so that B H may pass 65535 (CUDA's limit on the second and
+    third axes, which now bounds H and B each); the tile count (first
+    axis) may reach 2^31 - 1. bh = b H + h is int32, b and h int64."""
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    return b * H + h, b.to(tl.int64), h.to(tl.int64)
+
+
+@triton.jit
 def _plane_off(bh, Nq, plane):
+    """Offset of plane `plane` of row bh of a [BH, 6, Nq] buffer, in 64
+    bits (plane * Nq alone overflows int32 once Nq > 2^31 / 6)."""
     return (bh.to(tl.int64) * 6 + plane) * Nq
 
 
@@ -382,9 +396,7 @@ def _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, OFFS, STARTS, sqb, sqh, sqn,
     """What a forward program knows of its query tile: (bh, b, h, rows,
     row_ok, q, klen, e, gL, gR, slope2, kbase, vbase, off, ks). Query head
     h reads key / value head h // G."""
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _head_item(H)
     hk = h // G
     off, ks = _row_setup(OFFS, STARTS, b, off, ROW_OFF, HAS_START)
     rows = i0 + tl.arange(0, BLOCK_M)
@@ -455,11 +467,10 @@ def _fwd_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
         _fwd_finish(OUT, LSE, AV, h * s_avh, s_avr, bL, bR, acc, m, l, wl,
                     wr, bh, rows, row_ok, Nq, dv, HAS_AV, DV)
     else:
-        st = ST + _plane_off(bh, Nq, 0) + rows
-        tl.store(st + ST_M * Nq, m, mask=row_ok)
-        tl.store(st + ST_L * Nq, l, mask=row_ok)
-        tl.store(st + ST_WL * Nq, wl, mask=row_ok)
-        tl.store(st + ST_WR * Nq, wr, mask=row_ok)
+        tl.store(ST + _plane_off(bh, Nq, ST_M) + rows, m, mask=row_ok)
+        tl.store(ST + _plane_off(bh, Nq, ST_L) + rows, l, mask=row_ok)
+        tl.store(ST + _plane_off(bh, Nq, ST_WL) + rows, wl, mask=row_ok)
+        tl.store(ST + _plane_off(bh, Nq, ST_WR) + rows, wr, mask=row_ok)
         _store_tile(ACC, bh.to(tl.int64) * Nq * dv, rows, row_ok, dv, acc,
                     DV, dv)
 
@@ -493,11 +504,10 @@ def _fwd_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
                              _kend(i0f, FAR_M, Nq, off, klen, CAUSAL),
                              ALL_FAR, FAR_M, FAR_N)
     j_hi = tl.minimum(tR * FAR_N, _kend(i0, BLOCK_M, Nq, off, klen, CAUSAL))
-    st = ST + _plane_off(bh, Nq, 0) + rows
-    m = tl.load(st + ST_M * Nq, mask=row_ok, other=float("-inf"))
-    l = tl.load(st + ST_L * Nq, mask=row_ok, other=0.0)
-    wl = tl.load(st + ST_WL * Nq, mask=row_ok, other=0.0)
-    wr = tl.load(st + ST_WR * Nq, mask=row_ok, other=0.0)
+    m = tl.load(ST + _plane_off(bh, Nq, ST_M) + rows, mask=row_ok, other=float("-inf"))
+    l = tl.load(ST + _plane_off(bh, Nq, ST_L) + rows, mask=row_ok, other=0.0)
+    wl = tl.load(ST + _plane_off(bh, Nq, ST_WL) + rows, mask=row_ok, other=0.0)
+    wr = tl.load(ST + _plane_off(bh, Nq, ST_WR) + rows, mask=row_ok, other=0.0)
     acc = _load_tile(ACC, bh.to(tl.int64) * Nq * dv, rows, row_ok, dv, 1, DV,
                      dv).to(acc_t)
     for j0 in range(_band_start(nL * FAR_N, ks, HAS_START, BLOCK_N), j_hi,
@@ -551,19 +561,16 @@ def _bwd_prep(Q, AK, AV, BIAS, PB, OUT, DOUT, LSE, RC,
               HAS_AV: tl.constexpr, BLOCK_M: tl.constexpr,
               DK: tl.constexpr, DV: tl.constexpr):
     """The per-row quantities of the backward (the RC planes)."""
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _head_item(H)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     ok = rows < Nq
     do = _load_tile(DOUT, b * sdb + h * sdh, rows, ok, sdn, sdd, DV, dv)
     o = _load_tile(OUT, bh.to(tl.int64) * Nq * dv, rows, ok, dv, 1, DV, dv)
     acc_t = tl.float64 if do.dtype == tl.float64 else tl.float32
     dof = do.to(acc_t)
-    base = RC + bh.to(tl.int64) * 6 * Nq + rows
-    tl.store(base + RC_D * Nq, tl.sum(dof * o.to(acc_t), 1), mask=ok)
+    tl.store(RC + _plane_off(bh, Nq, RC_D) + rows, tl.sum(dof * o.to(acc_t), 1), mask=ok)
     lse = tl.load(LSE + bh.to(tl.int64) * Nq + rows, mask=ok, other=0.0)
-    tl.store(base + RC_LSE * Nq,
+    tl.store(RC + _plane_off(bh, Nq, RC_LSE) + rows,
              tl.where(lse == float("-inf"), float("inf"), lse * LOG2E),
              mask=ok)
     if SCORE == VECTOR or SCORE == SCALAR:
@@ -571,21 +578,21 @@ def _bwd_prep(Q, AK, AV, BIAS, PB, OUT, DOUT, LSE, RC,
         gL, gR = _end_terms(q, AK, h * s_akh, s_akr, BIAS, h * nb, PB,
                             h * dk, bL, bR, dk, scale2, SCORE, HAS_PB, DK,
                             BLOCK_M)
-        tl.store(base + RC_GL * Nq, gL, mask=ok)
-        tl.store(base + RC_GR * Nq, gR, mask=ok)
+        tl.store(RC + _plane_off(bh, Nq, RC_GL) + rows, gL, mask=ok)
+        tl.store(RC + _plane_off(bh, Nq, RC_GR) + rows, gR, mask=ok)
     if HAS_AV:
         cols = tl.arange(0, DV)
         avl = tl.load(AV + h * s_avh + bL.to(tl.int64) * s_avr + cols,
                       mask=cols < dv, other=0.0).to(acc_t)
         avr = tl.load(AV + h * s_avh + bR.to(tl.int64) * s_avr + cols,
                       mask=cols < dv, other=0.0).to(acc_t)
-        tl.store(base + RC_UL * Nq, tl.sum(dof * avl[None, :], 1), mask=ok)
-        tl.store(base + RC_UR * Nq, tl.sum(dof * avr[None, :], 1), mask=ok)
+        tl.store(RC + _plane_off(bh, Nq, RC_UL) + rows, tl.sum(dof * avl[None, :], 1), mask=ok)
+        tl.store(RC + _plane_off(bh, Nq, RC_UR) + rows, tl.sum(dof * avr[None, :], 1), mask=ok)
 
 
 @triton.jit
 def _rc(RC, bh, Nq, rows, ok, plane, other):
-    return tl.load(RC + bh.to(tl.int64) * 6 * Nq + plane * Nq + rows,
+    return tl.load(RC + _plane_off(bh, Nq, plane) + rows,
                    mask=ok, other=other)
 
 
@@ -653,9 +660,7 @@ def _dkdv_setup(K, V, LENS, SLOPES, OFFS, STARTS, skb, skh, skn, skd, svb,
     (distances >= R) and [qL, nQT) (<= -L), in FAR_M units. The program
     of query head h reads key / value head h // G and writes that query
     head's part of dK / dV (the host sums a group's parts)."""
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _head_item(H)
     hk = h // G
     off, ks = _row_setup(OFFS, STARTS, b, off, ROW_OFF, HAS_START)
     klen = _klen(LENS, b, Nk, HAS_LEN)
@@ -827,8 +832,7 @@ def _rowsum_fix(RC, bh, Nq, rows, ok, dd, et, pt, el, er, wl, wr):
     into RC for the dK / dV and diagonal kernels, which run after this.
     Returns (el, er)."""
     delta = tl.where(pt > 0, et / tl.where(pt > 0, pt, 1.0), 0.0)
-    tl.store(RC + bh.to(tl.int64) * 6 * Nq + RC_D * Nq + rows, dd + delta,
-             mask=ok)
+    tl.store(RC + _plane_off(bh, Nq, RC_D) + rows, dd + delta, mask=ok)
     return el - delta * wl, er - delta * wr
 
 
@@ -842,9 +846,7 @@ def _dq_setup(Q, DOUT, RC, LENS, SLOPES, OFFS, STARTS, sqb, sqh, sqn, sqd,
     """What a dQ program knows of its query tile: (bh, b, h, rows, ok, q,
     dO, log2 lse, D, klen, e, gL, gR, uL, uR, slope2, kbase, vbase, off,
     ks); key / value head h // G."""
-    bh = tl.program_id(1)
-    b = (bh // H).to(tl.int64)
-    h = (bh % H).to(tl.int64)
+    bh, b, h = _head_item(H)
     hk = h // G
     off, ks = _row_setup(OFFS, STARTS, b, off, ROW_OFF, HAS_START)
     rows, ok, q, do, lse2, dd = _q_tile(
@@ -962,12 +964,11 @@ def _bwd_dq_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
                    HAS_AV, DK, DV)
     else:
         _store_tile(DQS, bh.to(tl.int64) * Nq * dk, rows, ok, dk, dq, DK, dk)
-        es_ = ES + _plane_off(bh, Nq, 0) + rows
-        tl.store(es_ + ES_EL * Nq, el, mask=ok)
-        tl.store(es_ + ES_ER * Nq, er, mask=ok)
-        tl.store(es_ + ES_WL * Nq, wl, mask=ok)
-        tl.store(es_ + ES_WR * Nq, wr, mask=ok)
-        tl.store(es_ + ES_ET * Nq, et, mask=ok)
+        tl.store(ES + _plane_off(bh, Nq, ES_EL) + rows, el, mask=ok)
+        tl.store(ES + _plane_off(bh, Nq, ES_ER) + rows, er, mask=ok)
+        tl.store(ES + _plane_off(bh, Nq, ES_WL) + rows, wl, mask=ok)
+        tl.store(ES + _plane_off(bh, Nq, ES_WR) + rows, wr, mask=ok)
+        tl.store(ES + _plane_off(bh, Nq, ES_ET) + rows, et, mask=ok)
 
 
 @triton.jit
@@ -1002,12 +1003,11 @@ def _bwd_dq_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     j_hi = tl.minimum(tR * FAR_N, _kend(i0, BLOCK_M, Nq, off, klen, CAUSAL))
     dq = _load_tile(DQS, bh.to(tl.int64) * Nq * dk, rows, ok, dk, 1, DK,
                     dk).to(acc_t)
-    es_ = ES + _plane_off(bh, Nq, 0) + rows
-    el = tl.load(es_ + ES_EL * Nq, mask=ok, other=0.0)
-    er = tl.load(es_ + ES_ER * Nq, mask=ok, other=0.0)
-    wl = tl.load(es_ + ES_WL * Nq, mask=ok, other=0.0)
-    wr = tl.load(es_ + ES_WR * Nq, mask=ok, other=0.0)
-    et = tl.load(es_ + ES_ET * Nq, mask=ok, other=0.0)
+    el = tl.load(ES + _plane_off(bh, Nq, ES_EL) + rows, mask=ok, other=0.0)
+    er = tl.load(ES + _plane_off(bh, Nq, ES_ER) + rows, mask=ok, other=0.0)
+    wl = tl.load(ES + _plane_off(bh, Nq, ES_WL) + rows, mask=ok, other=0.0)
+    wr = tl.load(ES + _plane_off(bh, Nq, ES_WR) + rows, mask=ok, other=0.0)
+    et = tl.load(ES + _plane_off(bh, Nq, ES_ET) + rows, mask=ok, other=0.0)
     # P summed over the band pairs at interior distances (the far ones go
     # to wl, wr).
     pin = tl.zeros([BLOCK_M], acc_t)

@@ -7,7 +7,8 @@ problem check (src/op/core/attention_problem.cc, through
 relpos._call.check_problem: the rules live only there, the messages are its
 own with the calling function in front). Here are only the tensors' checks
 (relpos/_checks.py) and the refusals of what the kernels cannot do
-(empty tensors, distances beyond 32 bits).
+(empty tensors, distances beyond 32 bits, head dims above 256,
+B or H above CUDA's grid limit).
 
 The bucket map is stored as the kernels use it (docs/math.md section 8):
 distances r <= -L share row bL, r >= R row bR, and the interior distances
@@ -41,6 +42,11 @@ NONE, VECTOR, SCALAR, ALIBI = 0, 1, 2, 3
 # The kernels form distances in int32: |query_offset| + Nq + Nk (and the
 # reaches) must stay below 2^30.
 _GPU_RANGE = 1 << 30
+# The largest head dim dk, dv: the kernels hold a tile's rows of
+# next_power_of_2(d) columns in registers.
+_MAX_DIM = 256
+# CUDA's limit on the second and third grid axes (the kernels' H and B).
+_MAX_GRID = 65535
 
 def interpreting():
     """True when Triton's interpreter runs the kernels (TRITON_INTERPRET=1):
@@ -217,6 +223,17 @@ def prepare(fn, q, k, v, ak=None, av=None, bias=None, pb=None, *,
             f"relpos.{fn}: |query_offset| + Nq + Nk must be below 2^30 on "
             f"the GPU path (32-bit distances; got query_offset "
             f"{off if abs(off) == far else off_hi}, Nq {nq}, Nk {nk})")
+    if max(b, h) > _MAX_GRID:
+        raise NotImplementedError(
+            f"relpos.{fn}: the GPU path launches its programs on a (tiles, "
+            f"H, B) grid, whose last two axes stop at {_MAX_GRID}: B and H "
+            f"must each be at most {_MAX_GRID} (got B {b}, H {h}); split "
+            f"the batch")
+    if max(dk, dv) > _MAX_DIM:
+        raise NotImplementedError(
+            f"relpos.{fn}: the GPU path takes head dims up to {_MAX_DIM} "
+            f"(32, 64, 80, 96, 128, 256 and any other: a dim that is not a "
+            f"power of two is padded to the next one); got dk {dk}, dv {dv}")
     offs = None
     if off_hi != off:  # one offset per item, not all equal
         offs = _per_item(problem["query_offsets"], q.device)
