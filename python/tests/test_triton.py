@@ -544,6 +544,18 @@ def test_head_dims(d):
     _run(case, torch.float32, SMALL)
 
 
+@pytest.mark.parametrize("d", [80, 128, 256])
+def test_wide_heads_take_their_own_tiles(monkeypatch, d):
+    # 16-bit inputs with a padded width above 64 run on smaller tiles
+    # (_attention.WIDE_HEADS, chosen so that ptxas reports no spills at
+    # 128); the kernels' own default tiles here, not the tests' 16 x 16.
+    monkeypatch.setattr(A, "OVERRIDE", None)
+    width = 128 if d == 80 else d
+    assert A.blocks_for(torch.bfloat16, width) is A.WIDE_HEADS[width]
+    case = _case(f"shaw_bf16_d{d}", nq=40, nk=45, dk=d, dv=d, causal=True)
+    _run(case, torch.bfloat16, None)
+
+
 def test_head_dims_above_256_are_refused():
     q = torch.zeros(1, 1, 4, 264)
     with pytest.raises(NotImplementedError, match="32, 64, 80, 96, 128"):

@@ -33,6 +33,8 @@ BACKWARD = {"_bwd_prep", "_bwd_dkdv_far", "_bwd_dkdv_band", "_bwd_dq_far",
 # and float64 once (their tiles differ).
 CONFIGS = [
     (90, "bfloat16", "shaw", FORWARD | BACKWARD),
+    # head dim 128: its own tiles (_attention.WIDE_HEADS)
+    (90, "bfloat16", "shaw128", FORWARD | BACKWARD),
     (90, "float16", "t5", FORWARD | BACKWARD),
     (90, "bfloat16", "xl", FORWARD | BACKWARD),
     # grouped (multi-query) k / v, key_starts, per-row offsets

@@ -13,7 +13,8 @@ float16 / bfloat16 tile sizes) do not spill.
                              [--json]
 
 Run without TRITON_INTERPRET (test_triton_compile.py runs it in a
-subprocess). Schemes: vanilla, shaw (key and value tables, k = 16), shaw64,
+subprocess). Schemes: vanilla, shaw (key and value tables, k = 16; head
+dim 64, shaw128 the same with 128), shaw64,
 keyonly, valueonly, t5 (scalar bias, 32 buckets), alibi, alibi_values, xl,
 and shaw_layouts (shaw with multi-query k / v, key_starts and per-row
 query offsets).
@@ -57,7 +58,7 @@ class _Driver:
 
 def _inputs(scheme, dtype):
     import relpos
-    b, h, n, d = 2, 2, 100, 64
+    b, h, n, d = 2, 2, 100, 128 if scheme == "shaw128" else 64
     g = torch.Generator().manual_seed(0)
     q = torch.randn(b, h, n, d, generator=g).to(dtype)
     k = {"shaw64": 64, "xl": 200}.get(scheme, 16)

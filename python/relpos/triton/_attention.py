@@ -62,12 +62,30 @@ _WIDE = dict(far_m=32, far_n=32, band_m=16, band_n=16, diag=16, far_warps=8,
              band_warps=4, diag_warps=4)
 BLOCKS = {torch.float16: Blocks(), torch.bfloat16: Blocks(),
           torch.float32: Blocks(**_WIDE), torch.float64: Blocks(**_WIDE)}
+# 16-bit inputs with wide heads, by the padded width max(DK, DV): the
+# tiles above spill registers (ptxas, sm_90, bfloat16 Shaw: the backward's
+# dK/dV and dQ kernels) once it passes 64. 32 x 32 far and 16 x 16 band
+# tiles: no spill at 128; at 256 (8 warps) 4 bytes in the dQ band kernel.
+WIDE_HEADS = {128: Blocks(far_m=32, far_n=32, band_m=16, band_n=16, diag=16,
+                          far_warps=4, band_warps=4, diag_warps=4),
+              256: Blocks(far_m=32, far_n=32, band_m=16, band_n=16, diag=16,
+                          far_warps=8, band_warps=8, diag_warps=8)}
 # Tests set this to one Blocks for every dtype (small tiles).
 OVERRIDE = None
 
 
-def blocks_for(dtype):
-    return OVERRIDE or BLOCKS[dtype]
+def blocks_for(dtype, width=64):
+    """The tiles for inputs of `dtype` whose padded head width (the next
+    power of two of max(dk, dv), at least 16) is `width`."""
+    if OVERRIDE:
+        return OVERRIDE
+    if dtype in (torch.float16, torch.bfloat16) and width in WIDE_HEADS:
+        return WIDE_HEADS[width]
+    return BLOCKS[dtype]
+
+
+def _width(c):
+    return max(_pow2(c.dk), _pow2(c.dv))
 
 
 def _pow2(x, lo=16):
@@ -164,7 +182,7 @@ def _far_then_band(c, a, far, band, n, far_tile, band_tile, *buffers):
 def forward(c, q, k, v, ak=None, av=None, bias=None, pb=None, blocks=None):
     """(out [B, H, Nq, dv] in q's dtype, lse [B, H, Nq] float32, float64
     for float64 inputs) of a prepared call."""
-    blocks = blocks or blocks_for(c.dtype)
+    blocks = blocks or blocks_for(c.dtype, _width(c))
     a = _Args(c, q, k, v, ak, av, bias, pb, blocks)
     acc = _acc(c.dtype)
     out = torch.empty((c.b, c.h, c.nq, c.dv), dtype=c.dtype, device=c.device)
@@ -379,7 +397,7 @@ def backward(c, dout, q, k, v, ak=None, av=None, bias=None, pb=None,
     """(dq, dk, dv, dak, dav, dbias, dpb) of a prepared call, given the
     forward's out and lse; a table's gradient is None when the table is
     None (or its gradient is not needed)."""
-    blocks = blocks or blocks_for(c.dtype)
+    blocks = blocks or blocks_for(c.dtype, _width(c))
     needs = needs or Needs()
     a = _Args(c, q, k, v, ak, av, bias, pb, blocks)
     rc = _prep(c, a, blocks, q, out, dout, lse)
