@@ -594,14 +594,18 @@ def test_fused_qkv_views_are_not_copied(monkeypatch):
     seen = []
     original = A._Args.__init__
 
-    def record(self, c, q_, k_, v_, *rest, **kw):
-        seen.append(tuple((t.data_ptr(), t.stride()) for t in (q_, k_, v_)))
-        original(self, c, q_, k_, v_, *rest, **kw)
+    def record(self, *args, **kw):
+        # What the kernels get: the pointers q, k, v and their strides
+        # (the kernels' leading arguments, _kernels.py COMMON).
+        original(self, *args, **kw)
+        seen.append((tuple(t.data_ptr() for t in self.common[:3]),
+                     tuple(self.common[12:24])))
 
     monkeypatch.setattr(A._Args, "__init__", record)
     kw = dict(max_distance=3, causal=True)
     got = _direct(q, k, v, ak, av, dout, **kw)
-    views = tuple((t.data_ptr(), t.stride()) for t in (q, k, v))
+    views = (tuple(t.data_ptr() for t in (q, k, v)),
+             tuple(x for t in (q, k, v) for x in t.stride()))
     assert seen and all(s == views for s in seen)
     want = _direct(q.contiguous(), k.contiguous(), v.contiguous(), ak, av,
                    dout, **kw)
