@@ -445,6 +445,148 @@ RELPOS_VNNI_TARGET void Int8RowsVnni8(int64_t m, const uint8_t* ux,
   int8_linear::BlockLoop<4>(m, ux, sx, qw, sw, stride, begin, end, bias, y,
                             ldy, dot);
 }
+
+// The 8-bit activations' kernel on the packed weights (Int8Matrix::packed):
+// no horizontal sums. A weight block (16 rows x 4 columns, 64 bytes) holds
+// in lane i the four columns 4g..4g+3 of row i, so one vpdpbusd against the
+// four activation bytes ux_r[4g..4g+3] broadcast to every lane adds those
+// columns' products to all 16 rows' sums at once: lane i of acc[r][b] is
+// ux_r . qw_(j0 + 16 b + i), started at -128 sum_c qw (as DotBlockVnni8's,
+// the same integer qx_r . qw in the end; every partial sum a partial sum
+// of that kernel's lane 0, so within its bounds). The 16 lanes are then 16
+// outputs, scaled 16 at a time with ScaleRow's float operations in its
+// order: float(sum) * (sx * sw), then + bias (no contraction:
+// -ffp-contract=off and separate multiply and add instructions).
+// MR activation rows (ux, row stride `stride`) against NB blocks starting
+// at output row j0 (a multiple of 16); outputs from `end` on are neither
+// computed nor stored.
+template <int MR, int NB>
+RELPOS_VNNI_TARGET void PackedTile8(const uint8_t* ux, const float* sx,
+                                    const int8_t* packed,
+                                    const int32_t* row_sums, const float* sw,
+                                    const float* bias, int64_t stride,
+                                    int64_t j0, int64_t end, float* y,
+                                    int64_t ldy) {
+  __mmask16 mask[NB];
+  __m512i acc[MR][NB];
+  const int8_t* wb[NB];
+  for (int b = 0; b < NB; ++b) {
+    const int64_t first = j0 + 16 * b;
+    const int64_t valid = end - first;  // >= 1: the caller's NB
+    mask[b] = valid >= 16 ? static_cast<__mmask16>(0xFFFF)
+                          : static_cast<__mmask16>((1u << valid) - 1);
+    const __m512i start = _mm512_mullo_epi32(
+        _mm512_maskz_loadu_epi32(mask[b], row_sums + first),
+        _mm512_set1_epi32(-128));
+    for (int r = 0; r < MR; ++r) acc[r][b] = start;
+    wb[b] = packed + first * stride;  // block first / 16: 16 stride bytes each
+  }
+  for (int64_t c = 0; c < stride; c += 4) {
+    __m512i w[NB];
+    for (int b = 0; b < NB; ++b) w[b] = _mm512_load_si512(wb[b] + c * 16);
+    for (int r = 0; r < MR; ++r) {
+      int32_t four;
+      std::memcpy(&four, ux + r * stride + c, sizeof(four));
+      const __m512i u = _mm512_set1_epi32(four);
+      for (int b = 0; b < NB; ++b) acc[r][b] = Dpbusd(acc[r][b], u, w[b]);
+    }
+  }
+  for (int b = 0; b < NB; ++b) {
+    const int64_t first = j0 + 16 * b;
+    const __m512 swv = _mm512_maskz_loadu_ps(mask[b], sw + first);
+    const __m512 bv = bias == nullptr
+                          ? _mm512_setzero_ps()
+                          : _mm512_maskz_loadu_ps(mask[b], bias + first);
+    for (int r = 0; r < MR; ++r) {
+      const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(sx[r]), swv);
+      __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][b]), scale);
+      if (bias != nullptr) v = _mm512_add_ps(v, bv);
+      _mm512_mask_storeu_ps(y + r * ldy + first, mask[b], v);
+    }
+  }
+}
+
+// Int8RowsVnni8 on the packed weights: output rows [begin, end) (begin a
+// multiple of 16) in groups of up to kPackedBlocks blocks of 16, against
+// all m activation rows in tiles of up to kPackedRows.
+constexpr int kPackedRows = 4, kPackedBlocks = 4;
+
+template <int MR>
+RELPOS_VNNI_TARGET inline void PackedTileRows8(
+    int nb, const uint8_t* ux, const float* sx, const int8_t* packed,
+    const int32_t* row_sums, const float* sw, const float* bias,
+    int64_t stride, int64_t j0, int64_t end, float* y, int64_t ldy) {
+  switch (nb) {
+    case 1:
+      PackedTile8<MR, 1>(ux, sx, packed, row_sums, sw, bias, stride, j0, end,
+                         y, ldy);
+      break;
+    case 2:
+      PackedTile8<MR, 2>(ux, sx, packed, row_sums, sw, bias, stride, j0, end,
+                         y, ldy);
+      break;
+    case 3:
+      PackedTile8<MR, 3>(ux, sx, packed, row_sums, sw, bias, stride, j0, end,
+                         y, ldy);
+      break;
+    default:
+      PackedTile8<MR, 4>(ux, sx, packed, row_sums, sw, bias, stride, j0, end,
+                         y, ldy);
+      break;
+  }
+}
+
+RELPOS_VNNI_TARGET void Int8RowsPacked8(int64_t m, const uint8_t* ux,
+                                        const float* sx, const Int8Matrix& w,
+                                        int64_t begin, int64_t end,
+                                        const float* bias, float* y,
+                                        int64_t ldy) {
+  const int64_t stride = w.stride;
+  for (int64_t j0 = begin; j0 < end; j0 += 16 * kPackedBlocks) {
+    const int64_t left = (end - j0 + 15) / 16;
+    const int nb = static_cast<int>(left < kPackedBlocks ? left : kPackedBlocks);
+    for (int64_t r0 = 0; r0 < m; r0 += kPackedRows) {
+      const int64_t mb = m - r0 < kPackedRows ? m - r0 : kPackedRows;
+      const uint8_t* xr = ux + r0 * stride;
+      float* yr = y + r0 * ldy;
+      switch (mb) {
+        case 1:
+          PackedTileRows8<1>(nb, xr, sx + r0, w.packed.data(),
+                             w.row_sums.data(), w.scales.data(), bias, stride,
+                             j0, end, yr, ldy);
+          break;
+        case 2:
+          PackedTileRows8<2>(nb, xr, sx + r0, w.packed.data(),
+                             w.row_sums.data(), w.scales.data(), bias, stride,
+                             j0, end, yr, ldy);
+          break;
+        case 3:
+          PackedTileRows8<3>(nb, xr, sx + r0, w.packed.data(),
+                             w.row_sums.data(), w.scales.data(), bias, stride,
+                             j0, end, yr, ldy);
+          break;
+        default:
+          PackedTileRows8<4>(nb, xr, sx + r0, w.packed.data(),
+                             w.row_sums.data(), w.scales.data(), bias, stride,
+                             j0, end, yr, ldy);
+          break;
+      }
+    }
+  }
+}
+
+// Int8Matrix::packed from values (see int8_linear.h).
+void PackForVnni8(Int8Matrix* q) {
+  const int64_t blocks = (q->rows + 15) / 16;
+  q->packed.assign(static_cast<size_t>(blocks * 16 * q->stride), 0);
+  for (int64_t j = 0; j < q->rows; ++j) {
+    const int8_t* row = q->values.data() + j * q->stride;
+    int8_t* block = q->packed.data() + (j / 16) * 16 * q->stride + (j % 16) * 4;
+    for (int64_t c = 0; c < q->stride; ++c) {
+      block[(c / 4) * 64 + c % 4] = row[c];
+    }
+  }
+}
 #undef RELPOS_VNNI_TARGET
 #endif  // HWY_ARCH_X86
 
@@ -520,6 +662,9 @@ Int8Matrix QuantizeRows(const float* w, int64_t rows, int64_t cols,
     for (int64_t c = 0; c < cols; ++c) sum += q.values[j * q.stride + c];
     q.row_sums[j] = sum;
   }
+#if HWY_ARCH_X86
+  if (__builtin_cpu_supports("avx512vnni")) PackForVnni8(&q);
+#endif
   return q;
 }
 
@@ -561,7 +706,11 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
     (m, x, ldx, w.cols, range, qx.data(), w.stride, sx.data());
   }
   for (float& scale : sx) scale /= range;  // NaN stays NaN, 0 stays 0
-  const int64_t blocks = (w.rows + 3) / 4;
+  // The packed kernel takes output rows in blocks of 16, the others in
+  // blocks of 4.
+  const bool packed = unsigned8 && !w.packed.empty();
+  const int64_t unit = packed ? 16 : 4;
+  const int64_t blocks = (w.rows + unit - 1) / unit;
   const int threads =
       m * w.rows * w.cols < kInt8SerialMacs
           ? 1
@@ -572,6 +721,10 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
   // Weight rows [begin, end) against every activation row.
   const auto rows = [&](int64_t begin, int64_t end) {
 #if HWY_ARCH_X86
+    if (packed) {
+      Int8RowsPacked8(m, uxp, sxp, w, begin, end, bias, y, ldy);
+      return;
+    }
     if (unsigned8) {
       Int8RowsVnni8(m, uxp, sxp, w.values.data(), w.scales.data(),
                     w.row_sums.data(), w.stride, begin, end, bias, y, ldy);
@@ -591,7 +744,7 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
     rows(0, w.rows);
     return;
   }
-  const int64_t per = (blocks + threads - 1) / threads * 4;
+  const int64_t per = (blocks + threads - 1) / threads * unit;
 #pragma omp parallel num_threads(threads)
   {
     const int64_t begin = omp_get_thread_num() * per;

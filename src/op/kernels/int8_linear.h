@@ -74,9 +74,17 @@ struct Int8Matrix {
   // [rows]: sum_c values[j, c], the 8-bit path's correction for its
   // unsigned activations (|row_sums[j]| <= 127 stride).
   std::vector<int32_t> row_sums;
-  // Bytes held (values, scales and row sums).
+  // The same weights again, packed for the 8-bit VNNI kernel (only where
+  // the CPU has AVX-512 VNNI; empty elsewhere): blocks of 16 rows x 4
+  // columns, 64 bytes each, [ceil(rows / 16), stride / 4, 16, 4], i.e.
+  // packed[(b * stride / 4 + g) * 64 + i * 4 + c] = values[(16 b + i) *
+  // stride + 4 g + c], rows from `rows` on zeros. About as many bytes again
+  // as `values` (rows rounded up to 16); 64-byte aligned.
+  std::vector<int8_t, Int8Allocator<int8_t>> packed;
+  // Bytes held (values, packed values, scales and row sums).
   int64_t bytes() const {
     return static_cast<int64_t>(values.size()) +
+           static_cast<int64_t>(packed.size()) +
            static_cast<int64_t>(scales.size() * sizeof(float)) +
            static_cast<int64_t>(row_sums.size() * sizeof(int32_t));
   }

@@ -104,7 +104,38 @@ TEST(Int8Linear, QuantizesRowsSymmetrically) {
   EXPECT_EQ(q.row_sums[0], 38 - 127 + 32);
   EXPECT_EQ(q.row_sums[1], 0);
   EXPECT_EQ(q.row_sums[2], -127 + 51 + 0);
-  EXPECT_EQ(q.bytes(), 3 * kInt8RowAlign + 3 * 4 + 3 * 4);
+  // The packed copy for the 8-bit VNNI kernel, where the CPU has VNNI:
+  // one block of 16 rows (rows 3..15 zeros).
+  ASSERT_TRUE(q.packed.empty() ||
+              q.packed.size() == static_cast<size_t>(16 * kInt8RowAlign));
+  EXPECT_EQ(q.bytes(), 3 * kInt8RowAlign + static_cast<int64_t>(q.packed.size()) +
+                           3 * 4 + 3 * 4);
+}
+
+// The packed layout (Int8Matrix::packed): block b, column group g, row i,
+// column c at (b * stride / 4 + g) * 64 + i * 4 + c; zeros past the rows.
+TEST(Int8Linear, PackedWeightsHoldTheValuesInVnniBlocks) {
+  for (int64_t n : {1, 15, 16, 17, 37}) {
+    const int64_t k = 70;
+    const std::vector<float> w = Normal(n * k, 40 + n, 0.1f);
+    const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
+    if (q.packed.empty()) GTEST_SKIP() << "no AVX-512 VNNI: nothing packed";
+    const int64_t blocks = (n + 15) / 16;
+    ASSERT_EQ(q.packed.size(), static_cast<size_t>(blocks * 16 * q.stride));
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t g = 0; g < q.stride / 4; ++g) {
+        for (int64_t i = 0; i < 16; ++i) {
+          for (int64_t c = 0; c < 4; ++c) {
+            const int64_t j = 16 * b + i;
+            const int8_t want =
+                j < n ? q.values[j * q.stride + 4 * g + c] : int8_t{0};
+            ASSERT_EQ(q.packed[(b * q.stride / 4 + g) * 64 + i * 4 + c], want)
+                << n << " rows: " << j << ", " << 4 * g + c;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Int8Linear, RefusesBadWeights) {
@@ -328,6 +359,8 @@ TEST(Int8LinearA8, MatchesIntegerReferenceOnEveryCompiledTarget) {
 }
 
 TEST(Int8LinearA8, ThreadCountAndVnniDoNotChangeResults) {
+  // 301 rows: 18 blocks of 16 and 13 rows (the packed kernel's blocks, in
+  // groups of 4: the last group of 3); m 6: a tile of 4 and one of 2.
   const int64_t m = 6, n = 301, k = 520;
   const std::vector<float> w = Normal(n * k, 7, 0.1f);
   const std::vector<float> x = Normal(m * k, 8);
