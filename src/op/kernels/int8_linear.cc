@@ -579,11 +579,12 @@ RELPOS_VNNI_TARGET void Int8RowsPacked8(int64_t m, const uint8_t* ux,
 void PackForVnni8(Int8Matrix* q) {
   const int64_t blocks = (q->rows + 15) / 16;
   q->packed.assign(static_cast<size_t>(blocks * 16 * q->stride), 0);
-  for (int64_t j = 0; j < q->rows; ++j) {
+  const int64_t groups = q->stride / 4;
+  for (int64_t j = 0; j < q->rows; ++j) {  // four bytes at a time
     const int8_t* row = q->values.data() + j * q->stride;
     int8_t* block = q->packed.data() + (j / 16) * 16 * q->stride + (j % 16) * 4;
-    for (int64_t c = 0; c < q->stride; ++c) {
-      block[(c / 4) * 64 + c % 4] = row[c];
+    for (int64_t g = 0; g < groups; ++g) {
+      std::memcpy(block + g * 64, row + g * 4, 4);
     }
   }
 }
