@@ -575,6 +575,129 @@ RELPOS_VNNI_TARGET void Int8RowsPacked8(int64_t m, const uint8_t* ux,
   }
 }
 
+// The 16-bit activations' kernel on the same packed weights: vpdpwssd
+// takes pairs of int16, so each 64-byte block is widened in two halves
+// (vpmovsxbw): rows 0-7 and rows 8-15, each row's four columns as two
+// int32 lanes (lane 2i: columns 0 and 1 of the half's row i, lane 2i + 1:
+// columns 2 and 3). The activations' four int16 columns are broadcast as
+// one int64, so each half's accumulator holds two partial sums per row;
+// at the end the two halves' even and odd lanes are gathered (vpermt2d)
+// and added: 16 outputs in 16 lanes, rows in order. Exact integer sums
+// (the activation range keeps every partial sum of |products| within
+// int32), so the same integers as DotBlockVnni's; the epilogue is
+// PackedTile8's.
+template <int MR, int NB>
+RELPOS_VNNI_TARGET void PackedTile16(const int16_t* qx, const float* sx,
+                                     const int8_t* packed, const float* sw,
+                                     const float* bias, int64_t stride,
+                                     int64_t j0, int64_t end, float* y,
+                                     int64_t ldy) {
+  __mmask16 mask[NB];
+  __m512i acc[MR][2 * NB];
+  const int8_t* wb[NB];
+  for (int b = 0; b < NB; ++b) {
+    const int64_t first = j0 + 16 * b;
+    const int64_t valid = end - first;  // >= 1: the caller's NB
+    mask[b] = valid >= 16 ? static_cast<__mmask16>(0xFFFF)
+                          : static_cast<__mmask16>((1u << valid) - 1);
+    for (int r = 0; r < MR; ++r) {
+      acc[r][2 * b] = acc[r][2 * b + 1] = _mm512_setzero_si512();
+    }
+    wb[b] = packed + first * stride;
+  }
+  for (int64_t c = 0; c < stride; c += 4) {
+    __m512i w[2 * NB];
+    for (int b = 0; b < NB; ++b) {
+      const int8_t* p = wb[b] + c * 16;
+      w[2 * b] = _mm512_cvtepi8_epi16(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+      w[2 * b + 1] = _mm512_cvtepi8_epi16(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    }
+    for (int r = 0; r < MR; ++r) {
+      int64_t four;
+      std::memcpy(&four, qx + r * stride + c, sizeof(four));
+      const __m512i x = _mm512_set1_epi64(four);
+      for (int h = 0; h < 2 * NB; ++h) acc[r][h] = Dpwssd(acc[r][h], x, w[h]);
+    }
+  }
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18,
+                                         20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19,
+                                        21, 23, 25, 27, 29, 31);
+  for (int b = 0; b < NB; ++b) {
+    const int64_t first = j0 + 16 * b;
+    const __m512 swv = _mm512_maskz_loadu_ps(mask[b], sw + first);
+    const __m512 bv = bias == nullptr
+                          ? _mm512_setzero_ps()
+                          : _mm512_maskz_loadu_ps(mask[b], bias + first);
+    for (int r = 0; r < MR; ++r) {
+      const __m512i lo = acc[r][2 * b], hi = acc[r][2 * b + 1];
+      const __m512i sum =
+          _mm512_add_epi32(_mm512_permutex2var_epi32(lo, even, hi),
+                           _mm512_permutex2var_epi32(lo, odd, hi));
+      const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(sx[r]), swv);
+      __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), scale);
+      if (bias != nullptr) v = _mm512_add_ps(v, bv);
+      _mm512_mask_storeu_ps(y + r * ldy + first, mask[b], v);
+    }
+  }
+}
+
+// Int8RowsVnni on the packed weights: as Int8RowsPacked8, in groups of up
+// to 2 blocks (4 accumulators per activation row).
+constexpr int kPacked16Blocks = 2;
+
+template <int MR>
+RELPOS_VNNI_TARGET inline void PackedTileRows16(
+    int nb, const int16_t* qx, const float* sx, const int8_t* packed,
+    const float* sw, const float* bias, int64_t stride, int64_t j0,
+    int64_t end, float* y, int64_t ldy) {
+  if (nb == 1) {
+    PackedTile16<MR, 1>(qx, sx, packed, sw, bias, stride, j0, end, y, ldy);
+  } else {
+    PackedTile16<MR, 2>(qx, sx, packed, sw, bias, stride, j0, end, y, ldy);
+  }
+}
+
+RELPOS_VNNI_TARGET void Int8RowsPacked16(int64_t m, const int16_t* qx,
+                                         const float* sx, const Int8Matrix& w,
+                                         int64_t begin, int64_t end,
+                                         const float* bias, float* y,
+                                         int64_t ldy) {
+  const int64_t stride = w.stride;
+  for (int64_t j0 = begin; j0 < end; j0 += 16 * kPacked16Blocks) {
+    const int64_t left = (end - j0 + 15) / 16;
+    const int nb =
+        static_cast<int>(left < kPacked16Blocks ? left : kPacked16Blocks);
+    for (int64_t r0 = 0; r0 < m; r0 += kPackedRows) {
+      const int64_t mb = m - r0 < kPackedRows ? m - r0 : kPackedRows;
+      const int16_t* xr = qx + r0 * stride;
+      float* yr = y + r0 * ldy;
+      const int8_t* p = w.packed.data();
+      const float* sw = w.scales.data();
+      switch (mb) {
+        case 1:
+          PackedTileRows16<1>(nb, xr, sx + r0, p, sw, bias, stride, j0, end,
+                              yr, ldy);
+          break;
+        case 2:
+          PackedTileRows16<2>(nb, xr, sx + r0, p, sw, bias, stride, j0, end,
+                              yr, ldy);
+          break;
+        case 3:
+          PackedTileRows16<3>(nb, xr, sx + r0, p, sw, bias, stride, j0, end,
+                              yr, ldy);
+          break;
+        default:
+          PackedTileRows16<4>(nb, xr, sx + r0, p, sw, bias, stride, j0, end,
+                              yr, ldy);
+          break;
+      }
+    }
+  }
+}
+
 // Int8Matrix::packed from values (see int8_linear.h).
 void PackForVnni8(Int8Matrix* q) {
   const int64_t blocks = (q->rows + 15) / 16;
@@ -709,7 +832,7 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
   for (float& scale : sx) scale /= range;  // NaN stays NaN, 0 stays 0
   // The packed kernel takes output rows in blocks of 16, the others in
   // blocks of 4.
-  const bool packed = unsigned8 && !w.packed.empty();
+  const bool packed = vnni && !w.packed.empty();
   const int64_t unit = packed ? 16 : 4;
   const int64_t blocks = (w.rows + unit - 1) / unit;
   const int threads =
@@ -723,7 +846,11 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
   const auto rows = [&](int64_t begin, int64_t end) {
 #if HWY_ARCH_X86
     if (packed) {
-      Int8RowsPacked8(m, uxp, sxp, w, begin, end, bias, y, ldy);
+      if (unsigned8) {
+        Int8RowsPacked8(m, uxp, sxp, w, begin, end, bias, y, ldy);
+      } else {
+        Int8RowsPacked16(m, qxp, sxp, w, begin, end, bias, y, ldy);
+      }
       return;
     }
     if (unsigned8) {

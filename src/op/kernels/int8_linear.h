@@ -74,7 +74,7 @@ struct Int8Matrix {
   // [rows]: sum_c values[j, c], the 8-bit path's correction for its
   // unsigned activations (|row_sums[j]| <= 127 stride).
   std::vector<int32_t> row_sums;
-  // The same weights again, packed for the 8-bit VNNI kernel (only where
+  // The same weights again, packed for the VNNI kernels (only where
   // the CPU has AVX-512 VNNI; empty elsewhere): blocks of 16 rows x 4
   // columns, 64 bytes each, [ceil(rows / 16), stride / 4, 16, 4], i.e.
   // packed[(b * stride / 4 + g) * 64 + i * 4 + c] = values[(16 b + i) *

@@ -276,10 +276,17 @@ TEST(Int8Linear, ThreadCountDoesNotChangeResults) {
   const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
   std::vector<float> one(m * n), many(m * n);
   Int8Linear(m, x.data(), k, q, bias.data(), one.data(), n, 1);
-  for (int threads : {2, 3, 8, 200}) {
-    Int8Linear(m, x.data(), k, q, bias.data(), many.data(), n, threads);
-    EXPECT_EQ(one, many) << threads << " threads";
+  EXPECT_EQ(one, Reference(m, x, k, q, bias.data()));
+  // 301 rows: 18 blocks of 16 and 13 rows (the packed VNNI kernel's
+  // blocks, in pairs: the last alone); m 6: a tile of 4 and one of 2.
+  for (bool vnni : {true, false}) {
+    Int8LinearAllowVnniForTest(vnni);
+    for (int threads : {1, 2, 3, 8, 200}) {
+      Int8Linear(m, x.data(), k, q, bias.data(), many.data(), n, threads);
+      EXPECT_EQ(one, many) << threads << " threads, vnni " << vnni;
+    }
   }
+  Int8LinearAllowVnniForTest(true);
 }
 
 TEST(Int8Linear, RowsThatAreNotFiniteGiveNaN) {
