@@ -7,9 +7,12 @@
 // driver runs Int8RowsVnni instead, vpdpwssd in place of vpmaddwd +
 // vpaddd: the same integers; with 8-bit activations Int8RowsVnni8,
 // vpdpbusd on the activations plus 128, its sums started at -128 times the
-// weights' row sums: the same integers again). The driver quantizes the
-// activations once per call and gives threads whole blocks of four weight
-// rows, so every sum is the same integer whatever the thread count.
+// weights' row sums: the same integers again; where QuantizeRows packed
+// the weights for VNNI, Int8RowsPacked16 and Int8RowsPacked8, blocks of 16
+// weight rows whose accumulators' lanes are the 16 outputs, no horizontal
+// sums). The driver quantizes the activations once per call and gives
+// threads whole blocks of four weight rows (sixteen for the packed
+// kernels), so every sum is the same integer whatever the thread count.
 #include "kernels/int8_linear.h"
 
 #undef HWY_TARGET_INCLUDE

@@ -29,7 +29,11 @@
 // [1, 255], each sum starting from -128 * sum_c qw[j, c]
 // (Int8Matrix::row_sums): the same integer sum_c qx qw. Every other
 // target feeds the same 8-bit values to its int16 kernel, so the outputs
-// are again the same bits on every instruction set and thread count. The error bound above
+// are again the same bits on every instruction set and thread count.
+// On AVX-512 VNNI CPUs both widths run on a second copy of the weights,
+// packed in blocks of 16 rows x 4 columns (Int8Matrix::packed), whose
+// int32 lanes are 16 outputs: no horizontal sums, the same integers and
+// the same float scaling. The error bound above
 // holds with sx = max |x| / 127: an activation step up to 258 times
 // (32767 / 127) the int16 path's.
 #ifndef RELPOS_SRC_OP_KERNELS_INT8_LINEAR_H_
