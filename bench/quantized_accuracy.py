@@ -114,10 +114,11 @@ def lm_accuracy(args):
         ref = _generate(args.relpos, args.checkpoint, path, args.new,
                         args.threads, "float32")
         q = _generate(args.relpos, args.checkpoint, path, args.new,
-                      args.threads, "int8")
+                      args.threads, args.compute_type)
         ct2 = (_ct2_generate(args.checkpoint, prompts, args.new,
                              args.threads, tmp) if args.ctranslate2 else None)
-    result = {"task": "lm", "prompts": len(prompts),
+    result = {"task": "lm", "compute_type": args.compute_type,
+              "prompts": len(prompts),
               "prompt_bytes": args.prompt_bytes, "new_bytes": args.new}
     result.update(_agreement(ref, q))
     if ct2 is not None:
@@ -133,17 +134,20 @@ def lm_accuracy(args):
 
 def translate_accuracy(args):
     scores = {}
-    for ct in ("float32", "int8"):
+    for ct in ("float32", args.compute_type):
         out = _run([args.relpos, "eval", args.checkpoint, "--json",
                     "--beam", str(args.beam), "--threads", str(args.threads),
                     "--progress", "none", "--compute-type", ct])
         scores[ct] = json.loads(out)
     rows = []
-    for f, q in zip(scores["float32"]["scores"], scores["int8"]["scores"]):
+    # "int8" in the keys is the quantized side, of args.compute_type.
+    for f, q in zip(scores["float32"]["scores"],
+                    scores[args.compute_type]["scores"]):
         rows.append({"bucket": f["bucket"], "sentences": f["sentences"],
                      "bleu_float32": f["bleu"], "bleu_int8": q["bleu"],
                      "chrf_float32": f["chrf"], "chrf_int8": q["chrf"]})
-    return {"task": "translate", "beam": args.beam,
+    return {"task": "translate", "compute_type": args.compute_type,
+            "beam": args.beam,
             "sentences": scores["float32"]["sentences"], "buckets": rows}
 
 
@@ -160,6 +164,10 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--ctranslate2", action="store_true",
                    help="lm: CTranslate2 float32 and int8 beside relpos")
+    p.add_argument("--compute-type", default="int8",
+                   choices=["int8", "int8_a8"],
+                   help="relpos's quantized type against its float32 "
+                   "(int8: 16-bit activations; int8_a8: 8-bit ones)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if min(args.prompts, args.prompt_bytes, args.new, args.beam,
@@ -180,9 +188,10 @@ def main(argv=None):
     if args.json:
         print(json.dumps(result))
     elif task == "lm":
-        print("%d prompts of %d bytes, %d greedy bytes each: int8 = float32 "
+        print("%d prompts of %d bytes, %d greedy bytes each: %s = float32 "
               "on %d (%.1f%%), mean common prefix %.1f bytes" %
               (result["prompts"], result["prompt_bytes"], result["new_bytes"],
+               args.compute_type,
                result["identical"], 100 * result["identical_share"],
                result["mean_common_prefix"]))
         for key in ("ctranslate2_float32_vs_relpos_float32",
