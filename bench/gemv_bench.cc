@@ -45,17 +45,26 @@ struct Product {
   int64_t n, k;
   std::vector<float> w;
   relpos::Int8Matrix q;  // w quantized per row (kernels/int8_linear.h)
+  // q's values row-major [n, q.stride] (q may hold only its packed layout):
+  // what oneDNN's int8 GEMM reads.
+  std::vector<int8_t> rows;
 };
 
 // The decode step's weight matrices, filled with small deterministic values.
 std::vector<Product> DecoderWeights(int64_t d, int64_t layers) {
   std::vector<Product> out;
   auto add = [&](int64_t n, int64_t k) {
-    Product p{n, k, std::vector<float>(static_cast<size_t>(n * k)), {}};
+    Product p{n, k, std::vector<float>(static_cast<size_t>(n * k)), {}, {}};
     for (size_t i = 0; i < p.w.size(); ++i) {
       p.w[i] = static_cast<float>(static_cast<int64_t>(i % 97) - 48) / 512.0f;
     }
     p.q = relpos::QuantizeRows(p.w.data(), n, k, k);
+    p.rows.resize(static_cast<size_t>(n * p.q.stride));
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t c = 0; c < p.q.stride; ++c) {
+        p.rows[j * p.q.stride + c] = p.q.Value(j, c);
+      }
+    }
     out.push_back(std::move(p));
   };
   for (int64_t l = 0; l < layers; ++l) {
@@ -78,10 +87,10 @@ enum class Path {
 };
 
 // y [m, n] = x [m, k] W^T through oneDNN's int8 GEMM: x quantized per row
-// to u8 (zero point 128), W's int8 rows (the Int8Matrix's, row stride
+// to u8 (zero point 128), W's int8 rows (`rows`: the Int8Matrix's, row stride
 // q.stride), int32 sums scaled back to float.
 bool DnnlU8S8(int64_t m, const float* x, const relpos::Int8Matrix& q,
-              std::vector<uint8_t>* qx, std::vector<float>* sx,
+              const std::vector<int8_t>& rows, std::vector<uint8_t>* qx, std::vector<float>* sx,
               std::vector<int32_t>* acc, float* y) {
   const int64_t k = q.cols, n = q.rows;
   qx->resize(static_cast<size_t>(m * k));
@@ -99,7 +108,7 @@ bool DnnlU8S8(int64_t m, const float* x, const relpos::Int8Matrix& q,
   }
   const int32_t co = 0;
   if (dnnl_gemm_u8s8s32('N', 'T', 'F', m, n, k, 1.0f, qx->data(), k, 128,
-                        q.values.data(), q.stride, 0, 0.0f, acc->data(), n,
+                        rows.data(), q.stride, 0, 0.0f, acc->data(), n,
                         &co) != dnnl_success) {
     return false;
   }
@@ -159,7 +168,7 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
                              threads, activations);
           break;
         case Path::kDnnlU8S8:
-          ok = DnnlU8S8(m, x.data(), p.q, &qx, &sx, &acc, y.data());
+          ok = DnnlU8S8(m, x.data(), p.q, p.rows, &qx, &sx, &acc, y.data());
           break;
       }
       if (!ok) {

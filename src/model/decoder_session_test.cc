@@ -174,7 +174,7 @@ void Dequantize(BasicTransformer<float>* model, const QuantizedLinears& q) {
     for (int64_t j = 0; j < m->rows; ++j) {
       for (int64_t c = 0; c < m->cols; ++c) {
         p.value[j * m->cols + c] =
-            m->scales[j] * static_cast<float>(m->values[j * m->stride + c]);
+            m->scales[j] * static_cast<float>(m->Value(j, c));
       }
     }
   }

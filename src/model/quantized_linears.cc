@@ -66,13 +66,15 @@ QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model,
   // its decoder blocks' int8 bytes; BLEU moved by 0.09 with it in int8).
   const int64_t head_bytes =
       side.vocab_size * d * static_cast<int64_t>(sizeof(float));
-  // The blocks' int8 bytes without the VNNI kernels' packed copy
-  // (Int8Matrix::packed), which only some CPUs hold: the same choice on
-  // every CPU, and the one made before that copy existed.
+  // The blocks' int8 bytes in row-major form, whichever layout holds them
+  // (Int8Matrix::packed has rows rounded up to 16, and only some CPUs hold
+  // it): the same choice on every CPU, and the one made before that
+  // layout existed.
   int64_t block_bytes = 0;
   for (const auto& entry : matrices_) {
-    block_bytes += entry.second.bytes() -
-                   static_cast<int64_t>(entry.second.packed.size());
+    block_bytes += entry.second.row_major_bytes() +
+                   static_cast<int64_t>(entry.second.scales.size() * 4 +
+                                        entry.second.row_sums.size() * 4);
   }
   if (head_bytes > block_bytes / kFloatHeadShare) {
     Add(dw.head_w, side.vocab_size, d);

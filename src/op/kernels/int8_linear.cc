@@ -790,10 +790,34 @@ Int8Matrix QuantizeRows(const float* w, int64_t rows, int64_t cols,
     q.row_sums[j] = sum;
   }
 #if HWY_ARCH_X86
-  if (__builtin_cpu_supports("avx512vnni")) PackForVnni8(&q);
+  if (__builtin_cpu_supports("avx512vnni")) {
+    PackForVnni8(&q);
+    // The packed copy is the one the VNNI kernels read; the others (a test
+    // that turns VNNI off) unpack it per call (RowMajorOf).
+    decltype(q.values)().swap(q.values);
+  }
 #endif
   return q;
 }
+
+namespace {
+
+// w's row-major values [rows, stride]: `values` itself, or where only the
+// packed copy is held, that copy unpacked into a buffer of the calling
+// thread (the non-VNNI kernels on a VNNI CPU: tests only).
+const int8_t* RowMajorOf(const Int8Matrix& w) {
+  if (!w.values.empty() || w.rows == 0) return w.values.data();
+  thread_local std::vector<int8_t, Int8Allocator<int8_t>> unpacked;
+  unpacked.assign(static_cast<size_t>(w.rows * w.stride), 0);
+  for (int64_t j = 0; j < w.rows; ++j) {
+    for (int64_t c = 0; c < w.stride; ++c) {
+      unpacked[static_cast<size_t>(j * w.stride + c)] = w.Value(j, c);
+    }
+  }
+  return unpacked.data();
+}
+
+}  // namespace
 
 void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
                 const float* bias, float* y, int64_t ldy, int num_threads,
@@ -845,6 +869,9 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
   const int16_t* qxp = qx.data();
   [[maybe_unused]] const uint8_t* uxp = ux.data();  // x86 only
   const float* sxp = sx.data();
+  // The row-major weights for the kernels other than the packed ones,
+  // found on this thread before any team starts.
+  const int8_t* rowmajor = packed ? nullptr : RowMajorOf(w);
   // Weight rows [begin, end) against every activation row.
   const auto rows = [&](int64_t begin, int64_t end) {
 #if HWY_ARCH_X86
@@ -857,18 +884,18 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
       return;
     }
     if (unsigned8) {
-      Int8RowsVnni8(m, uxp, sxp, w.values.data(), w.scales.data(),
+      Int8RowsVnni8(m, uxp, sxp, rowmajor, w.scales.data(),
                     w.row_sums.data(), w.stride, begin, end, bias, y, ldy);
       return;
     }
     if (vnni) {
-      Int8RowsVnni(m, qxp, sxp, w.values.data(), w.scales.data(), w.stride,
+      Int8RowsVnni(m, qxp, sxp, rowmajor, w.scales.data(), w.stride,
                    begin, end, bias, y, ldy);
       return;
     }
 #endif
     HWY_DYNAMIC_DISPATCH(Int8Rows)
-    (m, qxp, sxp, w.values.data(), w.scales.data(), w.stride, begin, end,
+    (m, qxp, sxp, rowmajor, w.scales.data(), w.stride, begin, end,
      bias, y, ldy);
   };
   if (threads == 1) {

@@ -72,20 +72,31 @@ struct Int8Allocator {
 struct Int8Matrix {
   int64_t rows = 0, cols = 0;
   int64_t stride = 0;          // cols rounded up to kInt8RowAlign
-  // [rows, stride], zeros beyond cols; 64-byte aligned.
+  // [rows, stride], zeros beyond cols; 64-byte aligned. Empty where
+  // `packed` holds the weights (QuantizeRows on a CPU with AVX-512 VNNI):
+  // one copy of the int8 weights, not two. Read them with Value().
   std::vector<int8_t, Int8Allocator<int8_t>> values;
-  std::vector<float> scales;   // [rows]: W[j, c] ~= scales[j] * values[j, c]
-  // [rows]: sum_c values[j, c], the 8-bit path's correction for its
+  std::vector<float> scales;   // [rows]: W[j, c] ~= scales[j] * Value(j, c)
+  // [rows]: sum_c Value(j, c), the 8-bit path's correction for its
   // unsigned activations (|row_sums[j]| <= 127 stride).
   std::vector<int32_t> row_sums;
-  // The same weights again, packed for the VNNI kernels (only where
-  // the CPU has AVX-512 VNNI; empty elsewhere): blocks of 16 rows x 4
-  // columns, 64 bytes each, [ceil(rows / 16), stride / 4, 16, 4], i.e.
-  // packed[(b * stride / 4 + g) * 64 + i * 4 + c] = values[(16 b + i) *
-  // stride + 4 g + c], rows from `rows` on zeros. About as many bytes again
-  // as `values` (rows rounded up to 16); 64-byte aligned.
+  // The weights packed for the VNNI kernels (only where the CPU has
+  // AVX-512 VNNI; empty elsewhere): blocks of 16 rows x 4 columns, 64
+  // bytes each, [ceil(rows / 16), stride / 4, 16, 4], i.e.
+  // packed[(b * stride / 4 + g) * 64 + i * 4 + c] = Value(16 b + i, 4 g + c),
+  // rows from `rows` on zeros; 64-byte aligned.
   std::vector<int8_t, Int8Allocator<int8_t>> packed;
-  // Bytes held (values, packed values, scales and row sums).
+  // The weight [j, c] (c < stride; 0 beyond cols), from whichever layout
+  // is held.
+  int8_t Value(int64_t j, int64_t c) const {
+    if (!values.empty()) return values[static_cast<size_t>(j * stride + c)];
+    return packed[static_cast<size_t>(((j / 16) * (stride / 4) + c / 4) * 64 +
+                                      (j % 16) * 4 + c % 4)];
+  }
+  // Bytes of the int8 weights in row-major form, rows x stride, whichever
+  // layout holds them (the same on every CPU).
+  int64_t row_major_bytes() const { return rows * stride; }
+  // Bytes held (values or packed values, scales and row sums).
   int64_t bytes() const {
     return static_cast<int64_t>(values.size()) +
            static_cast<int64_t>(packed.size()) +

@@ -65,7 +65,7 @@ std::vector<float> Reference(int64_t m, const std::vector<float>& x,
       for (int64_t c = 0; c < w.cols; ++c) {
         const auto q = static_cast<int64_t>(std::nearbyint(row[c] * inv));
         EXPECT_LE(std::abs(q), static_cast<int64_t>(range));
-        sum += q * w.values[j * w.stride + c];
+        sum += q * w.Value(j, c);
       }
       EXPECT_LE(std::abs(sum), int64_t{std::numeric_limits<int32_t>::max()});
       float v = static_cast<float>(sum) * (scale * w.scales[j]);
@@ -84,32 +84,34 @@ TEST(Int8Linear, QuantizesRowsSymmetrically) {
   EXPECT_EQ(q.rows, 3);
   EXPECT_EQ(q.cols, 3);
   EXPECT_EQ(q.stride, kInt8RowAlign);
-  ASSERT_EQ(q.values.size(), static_cast<size_t>(3 * kInt8RowAlign));
+  // One layout holds the weights: row-major, or packed where the CPU has
+  // AVX-512 VNNI (Value reads either).
+  ASSERT_NE(q.values.empty(), q.packed.empty());
   EXPECT_FLOAT_EQ(q.scales[0], 1.0f / 127.0f);
-  EXPECT_EQ(q.values[0], 38);  // 38.1
-  EXPECT_EQ(q.values[1], -127);
-  EXPECT_EQ(q.values[2], 32);  // 31.75
+  EXPECT_EQ(q.Value(0, 0), 38);  // 38.1
+  EXPECT_EQ(q.Value(0, 1), -127);
+  EXPECT_EQ(q.Value(0, 2), 32);  // 31.75
   EXPECT_EQ(q.scales[1], 0.0f);  // a row of zeros
-  for (int64_t c = 0; c < q.stride; ++c) EXPECT_EQ(q.values[q.stride + c], 0);
+  for (int64_t c = 0; c < q.stride; ++c) EXPECT_EQ(q.Value(1, c), 0);
   EXPECT_FLOAT_EQ(q.scales[2], 3.0f / 127.0f);
-  EXPECT_EQ(q.values[2 * q.stride + 0], -127);
-  EXPECT_EQ(q.values[2 * q.stride + 1], 51);  // 50.8
-  EXPECT_EQ(q.values[2 * q.stride + 2], 0);
+  EXPECT_EQ(q.Value(2, 0), -127);
+  EXPECT_EQ(q.Value(2, 1), 51);  // 50.8
+  EXPECT_EQ(q.Value(2, 2), 0);
   // Padding columns are zeros.
   for (int64_t j = 0; j < 3; ++j) {
-    for (int64_t c = 3; c < q.stride; ++c) EXPECT_EQ(q.values[j * q.stride + c], 0);
+    for (int64_t c = 3; c < q.stride; ++c) EXPECT_EQ(q.Value(j, c), 0);
   }
   // The row sums of the values (8-bit activations' correction).
   ASSERT_EQ(q.row_sums.size(), 3u);
   EXPECT_EQ(q.row_sums[0], 38 - 127 + 32);
   EXPECT_EQ(q.row_sums[1], 0);
   EXPECT_EQ(q.row_sums[2], -127 + 51 + 0);
-  // The packed copy for the 8-bit VNNI kernel, where the CPU has VNNI:
-  // one block of 16 rows (rows 3..15 zeros).
-  ASSERT_TRUE(q.packed.empty() ||
-              q.packed.size() == static_cast<size_t>(16 * kInt8RowAlign));
-  EXPECT_EQ(q.bytes(), 3 * kInt8RowAlign + static_cast<int64_t>(q.packed.size()) +
-                           3 * 4 + 3 * 4);
+  // Where the CPU has VNNI, the packed layout alone: one block of 16 rows
+  // (rows 3..15 zeros); elsewhere the row-major one.
+  const int64_t held = q.packed.empty() ? 3 * kInt8RowAlign : 16 * kInt8RowAlign;
+  EXPECT_EQ(static_cast<int64_t>(q.values.size() + q.packed.size()), held);
+  EXPECT_EQ(q.row_major_bytes(), 3 * kInt8RowAlign);
+  EXPECT_EQ(q.bytes(), held + 3 * 4 + 3 * 4);
 }
 
 // The packed layout (Int8Matrix::packed): block b, column group g, row i,
@@ -117,20 +119,31 @@ TEST(Int8Linear, QuantizesRowsSymmetrically) {
 TEST(Int8Linear, PackedWeightsHoldTheValuesInVnniBlocks) {
   for (int64_t n : {1, 15, 16, 17, 37}) {
     const int64_t k = 70;
-    const std::vector<float> w = Normal(n * k, 40 + n, 0.1f);
+    // Integers in [-127, 127] with 127 in every row: scale 1, so each
+    // quantized value is the weight itself.
+    std::vector<float> w(static_cast<size_t>(n * k));
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t c = 0; c < k; ++c) {
+        w[j * k + c] = c == 0 ? 127.0f
+                              : static_cast<float>((j * 31 + c * 7) % 255 - 127);
+      }
+    }
     const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
     if (q.packed.empty()) GTEST_SKIP() << "no AVX-512 VNNI: nothing packed";
+    EXPECT_TRUE(q.values.empty()) << "the packed copy is the only one";
     const int64_t blocks = (n + 15) / 16;
     ASSERT_EQ(q.packed.size(), static_cast<size_t>(blocks * 16 * q.stride));
     for (int64_t b = 0; b < blocks; ++b) {
       for (int64_t g = 0; g < q.stride / 4; ++g) {
         for (int64_t i = 0; i < 16; ++i) {
           for (int64_t c = 0; c < 4; ++c) {
-            const int64_t j = 16 * b + i;
+            const int64_t j = 16 * b + i, col = 4 * g + c;
             const int8_t want =
-                j < n ? q.values[j * q.stride + 4 * g + c] : int8_t{0};
+                j < n && col < k ? static_cast<int8_t>(w[j * k + col])
+                                 : int8_t{0};
             ASSERT_EQ(q.packed[(b * q.stride / 4 + g) * 64 + i * 4 + c], want)
-                << n << " rows: " << j << ", " << 4 * g + c;
+                << n << " rows: " << j << ", " << col;
+            if (j < n) ASSERT_EQ(q.Value(j, col), want);
           }
         }
       }
@@ -253,7 +266,7 @@ TEST(Int8Linear, WithinTheQuantizationBoundOfTheFloatProduct) {
           exact += xv * wv;
           magnitude += std::abs(xv * wv);
           qx_sum += std::abs(xv) / sx + 0.5;
-          qw_sum += std::abs(q.values[j * q.stride + c]);
+          qw_sum += std::abs(q.Value(j, c));
         }
         const double bound = sx * q.scales[j] * 0.5 * (qx_sum + qw_sum + 0.5 * cs.k) +
                              4 * std::numeric_limits<float>::epsilon() * magnitude;
@@ -432,7 +445,7 @@ TEST(Int8LinearA8, WithinTheQuantizationBoundOfTheFloatProduct) {
           exact += xv * wv;
           magnitude += std::abs(xv * wv);
           qx_sum += std::abs(xv) / sx + 0.5;
-          qw_sum += std::abs(q.values[j * q.stride + c]);
+          qw_sum += std::abs(q.Value(j, c));
         }
         const double err = y[r * cs.n + j] - exact;
         const double bound =
