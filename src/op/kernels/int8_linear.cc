@@ -3,16 +3,15 @@
 // rows against up to kRowTile activation rows, int8 weights widened to
 // int16 as they are loaded and multiplied with the int16 activations in
 // pairs into int32 lanes (ReorderWidenMulAccumulate: vpmaddwd on x86), one
-// horizontal sum per dot product after the row (on AVX-512 VNNI CPUs the
-// driver runs Int8RowsVnni instead, vpdpwssd in place of vpmaddwd +
-// vpaddd: the same integers; with 8-bit activations Int8RowsVnni8,
-// vpdpbusd on the activations plus 128, its sums started at -128 times the
-// weights' row sums: the same integers again; where QuantizeRows packed
-// the weights for VNNI, Int8RowsPacked16 and Int8RowsPacked8, blocks of 16
-// weight rows whose accumulators' lanes are the 16 outputs, no horizontal
-// sums). The driver quantizes the activations once per call and gives
-// threads whole blocks of four weight rows (sixteen for the packed
-// kernels), so every sum is the same integer whatever the thread count.
+// horizontal sum per dot product after the row. On AVX-512 VNNI CPUs, where
+// QuantizeRows packs the weights, the driver runs Int8RowsPacked16
+// (vpdpwssd) or, with 8-bit activations, Int8RowsPacked8 (vpdpbusd on the
+// activations plus 128, its sums started at -128 times the weights' row
+// sums) instead: blocks of 16 weight rows whose accumulators' lanes are the
+// 16 outputs, no horizontal sums, the same integers. The driver quantizes
+// the activations once per call and gives threads whole blocks of four
+// weight rows (sixteen for the packed kernels), so every sum is the same
+// integer whatever the thread count.
 #include "kernels/int8_linear.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -23,19 +22,11 @@
 #include <cmath>
 #include <limits>
 
-// The VNNI kernels' loop (once, outside the per-target code; Int8Rows below
-// is its twin for Highway's targets):
-// weight rows [begin, end) in blocks of four against all m activation rows
-// (qx [m, stride] of TX with scales sx; sx[r] NaN marks a row that was not
-// finite) in tiles of up to kTile; dot(mb, xr, wr, rows, sums) fills
-// sums[r * 4 + i] = qx_r . qw_i for r < mb (rows[i]: wr[i]'s row index);
-// then y = sums * scales + bias.
+// Once, outside the per-target code: the last step every kernel shares.
 #ifndef RELPOS_SRC_OP_KERNELS_INT8_LINEAR_LOOP_
 #define RELPOS_SRC_OP_KERNELS_INT8_LINEAR_LOOP_
 namespace relpos::int8_linear {
 
-// Always inlined, so that its call of `dot` is made from (and inlined into)
-// the caller's instruction set.
 // out[i] = sums[i] * (sx * sw[i]) (+ bias[i]) for i < n: the last step of
 // every kernel, rounding the same everywhere (-ffp-contract=off).
 inline void ScaleRow(const int32_t* sums, int64_t n, float sx, const float* sw,
@@ -44,35 +35,6 @@ inline void ScaleRow(const int32_t* sums, int64_t n, float sx, const float* sw,
     float v = static_cast<float>(sums[i]) * (sx * sw[i]);
     if (bias != nullptr) v += bias[i];
     out[i] = v;
-  }
-}
-
-template <int kTile, typename TX, class Dot>
-[[gnu::always_inline]] inline void BlockLoop(int64_t m, const TX* qx, const float* sx,
-                      const int8_t* qw, const float* sw, int64_t stride,
-                      int64_t begin, int64_t end, const float* bias, float* y,
-                      int64_t ldy, const Dot& dot) {
-  int32_t sums[kTile * 4];
-  for (int64_t j0 = begin; j0 < end; j0 += 4) {
-    const int64_t nb = end - j0 < 4 ? end - j0 : 4;
-    const int8_t* wr[4];
-    int64_t rows[4];
-    // A short last block repeats its first row (results discarded).
-    for (int64_t i = 0; i < 4; ++i) {
-      rows[i] = j0 + (i < nb ? i : 0);
-      wr[i] = qw + rows[i] * stride;
-    }
-    for (int64_t r0 = 0; r0 < m; r0 += kTile) {
-      const int64_t mb = m - r0 < kTile ? m - r0 : kTile;
-      const TX* xr[kTile];
-      for (int64_t r = 0; r < mb; ++r) xr[r] = qx + (r0 + r) * stride;
-      dot(mb, xr, wr, rows, sums);
-      for (int64_t r = 0; r < mb; ++r) {
-        ScaleRow(sums + r * 4, nb, sx[r0 + r], sw + j0,
-                 bias == nullptr ? nullptr : bias + j0,
-                 y + (r0 + r) * ldy + j0);
-      }
-    }
   }
 }
 
@@ -158,10 +120,9 @@ HWY_INLINE void DotBlock(const int16_t* const* HWY_RESTRICT xr,
   }
 }
 
-// Weight rows [begin, end) against all m activation rows, as BlockLoop
-// above does for the VNNI kernel: written out here because through
-// BlockLoop's lambda GCC left this target's DotBlock out of line (20% slower
-// at 4 and 16 rows).
+// Weight rows [begin, end) in blocks of four against all m activation rows
+// (sx[r] NaN marks a row that was not finite) in tiles of kRowTile, then
+// y = sums * scales + bias.
 void Int8Rows(int64_t m, const int16_t* qx, const float* sx,
               const int8_t* qw, const float* sw, int64_t stride,
               int64_t begin, int64_t end, const float* bias, float* y,
@@ -283,103 +244,34 @@ namespace {
 // AVX-512 VNNI (Ice Lake, Zen 4): vpdpwssd multiplies the int16 pairs and
 // adds them into the int32 lanes in one instruction, where AVX3's path
 // takes vpmaddwd and vpaddd; the same integers. Highway 1.0's target with
-// VNNI (AVX3_DL) also requires AVX-VNNI, which Zen 4 lacks, so this one
-// block kernel is written with intrinsics and chosen at run time
+// VNNI (AVX3_DL) also requires AVX-VNNI, which Zen 4 lacks, so the packed
+// kernels below are written with intrinsics and chosen at run time
 // (Int8Linear below) when Highway dispatches AVX3 and the CPU has the
-// instruction. Its structure is DotBlock's and Int8Rows's.
+// instruction.
 #define RELPOS_VNNI_TARGET \
   __attribute__((target("avx2,avx512f,avx512bw,avx512vnni")))
-
-RELPOS_VNNI_TARGET inline void StoreSums4(__m512i v0, __m512i v1, __m512i v2,
-                                          __m512i v3, int32_t* out) {
-  const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(v0, v1),
-                                     _mm512_unpackhi_epi32(v0, v1));
-  const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(v2, v3),
-                                     _mm512_unpackhi_epi32(v2, v3));
-  const __m512i c = _mm512_add_epi32(_mm512_unpacklo_epi64(a, b),
-                                     _mm512_unpackhi_epi64(a, b));
-  const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(c),
-                                     _mm512_extracti64x4_epi64(c, 1));
-  const __m128i q = _mm_add_epi32(_mm256_castsi256_si128(h),
-                                  _mm256_extracti128_si256(h, 1));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), q);
-}
 
 // acc + x . w by pairs of int16 per lane (vpdpwssd), in inline assembly
 // for the reason Dpbusd below gives: through _mm512_dpwssd_epi32 GCC 12
 // copied each of the 16 accumulators to another register and back around
-// its instruction (32 register moves per 16 vpdpwssd in the loop below).
+// its instruction (32 register moves per 16 vpdpwssd in a kernel loop).
 RELPOS_VNNI_TARGET inline __m512i Dpwssd(__m512i acc, __m512i x, __m512i w) {
   asm("vpdpwssd %[w], %[x], %[acc]" : [acc] "+v"(acc) : [x] "v"(x), [w] "v"(w));
   return acc;
 }
 
-template <int MR>
-RELPOS_VNNI_TARGET void DotBlockVnni(const int16_t* const* xr,
-                                     const int8_t* const* wr, int64_t stride,
-                                     int32_t* sums) {
-  __m512i acc[MR][4];
-  for (int r = 0; r < MR; ++r) {
-    for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_setzero_si512();
-  }
-  for (int64_t c = 0; c < stride; c += 32) {
-    __m512i w[4];
-    for (int i = 0; i < 4; ++i) {
-      w[i] = _mm512_cvtepi8_epi16(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[i] + c)));
-    }
-    for (int r = 0; r < MR; ++r) {
-      const __m512i x = _mm512_loadu_si512(xr[r] + c);
-      for (int i = 0; i < 4; ++i) {
-        acc[r][i] = Dpwssd(acc[r][i], x, w[i]);
-      }
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    StoreSums4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], sums + r * 4);
-  }
-}
-
-RELPOS_VNNI_TARGET void Int8RowsVnni(int64_t m, const int16_t* qx, const float* sx,
-                  const int8_t* qw, const float* sw, int64_t stride,
-                  int64_t begin, int64_t end, const float* bias, float* y,
-                  int64_t ldy) {
-  const auto dot = [stride](int64_t mb, const int16_t* const* xr,
-                            const int8_t* const* wr, const int64_t* /*rows*/,
-                            int32_t* sums) RELPOS_VNNI_TARGET {
-    switch (mb) {
-      case 1:
-        DotBlockVnni<1>(xr, wr, stride, sums);
-        break;
-      case 2:
-        DotBlockVnni<2>(xr, wr, stride, sums);
-        break;
-      case 3:
-        DotBlockVnni<3>(xr, wr, stride, sums);
-        break;
-      default:
-        DotBlockVnni<4>(xr, wr, stride, sums);
-        break;
-    }
-  };
-  int8_linear::BlockLoop<4>(m, qx, sx, qw, sw, stride, begin, end, bias, y,
-                            ldy, dot);
-}
-
-// The 8-bit activations' kernel: vpdpbusd multiplies 64 pairs of u8 (the
+// The 8-bit activations: vpdpbusd multiplies 64 pairs of u8 (the
 // activations plus 128) and s8 (the weights) and adds each four adjacent
 // products into an int32 lane, twice vpdpwssd's multiply-adds per
-// instruction, and the weights need no widening. ux_r . qw_i is
-// 128 sum_c qw_i[c] above qx_r . qw_i: each accumulator starts with
-// start[i] = -128 sum_c qw_i[c] in its lane 0 (subtracting it after the
-// horizontal sums, through memory, stalled on store forwarding), so
-// sums[r * 4 + i] = qx_r . qw_i. `stride` is a multiple of 64
-// (kInt8RowAlign). |start[i]| <= 128 * 127 * stride and the products add
-// at most 255 * 127 * stride over all lanes, so every partial sum (a lane,
-// or lanes added by StoreSums4) stays within (128 + 255) * 127 * stride,
-// below 2^31 for stride <= kInt8A8MaxStride (Int8Linear checks it).
+// instruction, and the weights need no widening. ux_r . qw_j is
+// 128 sum_c qw_j[c] above qx_r . qw_j, so each sum starts at
+// -128 sum_c qw_j[c] (Int8Matrix::row_sums) and ends at qx_r . qw_j.
+// `stride` is a multiple of 64 (kInt8RowAlign). |start| <= 128 * 127 *
+// stride and the products add at most 255 * 127 * stride, so every partial
+// sum stays within (128 + 255) * 127 * stride, below 2^31 for stride <=
+// kInt8A8MaxStride (Int8Linear checks it).
 static_assert(kInt8RowAlign % 64 == 0,
-              "DotBlockVnni8 steps 64 columns with no tail");
+              "the 8-bit kernel steps 64 columns with no tail");
 // acc + u . w by four bytes per lane (vpdpbusd, u unsigned, w signed). In
 // inline assembly: through _mm512_dpbusd_epi32 GCC (12, 13) copied every
 // accumulator to another register and back around each instruction of
@@ -389,72 +281,12 @@ RELPOS_VNNI_TARGET inline __m512i Dpbusd(__m512i acc, __m512i u, __m512i w) {
   asm("vpdpbusd %[w], %[u], %[acc]" : [acc] "+v"(acc) : [u] "v"(u), [w] "v"(w));
   return acc;
 }
-template <int MR>
-RELPOS_VNNI_TARGET void DotBlockVnni8(const uint8_t* const* xr,
-                                      const int8_t* const* wr,
-                                      const int32_t* start, int64_t stride,
-                                      int32_t* sums) {
-  __m512i acc[MR][4];
-  for (int i = 0; i < 4; ++i) {
-    const __m512i s = _mm512_zextsi128_si512(_mm_cvtsi32_si128(start[i]));
-    for (int r = 0; r < MR; ++r) acc[r][i] = s;
-  }
-  for (int64_t c = 0; c < stride; c += 64) {
-    __m512i w[4];
-    for (int i = 0; i < 4; ++i) w[i] = _mm512_loadu_si512(wr[i] + c);
-    for (int r = 0; r < MR; ++r) {
-      const __m512i x = _mm512_loadu_si512(xr[r] + c);
-      for (int i = 0; i < 4; ++i) {
-        acc[r][i] = Dpbusd(acc[r][i], x, w[i]);
-      }
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    StoreSums4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], sums + r * 4);
-  }
-}
-
-// Int8RowsVnni for 8-bit activations ux = qx + 128 (u8 [m, stride]; the
-// padding columns hold 128 against the weights' zeros), with W's row sums
-// for DotBlockVnni8's correction.
-RELPOS_VNNI_TARGET void Int8RowsVnni8(int64_t m, const uint8_t* ux,
-                                      const float* sx, const int8_t* qw,
-                                      const float* sw,
-                                      const int32_t* row_sums, int64_t stride,
-                                      int64_t begin, int64_t end,
-                                      const float* bias, float* y,
-                                      int64_t ldy) {
-  const auto dot = [stride, row_sums](int64_t mb, const uint8_t* const* xr,
-                                      const int8_t* const* wr,
-                                      const int64_t* rows,
-                                      int32_t* sums) RELPOS_VNNI_TARGET {
-    int32_t start[4];
-    for (int i = 0; i < 4; ++i) start[i] = -128 * row_sums[rows[i]];
-    switch (mb) {
-      case 1:
-        DotBlockVnni8<1>(xr, wr, start, stride, sums);
-        break;
-      case 2:
-        DotBlockVnni8<2>(xr, wr, start, stride, sums);
-        break;
-      case 3:
-        DotBlockVnni8<3>(xr, wr, start, stride, sums);
-        break;
-      default:
-        DotBlockVnni8<4>(xr, wr, start, stride, sums);
-        break;
-    }
-  };
-  int8_linear::BlockLoop<4>(m, ux, sx, qw, sw, stride, begin, end, bias, y,
-                            ldy, dot);
-}
-
 // The 8-bit activations' kernel on the packed weights (Int8Matrix::packed):
 // no horizontal sums. A weight block (16 rows x 4 columns, 64 bytes) holds
 // in lane i the four columns 4g..4g+3 of row i, so one vpdpbusd against the
 // four activation bytes ux_r[4g..4g+3] broadcast to every lane adds those
 // columns' products to all 16 rows' sums at once: lane i of acc[r][b] is
-// ux_r . qw_(j0 + 16 b + i), started at -128 sum_c qw (as DotBlockVnni8's,
+// ux_r . qw_(j0 + 16 b + i), started at -128 sum_c qw (as above,
 // the same integer qx_r . qw in the end; every partial sum a partial sum
 // of that kernel's lane 0, so within its bounds). The 16 lanes are then 16
 // outputs, scaled 16 at a time with ScaleRow's float operations in its
@@ -509,7 +341,7 @@ RELPOS_VNNI_TARGET void PackedTile8(const uint8_t* ux, const float* sx,
   }
 }
 
-// Int8RowsVnni8 on the packed weights: output rows [begin, end) (begin a
+// The 8-bit kernel's rows: output rows [begin, end) (begin a
 // multiple of 16) in groups of up to kPackedBlocks blocks of 16, against
 // all m activation rows in tiles of up to kPackedRows.
 constexpr int kPackedRows = 4, kPackedBlocks = 4;
@@ -587,7 +419,7 @@ RELPOS_VNNI_TARGET void Int8RowsPacked8(int64_t m, const uint8_t* ux,
 // at the end the two halves' even and odd lanes are gathered (vpermt2d)
 // and added: 16 outputs in 16 lanes, rows in order. Exact integer sums
 // (the activation range keeps every partial sum of |products| within
-// int32), so the same integers as DotBlockVnni's; the epilogue is
+// int32), so the same integers as the Highway kernels'; the epilogue is
 // PackedTile8's.
 template <int MR, int NB>
 RELPOS_VNNI_TARGET void PackedTile16(const int16_t* qx, const float* sx,
@@ -647,7 +479,7 @@ RELPOS_VNNI_TARGET void PackedTile16(const int16_t* qx, const float* sx,
   }
 }
 
-// Int8RowsVnni on the packed weights: as Int8RowsPacked8, in groups of up
+// The 16-bit kernel's rows: as Int8RowsPacked8, in groups of up
 // to 2 blocks (4 accumulators per activation row).
 constexpr int kPacked16Blocks = 2;
 
@@ -834,11 +666,14 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
                                      "activations' int32 sums (at most "
                                   << kInt8A8MaxStride << ")");
   if (m == 0 || w.rows == 0) return;
-  const bool vnni = UseVnni(HWY_DYNAMIC_DISPATCH(Int8Target)());
+  // The VNNI kernels read the packed weights; a matrix without them (not
+  // made by QuantizeRows on this CPU) takes the Highway kernels.
+  const bool packed =
+      UseVnni(HWY_DYNAMIC_DISPATCH(Int8Target)()) && !w.packed.empty();
   // The activations, quantized per row (zeros in the padding columns):
   // int16 for the Highway kernels and vpdpwssd, whatever their range; u8
   // (qx + 128) for vpdpbusd.
-  const bool unsigned8 = a8 && vnni;
+  const bool unsigned8 = a8 && packed;
   thread_local std::vector<int16_t, Int8Allocator<int16_t>> qx;
   thread_local std::vector<uint8_t, Int8Allocator<uint8_t>> ux;
   thread_local std::vector<float> sx;
@@ -859,7 +694,6 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
   for (float& scale : sx) scale /= range;  // NaN stays NaN, 0 stays 0
   // The packed kernel takes output rows in blocks of 16, the others in
   // blocks of 4.
-  const bool packed = vnni && !w.packed.empty();
   const int64_t unit = packed ? 16 : 4;
   const int64_t blocks = (w.rows + unit - 1) / unit;
   const int threads =
@@ -881,16 +715,6 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
       } else {
         Int8RowsPacked16(m, qxp, sxp, w, begin, end, bias, y, ldy);
       }
-      return;
-    }
-    if (unsigned8) {
-      Int8RowsVnni8(m, uxp, sxp, rowmajor, w.scales.data(),
-                    w.row_sums.data(), w.stride, begin, end, bias, y, ldy);
-      return;
-    }
-    if (vnni) {
-      Int8RowsVnni(m, qxp, sxp, rowmajor, w.scales.data(), w.stride,
-                   begin, end, bias, y, ldy);
       return;
     }
 #endif
