@@ -143,7 +143,9 @@ TEST(Int8Linear, PackedWeightsHoldTheValuesInVnniBlocks) {
                                  : int8_t{0};
             ASSERT_EQ(q.packed[(b * q.stride / 4 + g) * 64 + i * 4 + c], want)
                 << n << " rows: " << j << ", " << col;
-            if (j < n) ASSERT_EQ(q.Value(j, col), want);
+            if (j < n) {
+              ASSERT_EQ(q.Value(j, col), want);
+            }
           }
         }
       }
