@@ -10,14 +10,16 @@ per quantized CTranslate2 variant); the sentences are the first
 (relpos.translate.load_parallel_text with the checkpoint's corpus_path and
 languages), their targets the references.
 
-- relpos: one relpos.translate.Translator(CHECKPOINT).translate(lines,
-  beam_size=B, length_penalty="none", max_length_ratio=R,
-  max_length=M, threads=T, max_batch_size=S, compute_type=C) call, text in
-  and text out (its SentencePiece encoding and decoding are inside the
-  timing): it sorts by source length and cuts batches of S as CTranslate2
-  does, and its T threads take the batches in turn. C "int8" is `relpos
-  translate --compute-type int8`'s decoding (the decoder's linear layers
-  with int8 weights, quantized inside the call).
+- relpos: relpos.translate.Translator(CHECKPOINT, compute_type=C), then
+  one .translate(lines, beam_size=B, length_penalty="none",
+  max_length_ratio=R, max_length=M, threads=T, max_batch_size=S) call,
+  text in and text out (its SentencePiece encoding and decoding are inside
+  the timing): it sorts by source length and cuts batches of S as
+  CTranslate2 does, and its T threads take the batches in turn. C "int8" is
+  `relpos translate --compute-type int8`'s decoding (the decoder's linear
+  layers with int8 weights, quantized at load, their float32 weights
+  freed: the model a deployment holds, as CTranslate2 loads its int8
+  export).
 - CTranslate2: one ctranslate2.Translator(EXPORT, device="cpu",
   compute_type=C, inter_threads=T, intra_threads=1)
   .translate_batch(pieces, beam_size=B, length_penalty=0,
@@ -118,12 +120,11 @@ checkpoint, compute_type = sys.argv[1], sys.argv[2]
 beam, threads, batch, max_length = map(int, sys.argv[3:7])
 ratio = float(sys.argv[7])
 lines = json.loads(sys.stdin.read())
-tr = rt.Translator(checkpoint)
+tr = rt.Translator(checkpoint, compute_type=compute_type)
 def run(x):
     return tr.translate(x, beam_size=beam, length_penalty="none",
                         max_length_ratio=ratio, max_length=max_length,
-                        threads=threads, max_batch_size=batch,
-                        compute_type=compute_type)
+                        threads=threads, max_batch_size=batch)
 run(lines[:batch])  # warm-up
 t = time.perf_counter()
 out = run(lines)

@@ -187,20 +187,36 @@ class Translator:
     batches in turn (as CTranslate2's ``translate_batch(max_batch_size=)``
     with ``inter_threads``); 0 decodes all lines as one batch (split
     between the threads). The translations do not depend on either.
-    ``compute_type`` "float32" (the default), "int8" or "int8_a8": with
+    ``compute_type`` "float32", "int8" or "int8_a8": with
     "int8" the decoder blocks' linear layers (attention projections, FFN)
-    run with int8 weights, quantized per output channel when the call
-    starts, and activations quantized per row to 16 bits (as ``relpos
-    translate --compute-type int8``; docs/generate.md, "Quantized
-    inference"), and so does a large output head (a translation
-    vocabulary's); "int8_a8" quantizes those activations to 8 bits (faster
-    on CPUs with AVX-512 VNNI, less accurate). The encoder, the relative
-    tables and attention stay float32. int8 translations are close to the
-    float ones, not always the same.
+    run with int8 weights, quantized per output channel, and activations
+    quantized per row to 16 bits (as ``relpos translate --compute-type
+    int8``; docs/generate.md, "Quantized inference"), and so does a large
+    output head (a translation vocabulary's); "int8_a8" quantizes those
+    activations to 8 bits (faster on CPUs with AVX-512 VNNI, less
+    accurate). The encoder, the relative tables and attention stay float32.
+    int8 translations are close to the float ones, not always the same.
+
+    ``Translator(dir, compute_type="int8")`` (or "int8_a8") quantizes those
+    layers once, at load, and frees their float32 weights (as ``relpos
+    translate --compute-type`` does): less memory, and every ``translate``
+    call then runs that type (its ``compute_type`` defaults to it; another
+    is a ValueError). Without it the model stays float32 and
+    ``translate(..., compute_type="int8")`` quantizes for that call only.
     """
 
-    def __init__(self, checkpoint_dir):
+    def __init__(self, checkpoint_dir, compute_type: str = "float32"):
+        compute_type = _checks.choice("translate.Translator", "compute_type",
+                                      compute_type, _COMPUTE_TYPES)
         self._t = _ext.Translator.load(str(checkpoint_dir))
+        if compute_type != "float32":
+            self._t.quantize(compute_type)
+
+    @property
+    def compute_type(self) -> str:
+        """"float32", or the type ``Translator(..., compute_type=)``
+        quantized the model to."""
+        return self._t.compute_type()
 
     def encode(self, text: str) -> List[int]:
         """The piece ids of one line (normalised; without BOS / EOS)."""
@@ -223,11 +239,18 @@ class Translator:
                   length_penalty: str = "wu", alpha: float = 0.6,
                   max_length_ratio: float = 2.0, max_length: int = 1024,
                   threads: int = 0, max_batch_size: int = 0,
-                  compute_type: str = "float32") -> List[Translation]:
+                  compute_type: Optional[str] = None) -> List[Translation]:
         """One ``Translation`` per line of ``lines`` (a list of str)."""
+        if compute_type is None:
+            compute_type = self.compute_type
         compute_type = _checks.choice("translate.Translator.translate",
                                       "compute_type", compute_type,
                                       _COMPUTE_TYPES)
+        if self.compute_type != "float32" and compute_type != self.compute_type:
+            raise ValueError(
+                f"translate.Translator.translate: compute_type must be "
+                f"{self.compute_type!r}, the type this Translator was loaded "
+                f"with (got {compute_type!r})")
         lines = _segments(lines, "lines")
         if not lines:
             raise ValueError("lines must hold at least one line")

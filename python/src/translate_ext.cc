@@ -112,6 +112,14 @@ void BindTranslator(nb::module_& m) {
       .def("decode", &Translator::Decode, nb::arg("ids"))
       .def("max_source_tokens", &Translator::max_source_tokens)
       .def(
+          "quantize",
+          [](Translator& self, const std::string& compute_type) {
+            self.model().Quantize(compute_type);
+          },
+          nb::arg("compute_type"), nb::call_guard<nb::gil_scoped_release>())
+      .def("compute_type",
+           [](Translator& self) { return self.model().compute_type(); })
+      .def(
           "translate",
           [](Translator& self, const std::vector<std::string>& lines,
              int64_t beam_size, const std::string& length_penalty,

@@ -177,6 +177,30 @@ def test_int8_compute_type_translates(checkpoint, compute_type):
                     w.log_prob, rel=0.05, abs=0.1), (beam, g, w)
 
 
+@pytest.mark.parametrize("compute_type", ["int8", "int8_a8"])
+def test_translator_quantized_at_load(checkpoint, compute_type):
+    """Translator(dir, compute_type=...) quantizes once and frees the float32
+    weights: the same translations, bit for bit, as a float32 Translator's
+    per-call int8 ones; its translate runs that type by default and
+    refuses another."""
+    per_call = rt.Translator(checkpoint)
+    once = rt.Translator(checkpoint, compute_type=compute_type)
+    assert per_call.compute_type == "float32"
+    assert once.compute_type == compute_type
+    for beam in (1, 3):
+        want = per_call.translate(LINES, beam_size=beam,
+                                  compute_type=compute_type)
+        for got in (once.translate(LINES, beam_size=beam),
+                    once.translate(LINES, beam_size=beam,
+                                   compute_type=compute_type)):
+            assert [(t.tokens, t.log_prob) for t in got] == \
+                [(t.tokens, t.log_prob) for t in want]
+    other = "int8_a8" if compute_type == "int8" else "int8"
+    for bad in ("float32", other):
+        with pytest.raises(ValueError, match="loaded with"):
+            once.translate(LINES, compute_type=bad)
+
+
 def test_compute_type_default_is_float32(checkpoint):
     tr = rt.Translator(checkpoint)
     want = tr.translate(LINES, beam_size=2)
@@ -188,9 +212,13 @@ def test_compute_type_default_is_float32(checkpoint):
 def test_bad_compute_type(checkpoint):
     tr = rt.Translator(checkpoint)
     assert rt._COMPUTE_TYPES == ("float32", "int8", "int8_a8")
-    for bad in ("int4", "INT8", "int8a8", "INT8_A8", "float16", "", None, 8):
+    for bad in ("int4", "INT8", "int8a8", "INT8_A8", "float16", "", 8):
         with pytest.raises(ValueError, match="compute_type"):
             tr.translate(LINES, compute_type=bad)
+        with pytest.raises(ValueError, match="compute_type"):
+            rt.Translator(checkpoint, compute_type=bad)
+    with pytest.raises(ValueError, match="compute_type"):
+        rt.Translator(checkpoint, compute_type=None)
     model = ext.Model.load(str(checkpoint))
     with pytest.raises(ValueError, match="compute_type"):
         model.translate([tr.encode(LINES[0])], compute_type="int4")

@@ -127,6 +127,10 @@ void RunGenerate(const GenerateFlags& f, std::ostream& out) {
                    Quoted(f.dir) << " holds no checkpoint (no config.json; expected "
                             "a folder written by relpos train --task lm)");
   Model model = Model::Load(f.dir);
+  // int8: quantized once, the float32 weights of those layers freed.
+  if (f.compute_type != "float32" && !f.no_cache) {
+    model.Quantize(f.compute_type);
+  }
   GenerateOptions options;
   options.max_new_tokens = f.max_new;
   options.temperature = f.temperature;

@@ -170,6 +170,13 @@ void BasicDecoderSession<T>::Linear(const std::vector<T>& x, const T* w,
 template <typename T>
 void BasicDecoderSession<T>::Init(int64_t batch) {
   const ModelConfig& c = side_;
+  RELPOS_CHECK_ARG(
+      !model_->values_dropped() ||
+          (quantized_ != nullptr &&
+           static_cast<const void*>(quantized_->dropped_from()) ==
+               static_cast<const void*>(model_)),
+      "DecoderSession: this model keeps int8 weights only; decode with the "
+      "int8 copies that dropped its float32 weights");
   RELPOS_CHECK_ARG(batch >= 1,
                    "DecoderSession: batch must be >= 1 (got " << batch << ")");
   RELPOS_CHECK_ARG(capacity_ >= 1, "DecoderSession: capacity must be >= 1 (got "

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <type_traits>
 #include <sstream>
@@ -462,6 +463,102 @@ TEST(DecoderSessionInt8, QuantizesEveryDecoderLinearOnce) {
             Int8Activations::k8);
   ExpectInvalid([&] { QuantizedLinears bad(decoder, ComputeType::kFloat32); },
                 {"float32"});
+}
+
+// DropFloatWeights: the int8-only model decodes bit for bit as the model
+// that kept its float32 weights, frees them (a head tied to the token
+// embedding stays) and refuses every float32 use.
+TEST(DecoderSessionInt8, DroppedFloatWeightsDecodeTheSame) {
+  for (const bool seq2seq : {false, true}) {
+    SCOPED_TRACE(seq2seq ? "seq2seq" : "decoder");
+    ModelConfig c = seq2seq ? Seq2seqConfigFor(Cases()[3])
+                            : ConfigFor(Cases()[3]);
+    c.vocab_size = 300;  // a head large enough to be quantized
+    BasicTransformer<float> kept(c), dropped(c);
+    Perturb(&kept);
+    Perturb(&dropped);
+    const QuantizedLinears qk(kept);
+    QuantizedLinears qd(dropped);
+    const int64_t params = dropped.NumParameters();
+    const DecoderWeights<float> before = dropped.decoder_weights();
+    const bool tied = before.head_w == before.token;
+    ExpectInvalid([&] { qd.DropFloatWeights(&kept); }, {"not the model"});
+    const int64_t freed = qd.DropFloatWeights(&dropped);
+    // Every block matrix, and the head unless it is the embedding.
+    int64_t want = 0;
+    const float* kept_token = kept.decoder_weights().token;
+    for (const auto& p : kept.parameters()) {
+      const float* v = p.value.data();
+      if (qk.Find(v) != nullptr && !(tied && v == kept_token)) {
+        want += p.numel() * static_cast<int64_t>(sizeof(float));
+      }
+    }
+    EXPECT_GT(want, 0);
+    EXPECT_EQ(freed, want);
+    EXPECT_TRUE(dropped.values_dropped());
+    EXPECT_FALSE(kept.values_dropped());
+    EXPECT_EQ(dropped.NumParameters(), params);  // counted by shape
+    EXPECT_EQ(qd.dropped_from(), &dropped);
+    for (const auto& p : dropped.parameters()) {
+      const float* v = p.value.data();
+      const bool held = qd.Find(v) != nullptr;
+      EXPECT_EQ(p.numel() == 1, held && !(tied && v == before.token))
+          << p.name;
+    }
+    // The same logits, bit for bit, through prompts and steps.
+    std::vector<std::vector<int32_t>> sources = {{1, 2, 3}, {4, 5}};
+    auto session = [&](const BasicTransformer<float>& m,
+                       const QuantizedLinears& q) {
+      return seq2seq
+                 ? std::make_unique<BasicDecoderSession<float>>(m, sources,
+                                                                12, &q)
+                 : std::make_unique<BasicDecoderSession<float>>(m, 2, 12, &q);
+    };
+    const auto a = session(kept, qk), b = session(dropped, qd);
+    std::vector<float> la, lb;
+    a->Append({{7, 8, 9}, {10}}, &la);
+    b->Append({{7, 8, 9}, {10}}, &lb);
+    EXPECT_EQ(la, lb);
+    for (int32_t t = 0; t < 5; ++t) {
+      a->Step({t, 2 * t}, &la);
+      b->Step({t, 2 * t}, &lb);
+      EXPECT_EQ(la, lb) << "step " << t;
+    }
+    // Float32 uses of the dropped model are refused, not run on NaNs.
+    ExpectInvalid([&] { QuantizedLinears again(dropped); },
+                  {"were dropped"});
+    ExpectInvalid(
+        [&] {
+          if (seq2seq) {
+            BasicDecoderSession<float> s(dropped, sources, 12);
+          } else {
+            BasicDecoderSession<float> s(dropped, 2, 12);
+          }
+        },
+        {"int8 weights only"});
+    ExpectInvalid(
+        [&] {
+          if (seq2seq) {
+            BasicDecoderSession<float> s(dropped, sources, 12, &qk);
+          } else {
+            BasicDecoderSession<float> s(dropped, 2, 12, &qk);
+          }
+        },
+        {"int8 weights only"});
+    Batch batch;
+    batch.batch = 1;
+    batch.length = 2;
+    batch.tokens = {1, 2};
+    batch.targets = {2, 3};
+    batch.lengths = {2};
+    if (seq2seq) {
+      batch.source_tokens = {1, 2};
+      batch.source_lengths = {2};
+      batch.source_length = 2;
+    }
+    ExpectInvalid([&] { dropped.Evaluate(batch, nullptr, nullptr); },
+                  {"int8 weights only", "float32 forward"});
+  }
 }
 
 // Reorder on a decoder-only session: sequences copied, dropped and

@@ -37,6 +37,11 @@ QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model,
   RELPOS_CHECK_ARG(type != ComputeType::kFloat32,
                    "QuantizedLinears: compute type float32 has no int8 "
                    "layers");
+  RELPOS_CHECK_ARG(!model.values_dropped(),
+                   "QuantizedLinears: this model's float32 linear weights "
+                   "were dropped; decode with the int8 copies that dropped "
+                   "them");
+  built_from_ = &model;
   activations_ = type == ComputeType::kInt8A8 ? Int8Activations::k8
                                               : Int8Activations::k16;
   const ModelConfig& c = model.config();
@@ -84,6 +89,29 @@ QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model,
 void QuantizedLinears::Add(const float* weight, int64_t out, int64_t in) {
   if (Find(weight) != nullptr) return;  // a shared (tied) matrix
   matrices_.emplace_back(weight, QuantizeRows(weight, out, in, in));
+}
+
+int64_t QuantizedLinears::DropFloatWeights(BasicTransformer<float>* model) {
+  RELPOS_CHECK_ARG(model != nullptr && model == built_from_,
+                   "DropFloatWeights: not the model these int8 copies were "
+                   "made from");
+  const float* token = model->decoder_weights().token;
+  std::vector<const float*> values;
+  std::vector<size_t> entries;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < matrices_.size(); ++i) {
+    const auto& [w, q] = matrices_[i];
+    if (w == token) continue;  // a tied head: the input lookup reads it
+    values.push_back(w);
+    entries.push_back(i);
+    bytes += q.rows * q.cols * static_cast<int64_t>(sizeof(float));
+  }
+  const std::vector<const float*> kept = model->DropValues(values);
+  for (size_t e = 0; e < entries.size(); ++e) {
+    matrices_[entries[e]].first = kept[e];
+  }
+  dropped_from_ = model;
+  return bytes;
 }
 
 const Int8Matrix* QuantizedLinears::Find(const float* weight) const {

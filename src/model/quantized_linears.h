@@ -13,7 +13,8 @@
 // with the activations quantized as its compute type says (int8: int16,
 // int8_a8: 8 bits; Int8Activations).
 // The copies are made from the model's weights when this object is built:
-// it must be rebuilt after they change.
+// it must be rebuilt after they change. For deployment, DropFloatWeights
+// then frees the float32 weights they replace (an int8-only model).
 #ifndef RELPOS_SRC_MODEL_QUANTIZED_LINEARS_H_
 #define RELPOS_SRC_MODEL_QUANTIZED_LINEARS_H_
 
@@ -57,6 +58,15 @@ class QuantizedLinears {
   // The int8 copy of the [out, in] weight `weight` points at, or nullptr
   // for a weight that was not quantized.
   const Int8Matrix* Find(const float* weight) const;
+  // Frees `model`'s float32 values of the matrices held here that only the
+  // int8 path reads: every one but an output head tied to the token
+  // embedding (the input lookup reads that). `model` must be the one this
+  // was built from (InvalidArgument otherwise); it is int8-only afterwards
+  // (BasicTransformer::DropValues) and its sessions need this object.
+  // Returns the float32 bytes freed.
+  int64_t DropFloatWeights(BasicTransformer<float>* model);
+  // The model whose float weights DropFloatWeights freed, or nullptr.
+  const BasicTransformer<float>* dropped_from() const { return dropped_from_; }
   // Matrices held and their bytes.
   int64_t size() const { return static_cast<int64_t>(matrices_.size()); }
   int64_t bytes() const;
@@ -67,6 +77,8 @@ class QuantizedLinears {
   void Add(const float* weight, int64_t out, int64_t in);
   std::vector<std::pair<const float*, Int8Matrix>> matrices_;
   Int8Activations activations_ = Int8Activations::k16;
+  const BasicTransformer<float>* built_from_ = nullptr;
+  const BasicTransformer<float>* dropped_from_ = nullptr;
 };
 
 // y [rows, out] = x W^T + b through `quantized`'s copy of w when it has

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "base/check.h"
@@ -689,9 +690,36 @@ int64_t BasicTransformer<T>::FindParameter(const std::string& name) const {
 }
 
 template <typename T>
+std::vector<const T*> BasicTransformer<T>::DropValues(
+    const std::vector<const T*>& values) {
+  std::vector<size_t> which;
+  for (const T* v : values) {
+    size_t i = 0;
+    while (i < params_.size() && params_[i].value.data() != v) ++i;
+    RELPOS_CHECK_ARG(v != nullptr && i < params_.size(),
+                     "DropValues: a pointer that is no parameter's data");
+    which.push_back(i);
+  }
+  std::vector<const T*> kept;
+  for (size_t i : which) {
+    // The new one-element buffer exists before the old one is freed, so
+    // its address is no other live parameter's.
+    std::vector<T>(1, std::numeric_limits<T>::quiet_NaN())
+        .swap(params_[i].value);
+    kept.push_back(params_[i].value.data());
+  }
+  values_dropped_ = values_dropped_ || !which.empty();
+  return kept;
+}
+
+template <typename T>
 int64_t BasicTransformer<T>::NumParameters() const {
-  int64_t n = 0;
-  for (const auto& p : params_) n += p.numel();
+  int64_t n = 0;  // by shape: a dropped value (DropValues) keeps one
+  for (const auto& p : params_) {
+    int64_t size = 1;
+    for (int64_t e : p.shape) size *= e;
+    n += size;
+  }
   return n;
 }
 
@@ -708,6 +736,10 @@ void BasicTransformer<T>::set_label_smoothing(double eps) {
 // over the source first, its output the decoder's cross-attention memory).
 template <typename T>
 T BasicTransformer<T>::Forward(const Batch& batch, ForwardMode mode, Rng* rng) {
+  RELPOS_CHECK_ARG(!values_dropped_,
+                   "this model keeps int8 weights only (its float32 linear "
+                   "weights were dropped for quantized inference): the "
+                   "float32 forward pass cannot run");
   const ModelConfig& c = config_;
   ValidateBatch(batch, c);
   ValidateSource(batch, c);

@@ -246,6 +246,18 @@ class BasicTransformer {
   int64_t FindParameter(const std::string& name) const;
   int64_t NumParameters() const;
 
+  // ---- For int8 inference (model/quantized_linears.h) ----
+  // Frees the values of the parameters whose data() is in `values`: each
+  // keeps one NaN (so its data() stays a distinct live pointer, which the
+  // int8 copies are looked up by, never read). Returns those pointers in
+  // the order of `values`; InvalidArgument for a pointer that is no
+  // parameter's (nothing freed then). From then on the model is
+  // int8-only: Forward (so Evaluate and ForwardBackward) throws
+  // InvalidArgument, and so does a DecoderSession without the int8
+  // copies, since the float passes would read the freed weights.
+  std::vector<const T*> DropValues(const std::vector<const T*>& values);
+  bool values_dropped() const { return values_dropped_; }
+
   // ---- For incremental decoding (model/decoder_session.h) ----
   // The weights block `layer` of the decoder stack (the only stack of the
   // other architectures) runs with: the parameters' current values.
@@ -268,6 +280,7 @@ class BasicTransformer {
   std::vector<BasicParameter<T>> params_;
   std::unique_ptr<State> state_;
   double label_smoothing_ = 0.0;
+  bool values_dropped_ = false;
 };
 
 // The float model used for training; double is for gradient checks.

@@ -65,7 +65,8 @@ struct DecodeOptions {
   // scales (docs/generate.md, "Quantized inference"); int8_a8 quantizes
   // those activations to 8 bits instead (faster where the CPU has AVX-512
   // VNNI, less accurate). The encoder, the relative tables and attention
-  // stay float32. The weights are quantized once per call.
+  // stay float32. The weights are quantized once per call, or once for all
+  // by Model::Quantize (which then requires its compute type here).
   std::string compute_type = "float32";
 };
 
@@ -125,6 +126,19 @@ class Model {
   std::vector<Translation> Translate(
       const std::vector<std::vector<int32_t>>& sources,
       const DecodeOptions& options = {});
+  // For deployment: quantizes the decoder's linear layers once for
+  // `compute_type` ("int8" or "int8_a8", as DecodeOptions::compute_type
+  // says) and frees their float32 weights (an output head tied to the
+  // token embedding keeps them). Translate and Generate then run with that
+  // compute type only; what reads float32 weights (Save, Parameter,
+  // SetParameter, Gradient, Forward, Outputs, ForwardBackward, Evaluate,
+  // Inspect) throws InvalidArgument. InvalidArgument for another name, a
+  // model without a decoder, a model borrowed from a Training, or a second
+  // call.
+  void Quantize(const std::string& compute_type);
+  // "float32", or the compute type Quantize kept.
+  const std::string& compute_type() const;
+
   // Seq2seq models: the BOS and EOS ids of the model's training data (what
   // Translate uses when the options give none); InvalidArgument otherwise.
   std::pair<int32_t, int32_t> BosEos() const;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -242,6 +243,68 @@ TEST(Model, Seq2seqTakesSourcesInTheBatch) {
   no_source.source_tokens.clear();
   no_source.source_lengths.clear();
   EXPECT_THROW(m.Forward(no_source), InvalidArgument);
+}
+
+// Quantize: int8 once for all, its float32 weights freed; it decodes as a
+// per-call int8 Translate does, with its compute type only, and refuses
+// every use of the float32 weights.
+TEST(Model, QuantizeDecodesAsPerCallInt8AndRefusesFloatUse) {
+  ExperimentConfig c;
+  c.Set("train", "task", "s2s_copy");
+  c.Set("model", "d_model", "16");
+  c.Set("model", "d_ff", "32");
+  c.Set("model", "layers", "2");
+  const std::string dir = TempDir("quantize");
+  Model(c).Save(dir);
+  const std::vector<std::vector<int32_t>> sources = {{3, 1}, {5}, {1, 2, 3}};
+  for (const std::string type : {"int8", "int8_a8"}) {
+    SCOPED_TRACE(type);
+    Model per_call = Model::Load(dir), once = Model::Load(dir);
+    const int64_t params = once.NumParameters();
+    EXPECT_EQ(once.compute_type(), "float32");
+    once.Quantize(type);
+    EXPECT_EQ(once.compute_type(), type);
+    EXPECT_EQ(once.NumParameters(), params);
+    for (const int beam : {1, 3}) {
+      const std::vector<Translation> want = per_call.Translate(
+          sources, {.beam_size = beam, .compute_type = type});
+      const std::vector<Translation> got =
+          once.Translate(sources, {.beam_size = beam, .compute_type = type});
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].tokens, want[i].tokens);
+        EXPECT_EQ(got[i].log_prob, want[i].log_prob);
+      }
+    }
+    const auto refused = [&](const std::function<void()>& f,
+                             const std::string& what) {
+      try {
+        f();
+        ADD_FAILURE() << what << ": no InvalidArgument";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos)
+            << e.what();
+      }
+    };
+    refused([&] { once.Translate(sources, {.beam_size = 1}); },
+            "compute_type must be " + type);
+    refused([&] { once.Save(TempDir("quantized-save")); }, "Save: ");
+    refused([&] { once.Parameter("head.bias"); }, "Parameter: ");
+    refused([&] { once.SetParameter("head.bias", std::vector<float>(10)); },
+            "SetParameter: ");
+    TokenBatch b{.batch = 1, .length = 2, .tokens = {8, 3},
+                 .targets = {3, 9}, .lengths = {2}, .source_length = 1,
+                 .source_tokens = {3}, .source_lengths = {1}};
+    refused([&] { once.Forward(b); }, "Forward: ");
+    refused([&] { once.ForwardBackward(b); }, "ForwardBackward: ");
+    refused([&] { once.Quantize(type); }, "already quantized");
+  }
+  Model m = Model::Load(dir);
+  EXPECT_THROW(m.Quantize("float32"), InvalidArgument);
+  EXPECT_THROW(m.Quantize("int4"), InvalidArgument);
+  Model encoder(Tiny());
+  EXPECT_THROW(encoder.Quantize("int8"), InvalidArgument);
+  EXPECT_EQ(encoder.compute_type(), "float32");
 }
 
 // Outputs: logits are the head applied to the hidden states, their argmax is

@@ -109,17 +109,6 @@ void PrepareThreadsAndMemory(const Model& model, int64_t sequences,
   base::SetThreads(threads);
 }
 
-// The int8 copies of the model's linear layers when `o` asks for int8 or
-// int8_a8.
-std::optional<model::QuantizedLinears> QuantizedFor(const model::Transformer& t,
-                                                    const GenerateOptions& o) {
-  std::optional<model::QuantizedLinears> q;
-  const model::ComputeType compute =
-      model::ParseComputeType(o.compute_type, "compute_type");
-  if (compute != model::ComputeType::kFloat32) q.emplace(t, compute);
-  return q;
-}
-
 }  // namespace
 
 GenerateResult Generate(Model& model, const std::string& prompt,
@@ -141,10 +130,11 @@ GenerateResult Generate(Model& model, const std::string& prompt,
   const int64_t total = result.prompt_tokens + options.max_new_tokens;
   PrepareThreadsAndMemory(model, 1, total, options);
   if (options.use_cache && options.max_new_tokens > 0) {
-    const std::optional<model::QuantizedLinears> quantized =
-        QuantizedFor(t, options);
+    std::optional<model::QuantizedLinears> made;
+    const model::QuantizedLinears* quantized =
+        QuantizedFor(model, options.compute_type, &made);
     model::DecoderSession session(t, 1, total,
-                                  quantized ? &*quantized : nullptr);
+                                  quantized);
     std::vector<float> logits;
     session.Append({tokens}, &logits);
     for (int64_t i = 0; i < options.max_new_tokens; ++i) {
@@ -222,10 +212,11 @@ std::vector<GenerateResult> GenerateBatch(
     }
   }
   if (options.max_new_tokens > 0) {
-    const std::optional<model::QuantizedLinears> quantized =
-        QuantizedFor(t, options);
+    std::optional<model::QuantizedLinears> made;
+    const model::QuantizedLinears* quantized =
+        QuantizedFor(model, options.compute_type, &made);
     model::DecoderSession session(t, B, total,
-                                  quantized ? &*quantized : nullptr);
+                                  quantized);
     std::vector<float> logits;
     session.Append(tokens, &logits);
     std::vector<int32_t> last(static_cast<size_t>(B));

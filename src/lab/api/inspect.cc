@@ -195,8 +195,9 @@ Inspection Inspect(const Model& model, const InspectOptions& options) {
   const auto& m = Internals(model);
   std::optional<train::SignalStats> signal;
   if (m.signal) signal = *m.signal;
-  Inspection in = Describe(*m.transformer, Internals(m.config).train, signal,
-                           model.step(), "(in memory)", options);
+  Inspection in =
+      Describe(FloatTransformer(model, "Inspect"), Internals(m.config).train,
+               signal, model.step(), "(in memory)", options);
   if (!in.has_signal) {
     in.no_signal =
         "this model has no signal statistics (only a relpos::Training's "

@@ -4,10 +4,12 @@
 #define RELPOS_SRC_LAB_API_INTERNAL_H_
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "model/quantized_linears.h"
 #include "model/transformer.h"
 #include "relpos/lab/config.h"
 #include "relpos/lab/model.h"
@@ -37,6 +39,11 @@ struct Model::Impl {
   const train::TrainState* state = nullptr;
   // A training's signal statistics (train/signal_stats.h), when borrowed.
   const train::SignalStats* signal = nullptr;
+  // After Model::Quantize: the int8 copies every decoding call runs, and
+  // their compute type ("float32" before); the transformer's float32
+  // weights of those layers are gone.
+  std::shared_ptr<const model::QuantizedLinears> quantized;
+  std::string compute_type = "float32";
 };
 
 // The api files' way into the public objects they implement (a friend of
@@ -74,6 +81,17 @@ TensorView<T> ViewOf(T* data, const std::vector<int64_t>& shape) {
       return {data, {shape.at(0), shape.at(1), shape.at(2), shape.at(3)}};
   }
 }
+
+// The transformer of `model` for `what`, an entry point that reads its
+// float32 weights: InvalidArgument naming `what` after Model::Quantize.
+model::Transformer& FloatTransformer(const Model& model, const char* what);
+
+// The int8 copies a decoding call with `compute_type` runs: the model's own
+// after Model::Quantize (InvalidArgument unless compute_type is the one it
+// kept), else new ones made in *made (nullptr for float32).
+const model::QuantizedLinears* QuantizedFor(
+    const Model& model, const std::string& compute_type,
+    std::optional<model::QuantizedLinears>* made);
 
 // A non-owning Model of a trainer's transformer.
 Model BorrowModel(train::Trainer& trainer);

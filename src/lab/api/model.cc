@@ -178,7 +178,7 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
 void Model::Save(const std::string& dir) const {
-  const model::Transformer& t = *impl_->transformer;
+  const model::Transformer& t = FloatTransformer(*this, "Save");
   train::Checkpoint ck;
   ck.model_config = t.config();
   ck.train_config = Internals(impl_->config).train;
@@ -214,16 +214,16 @@ std::vector<std::string> Model::ParameterNames() const {
 }
 
 ConstView<float> Model::Parameter(const std::string& name) const {
-  const model::Parameter& p = Find(*impl_->transformer, name);
+  const model::Parameter& p = Find(FloatTransformer(*this, "Parameter"), name);
   return ViewOf(p.value.data(), p.shape);
 }
 
 void Model::SetParameter(const std::string& name,
                          std::span<const float> values) {
-  const int64_t i = impl_->transformer->FindParameter(name);
+  model::Transformer& t = FloatTransformer(*this, "SetParameter");
+  const int64_t i = t.FindParameter(name);
   RELPOS_CHECK_ARG(i >= 0, "the model has no parameter '" << name << "'");
-  std::vector<float>& v =
-      impl_->transformer->parameters()[static_cast<size_t>(i)].value;
+  std::vector<float>& v = t.parameters()[static_cast<size_t>(i)].value;
   RELPOS_CHECK_ARG(values.size() == v.size(),
                    "parameter '" << name << "' has " << v.size()
                                  << " values; got " << values.size());
@@ -233,19 +233,21 @@ void Model::SetParameter(const std::string& name,
 ConstView<float> Model::Gradient(const std::string& name) const {
   // Zeros before the first ForwardBackward (the model allocates its
   // gradients lazily).
-  impl_->transformer->AllocateGradients();
-  const model::Parameter& p = Find(*impl_->transformer, name);
+  model::Transformer& t = FloatTransformer(*this, "Gradient");
+  t.AllocateGradients();
+  const model::Parameter& p = Find(t, name);
   return ViewOf(p.grad.data(), p.shape);
 }
 
 ForwardResult Model::Forward(const TokenBatch& batch) {
   ForwardResult r;
-  r.loss = impl_->transformer->Evaluate(ToBatch(batch), &r, &r.predictions);
+  r.loss = FloatTransformer(*this, "Forward")
+               .Evaluate(ToBatch(batch), &r, &r.predictions);
   return r;
 }
 
 ModelOutputs Model::Outputs(const TokenBatch& batch) {
-  model::Transformer& t = *impl_->transformer;
+  model::Transformer& t = FloatTransformer(*this, "Outputs");
   model::Batch b = ToBatch(batch);
   // Only the outputs are wanted: no target takes part in the loss.
   b.targets.assign(b.tokens.size(), -1);
@@ -277,7 +279,8 @@ ModelOutputs Model::Outputs(const TokenBatch& batch) {
 
 double Model::ForwardBackward(const TokenBatch& batch, uint64_t dropout_seed) {
   Rng rng(dropout_seed);
-  return impl_->transformer->ForwardBackward(ToBatch(batch), rng, nullptr);
+  return FloatTransformer(*this, "ForwardBackward")
+      .ForwardBackward(ToBatch(batch), rng, nullptr);
 }
 
 std::vector<Translation> Model::Translate(
@@ -295,8 +298,6 @@ std::vector<Translation> Model::Translate(
                          << options.length_penalty << "')");
     o.length_penalty = model::LengthPenalty::kNone;
   }
-  const model::ComputeType compute =
-      model::ParseComputeType(options.compute_type, "compute_type");
   o.alpha = options.alpha;
   o.max_length_ratio = options.max_length_ratio;
   o.max_length = options.max_length;
@@ -338,11 +339,8 @@ std::vector<Translation> Model::Translate(
       model::MaxDecodingSteps(longest, o), threads);
   plan.resident = model::PlanModel(t.config()).total();
   model::CheckMemory(plan);
-  std::optional<model::QuantizedLinears> quantized;
-  if (compute != model::ComputeType::kFloat32) {
-    quantized.emplace(t, compute);
-    o.quantized = &*quantized;
-  }
+  std::optional<model::QuantizedLinears> made;
+  o.quantized = QuantizedFor(*this, options.compute_type, &made);
   std::vector<model::Hypothesis> best =
       TranslateBatches(t, sources, o, threads, options.max_batch_size);
   std::vector<Translation> out;
@@ -350,6 +348,56 @@ std::vector<Translation> Model::Translate(
     out.push_back({std::move(h.tokens), h.log_prob, h.score, h.ended_by_eos});
   }
   return out;
+}
+
+void Model::Quantize(const std::string& compute_type) {
+  const model::ComputeType type =
+      model::ParseComputeType(compute_type, "compute_type");
+  RELPOS_CHECK_ARG(type != model::ComputeType::kFloat32,
+                   "Quantize: compute_type must be int8 or int8_a8 (float32 "
+                   "is the model as loaded)");
+  RELPOS_CHECK_ARG(impl_->quantized == nullptr,
+                   "Quantize: the model is already quantized ("
+                       << impl_->compute_type << ")");
+  RELPOS_CHECK_ARG(impl_->state == nullptr,
+                   "Quantize: this model is a Training's; quantize a loaded "
+                   "one (Model::Load)");
+  model::Transformer& t = *impl_->transformer;
+  auto q = std::make_shared<model::QuantizedLinears>(t, type);
+  q->DropFloatWeights(&t);
+  impl_->quantized = std::move(q);
+  impl_->compute_type = compute_type;
+}
+
+const std::string& Model::compute_type() const { return impl_->compute_type; }
+
+model::Transformer& FloatTransformer(const Model& model, const char* what) {
+  const auto& m = Internals(model);
+  RELPOS_CHECK_ARG(m.quantized == nullptr,
+                   what << ": this model keeps its linear layers in "
+                        << m.compute_type
+                        << " only (Model::Quantize freed their float32 "
+                           "weights); load it again for float32 use");
+  return *m.transformer;
+}
+
+const model::QuantizedLinears* QuantizedFor(
+    const Model& model, const std::string& compute_type,
+    std::optional<model::QuantizedLinears>* made) {
+  const model::ComputeType type =
+      model::ParseComputeType(compute_type, "compute_type");
+  const auto& m = Internals(model);
+  if (m.quantized != nullptr) {
+    RELPOS_CHECK_ARG(compute_type == m.compute_type,
+                     "compute_type must be " << m.compute_type
+                                             << ", the type this model was "
+                                                "quantized to (got "
+                                             << compute_type << ")");
+    return m.quantized.get();
+  }
+  if (type == model::ComputeType::kFloat32) return nullptr;
+  made->emplace(*m.transformer, type);
+  return &**made;
 }
 
 std::pair<int32_t, int32_t> Model::BosEos() const {

@@ -126,7 +126,8 @@ std::vector<LengthMetrics> Evaluate(Model& model, const EvalOptions& options) {
   // One batch of the longest length must fit beside the model.
   int64_t longest = 0;
   for (int64_t n : ec.lengths) longest = std::max(longest, n);
-  const model::ModelConfig& mc = Internals(model).transformer->config();
+  model::Transformer& t = FloatTransformer(model, "Evaluate");
+  const model::ModelConfig& mc = t.config();
   model::MemoryPlan plan = model::PlanInference(
       mc, std::min(ec.batch_size, ec.sequences_per_length),
       data->SequenceLength(longest), threads);
@@ -143,7 +144,7 @@ std::vector<LengthMetrics> Evaluate(Model& model, const EvalOptions& options) {
         ProgressModeOf(options.progress.mode));
   }
   std::vector<LengthMetrics> results = train::EvaluateByLength(
-      *Internals(model).transformer, *data, ec, progress.get());
+      t, *data, ec, progress.get());
   if (progress) progress->Finish();
   return results;
 }
