@@ -366,6 +366,79 @@ def _fwd_step(s, m, l, acc, v, PREC: tl.constexpr):
 
 
 @triton.jit
+def _fwd_far_tile(q, K, V, kbase, vbase, skn, skd, svn, svd, Nk, dk, dv,
+                  j0, left, i0, off, e, emin, ks, gL, gR, slope2, scale2, m,
+                  l, acc, wl, wr, SCORE: tl.constexpr, HAS_AV: tl.constexpr,
+                  HAS_START: tl.constexpr, DK: tl.constexpr,
+                  DV: tl.constexpr, PREC: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One far key tile (keys [j0, j0 + BLOCK_N), all on the left of the
+    reach when `left`, else all on the right) of the query rows [i0, i0 +
+    BLOCK_M): the key term is gL or gR per row, the value term's mass goes
+    to wl or wr. emin is the smallest row end e_i (a tile below it and
+    past ks needs no mask). Returns the new (m, l, acc, wl, wr)."""
+    ii = tl.arange(0, BLOCK_M)
+    jj = tl.arange(0, BLOCK_N)
+    keys = j0 + jj
+    kt = _load_tile(K, kbase, keys, keys < Nk, skn, skd, DK, dk)
+    vt = _load_tile(V, vbase, keys, keys < Nk, svn, svd, DV, dv)
+    s = tl.dot(q, tl.trans(kt), input_precision=PREC, out_dtype=acc.dtype)
+    s = s * scale2 + tl.where(left, gL, gR)[:, None]
+    if SCORE == ALIBI:
+        s = _add_alibi(s, j0 - i0 - off + jj[None, :] - ii[:, None], slope2)
+    if (j0 + BLOCK_N > emin) | (j0 < ks):
+        s = tl.where(_visible(keys, e, ks, HAS_START), s, float("-inf"))
+    m, l, acc, p, alpha = _fwd_step(s, m, l, acc, vt, PREC)
+    if HAS_AV:
+        ps = tl.sum(p, 1)
+        wl = wl * alpha + tl.where(left, ps, 0.0)
+        wr = wr * alpha + tl.where(left, 0.0, ps)
+    return m, l, acc, wl, wr
+
+
+@triton.jit
+def _fwd_band_tile(q, K, V, AK, AV, BIAS, PB, ROWMAP, kbase, vbase, skn, skd,
+                   svn, svd, s_akh, s_akr, s_avh, s_avr, h, Nk, dk, dv, j0,
+                   i0, off, L, R, bL, bR, LROW, nb, e, ks, gL, gR, slope2,
+                   scale2, m, l, acc, wl, wr, SCORE: tl.constexpr,
+                   HAS_PB: tl.constexpr, HAS_AV: tl.constexpr,
+                   CLIP: tl.constexpr, HAS_START: tl.constexpr,
+                   DK: tl.constexpr, DV: tl.constexpr, PREC: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   WIN: tl.constexpr):
+    """One band key tile (keys [j0, j0 + BLOCK_N)) of the query rows
+    [i0, i0 + BLOCK_M): the window product G_w for the key term, the
+    window's probabilities times AV_w for the value term, pairs beyond the
+    reach as in far tiles. Returns the new (m, l, acc, wl, wr)."""
+    keys = j0 + tl.arange(0, BLOCK_N)
+    kt = _load_tile(K, kbase, keys, keys < Nk, skn, skd, DK, dk)
+    vt = _load_tile(V, vbase, keys, keys < Nk, svn, svd, DV, dv)
+    r, rbase, wd, wok, wrow, gi, gw, akw = _band_keys(
+        q, AK, BIAS, PB, ROWMAP, h, j0, i0, off, L, R, bL, bR, LROW, nb, dk,
+        s_akh, s_akr, scale2, SCORE, HAS_PB, CLIP, DK, BLOCK_M, BLOCK_N, WIN,
+        PREC)
+    s = tl.dot(q, tl.trans(kt), input_precision=PREC, out_dtype=acc.dtype)
+    s = s * scale2
+    if SCORE == VECTOR or SCORE == SCALAR:
+        s += _pick(r, L, R, gL, gR, tl.gather(gw, gi, 1))
+    if SCORE == ALIBI:
+        s = _add_alibi(s, r, slope2)
+    s = tl.where(_visible(keys, e, ks, HAS_START), s, float("-inf"))
+    m, l, acc, p, alpha = _fwd_step(s, m, l, acc, vt, PREC)
+    if HAS_AV:
+        wl = wl * alpha + tl.sum(tl.where(r <= -L, p, 0.0), 1)
+        wr = wr * alpha + tl.sum(tl.where(r >= R, p, 0.0), 1)
+        cols = tl.arange(0, DV)
+        avw = tl.load(AV + h * s_avh + wrow[:, None].to(tl.int64) * s_avr
+                      + cols[None, :],
+                      mask=wok[:, None] & (cols[None, :] < dv), other=0.0)
+        ww = _by_window(p, wd, wok, rbase, BLOCK_M, BLOCK_N)
+        acc += tl.dot(ww.to(vt.dtype), avw.to(vt.dtype),
+                      input_precision=PREC, out_dtype=acc.dtype)
+    return m, l, acc, wl, wr
+
+
+@triton.jit
 def _fwd_finish(OUT, LSE, AV, av_base, s_avr, bL, bR, acc, m, l, wl, wr, bh,
                 rows, ok, Nq, dv, HAS_AV: tl.constexpr, DV: tl.constexpr):
     """O = (acc + WL AV[bL] + WR AV[bR]) / l, lse = m + log l (natural);
@@ -428,8 +501,6 @@ def _fwd_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     distance <= -L) and [tR, nK) (every distance >= R). FINAL: write out and
     lse; otherwise the state ST (m, l, WL, WR) and ACC [BH, Nq, dv]."""
     i0 = tl.program_id(0) * BLOCK_M
-    ii = tl.arange(0, BLOCK_M)
-    jj = tl.arange(0, BLOCK_N)
     (bh, b, h, rows, row_ok, q, klen, e, gL, gR, slope2, kbase, vbase, off,
      ks) = _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, OFFS, STARTS, sqb, sqh,
                       sqn, sqd, skb, skh, svb, svh, s_akh, s_akr, H, G, Nq,
@@ -447,22 +518,11 @@ def _fwd_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     acc = tl.zeros([BLOCK_M, DV], acc_t)
     for u in range(_first_tile(ks, nL, HAS_START, BLOCK_N), nL + nK - tR):
         left = u < nL
-        j0 = tl.where(left, u, u - nL + tR) * BLOCK_N
-        keys = j0 + jj
-        kt = _load_tile(K, kbase, keys, keys < Nk, skn, skd, DK, dk)
-        vt = _load_tile(V, vbase, keys, keys < Nk, svn, svd, DV, dv)
-        s = tl.dot(q, tl.trans(kt), input_precision=PREC, out_dtype=acc_t)
-        s = s * scale2 + tl.where(left, gL, gR)[:, None]
-        if SCORE == ALIBI:
-            s = _add_alibi(s, j0 - i0 - off + jj[None, :] - ii[:, None],
-                           slope2)
-        if (j0 + BLOCK_N > emin) | (j0 < ks):
-            s = tl.where(_visible(keys, e, ks, HAS_START), s, float("-inf"))
-        m, l, acc, p, alpha = _fwd_step(s, m, l, acc, vt, PREC)
-        if HAS_AV:
-            ps = tl.sum(p, 1)
-            wl = wl * alpha + tl.where(left, ps, 0.0)
-            wr = wr * alpha + tl.where(left, 0.0, ps)
+        m, l, acc, wl, wr = _fwd_far_tile(
+            q, K, V, kbase, vbase, skn, skd, svn, svd, Nk, dk, dv,
+            tl.where(left, u, u - nL + tR) * BLOCK_N, left, i0, off, e,
+            emin, ks, gL, gR, slope2, scale2, m, l, acc, wl, wr, SCORE,
+            HAS_AV, HAS_START, DK, DV, PREC, BLOCK_M, BLOCK_N)
     if FINAL:
         _fwd_finish(OUT, LSE, AV, h * s_avh, s_avr, bL, bR, acc, m, l, wl,
                     wr, bh, rows, row_ok, Nq, dv, HAS_AV, DV)
@@ -493,7 +553,6 @@ def _fwd_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     in BLOCK_N steps, starting from its state; then out and lse."""
     i0 = tl.program_id(0) * BLOCK_M
     i0f = (i0 // FAR_M) * FAR_M
-    jj = tl.arange(0, BLOCK_N)
     (bh, b, h, rows, row_ok, q, klen, e, gL, gR, slope2, kbase, vbase, off,
      ks) = _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, OFFS, STARTS, sqb, sqh,
                       sqn, sqd, skb, skh, svb, svh, s_akh, s_akr, H, G, Nq,
@@ -512,31 +571,12 @@ def _fwd_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
                      dv).to(acc_t)
     for j0 in range(_band_start(nL * FAR_N, ks, HAS_START, BLOCK_N), j_hi,
                     BLOCK_N):
-        keys = j0 + jj
-        kt = _load_tile(K, kbase, keys, keys < Nk, skn, skd, DK, dk)
-        vt = _load_tile(V, vbase, keys, keys < Nk, svn, svd, DV, dv)
-        r, rbase, wd, wok, wrow, gi, gw, akw = _band_keys(
-            q, AK, BIAS, PB, ROWMAP, h, j0, i0, off, L, R, bL, bR, LROW, nb,
-            dk, s_akh, s_akr, scale2, SCORE, HAS_PB, CLIP, DK, BLOCK_M,
-            BLOCK_N, WIN, PREC)
-        s = tl.dot(q, tl.trans(kt), input_precision=PREC, out_dtype=acc_t)
-        s = s * scale2
-        if SCORE == VECTOR or SCORE == SCALAR:
-            s += _pick(r, L, R, gL, gR, tl.gather(gw, gi, 1))
-        if SCORE == ALIBI:
-            s = _add_alibi(s, r, slope2)
-        s = tl.where(_visible(keys, e, ks, HAS_START), s, float("-inf"))
-        m, l, acc, p, alpha = _fwd_step(s, m, l, acc, vt, PREC)
-        if HAS_AV:
-            wl = wl * alpha + tl.sum(tl.where(r <= -L, p, 0.0), 1)
-            wr = wr * alpha + tl.sum(tl.where(r >= R, p, 0.0), 1)
-            cols = tl.arange(0, DV)
-            avw = tl.load(AV + h * s_avh + wrow[:, None].to(tl.int64) * s_avr
-                          + cols[None, :],
-                          mask=wok[:, None] & (cols[None, :] < dv), other=0.0)
-            ww = _by_window(p, wd, wok, rbase, BLOCK_M, BLOCK_N)
-            acc += tl.dot(ww.to(vt.dtype), avw.to(vt.dtype),
-                          input_precision=PREC, out_dtype=acc_t)
+        m, l, acc, wl, wr = _fwd_band_tile(
+            q, K, V, AK, AV, BIAS, PB, ROWMAP, kbase, vbase, skn, skd, svn,
+            svd, s_akh, s_akr, s_avh, s_avr, h, Nk, dk, dv, j0, i0, off, L,
+            R, bL, bR, LROW, nb, e, ks, gL, gR, slope2, scale2, m, l, acc,
+            wl, wr, SCORE, HAS_PB, HAS_AV, CLIP, HAS_START, DK, DV, PREC,
+            BLOCK_M, BLOCK_N, WIN)
     _fwd_finish(OUT, LSE, AV, h * s_avh, s_avr, bL, bR, acc, m, l, wl, wr,
                 bh, rows, row_ok, Nq, dv, HAS_AV, DV)
 
