@@ -142,7 +142,8 @@ def _inputs(case, dtype):
 
 def _reference(case, tensors, dout):
     """(out, lse, grads) of the C++ reference path in float64."""
-    xs = [None if t is None else t.double().requires_grad_() for t in tensors]
+    xs = [None if t is None else t.detach().double().requires_grad_()
+          for t in tensors]  # detach: a float64 t is its own .double()
     q, k, v, ak, av, bias, pb = xs
     out = rt.attention(q, k, v, ak, av, bias=bias, pb=pb, **case.kwargs())
     out.backward(dout.double())

@@ -21,6 +21,7 @@ import torch
 from torch.autograd.function import once_differentiable
 import triton
 
+from . import _decode
 from . import _kernels as K
 from ._problem import ALIBI, NONE, SCALAR, VECTOR, prepare
 
@@ -184,6 +185,9 @@ def forward(c, q, k, v, ak=None, av=None, bias=None, pb=None, blocks=None):
     for float64 inputs) of a prepared call."""
     blocks = blocks or blocks_for(c.dtype, _width(c))
     a = _Args(c, q, k, v, ak, av, bias, pb, blocks)
+    split = _decode.forward(c, a)  # few query rows, many keys: split keys
+    if split is not None:
+        return split
     acc = _acc(c.dtype)
     out = torch.empty((c.b, c.h, c.nq, c.dv), dtype=c.dtype, device=c.device)
     lse = torch.empty((c.b, c.h, c.nq), dtype=acc, device=c.device)
