@@ -16,8 +16,10 @@ Run without TRITON_INTERPRET (test_triton_compile.py runs it in a
 subprocess). Schemes: vanilla, shaw (key and value tables, k = 16; head
 dim 64, shaw128 the same with 128), shaw64,
 keyonly, valueonly, t5 (scalar bias, 32 buckets), alibi, alibi_values, xl,
-and shaw_layouts (shaw with multi-query k / v, key_starts and per-row
-query offsets).
+xl_values (xl with av), and shaw_layouts (shaw with multi-query k / v,
+key_starts and per-row query offsets). A scheme with the suffix _decode
+(shaw_decode, shaw128_decode, ...) is the same with 4 query rows against
+2048 keys: the forward's split-key path (_decode.py).
 """
 
 import argparse
@@ -58,13 +60,16 @@ class _Driver:
 
 def _inputs(scheme, dtype):
     import relpos
+    decode = scheme.endswith("_decode")
+    scheme = scheme[:-len("_decode")] if decode else scheme
     b, h, n, d = 2, 2, 100, 128 if scheme == "shaw128" else 64
+    nk = 2048 if decode else n
     g = torch.Generator().manual_seed(0)
-    q = torch.randn(b, h, n, d, generator=g).to(dtype)
-    k = {"shaw64": 64, "xl": 200}.get(scheme, 16)
+    q = torch.randn(b, h, nk, d, generator=g).to(dtype)
+    k = {"shaw64": 64, "xl": 200, "xl_values": 200}.get(scheme, 16)
     ak = torch.randn(2 * k + 1, d, generator=g).to(dtype)
     av = ak.clone()
-    kw = dict(max_distance=k, causal=True, key_lengths=[100, 60])
+    kw = dict(max_distance=k, causal=True, key_lengths=[nk, 3 * nk // 5])
     bias = pb = None
     if scheme in ("vanilla", "valueonly", "t5", "alibi", "alibi_values"):
         ak = None
@@ -76,12 +81,15 @@ def _inputs(scheme, dtype):
         bias = torch.randn(h, 32, generator=g).to(dtype)
     if scheme in ("alibi", "alibi_values"):
         kw["alibi"] = True
-    if scheme == "xl":
+    if scheme in ("xl", "xl_values"):
         pb = torch.randn(h, d, generator=g).to(dtype)
     k = v = q
     if scheme == "shaw_layouts":
         k = v = q[:, :1].contiguous()  # multi-query: one k / v head
-        kw.update(key_starts=[0, 7], query_offset=[0, 40])
+        kw.update(key_starts=[0, nk // 14],
+                  query_offset=[0, 40] if not decode else [nk - 4, nk // 2])
+    if decode:
+        q = q[:, :, -4:].contiguous()
     return q, k, v, ak, av, bias, pb, kw
 
 
