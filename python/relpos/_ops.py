@@ -9,6 +9,9 @@ go through relpos attention and RoPE without a graph break.
 Each op has two kernels: CPU tensors run relpos's C++ kernel (below), CUDA
 tensors the Triton kernels of relpos.triton (registered with
 register_kernel("cuda"); Triton is imported on the first CUDA call).
+``on_cuda`` is the one test of which path a tensor takes, here and in
+relpos.torch; inside ``triton_on_cpu()`` (tests only, under Triton's
+interpreter) it says yes for CPU tensors too, so they run the CUDA path.
 
     relpos::attention_forward   (q, k, v, ak?, av?, bias?, pb?, options)
                                 -> (out [B, H, Nq, dv], lse [B, H, Nq])
@@ -37,6 +40,7 @@ query offsets, left-padding key starts); scale is None (1 / sqrt(dk)) or
 the score multiplier. RoPE's offsets is None or B per-row offsets.
 """
 
+import contextlib
 from typing import List, Optional, Tuple
 
 import torch
@@ -69,8 +73,46 @@ def check_tensors(fn, q, k, v, ak, av, bias, pb):
             torch_tensor(fn, name, t, like=q)
 
 
+# How many triton_on_cpu() blocks are open (a module global, not a context
+# variable: the autograd engine may run a backward on another thread).
+_TRITON_ON_CPU = 0
+
+
+@contextlib.contextmanager
+def triton_on_cpu():
+    """Test seam: inside the block, CPU tensors take the CUDA path, i.e.
+    the custom ops' "cuda" kernels and relpos.torch's CUDA branch run
+    relpos.triton's kernels on them under Triton's interpreter, so code
+    written for CUDA tensors (relpos.hf's patched models, say) is tested
+    end to end without a GPU. Only under TRITON_INTERPRET=1 (RuntimeError
+    otherwise: without the interpreter the Triton kernels cannot run on
+    CPU tensors); outside the block nothing changes. Not thread-local:
+    every thread sees the switch while a block is open.
+
+        with relpos._ops.triton_on_cpu():
+            model(ids)   # every relpos attention / RoPE call: relpos.triton
+    """
+    global _TRITON_ON_CPU
+    from relpos.triton._problem import interpreting
+    if not interpreting():
+        raise RuntimeError(
+            "relpos._ops.triton_on_cpu: Triton's interpreter is off (set "
+            "TRITON_INTERPRET=1 before Triton is imported); it is what runs "
+            "the Triton kernels on CPU tensors")
+    _TRITON_ON_CPU += 1
+    try:
+        yield
+    finally:
+        _TRITON_ON_CPU -= 1
+
+
 def on_cuda(t):
-    return isinstance(t, torch.Tensor) and t.device.type == "cuda"
+    """Whether relpos runs tensor t on the CUDA path (relpos.triton): t is
+    on a CUDA device, or on the CPU inside triton_on_cpu()."""
+    if not isinstance(t, torch.Tensor):
+        return False
+    kind = t.device.type
+    return kind == "cuda" or (kind == "cpu" and _TRITON_ON_CPU > 0)
 
 
 def lse_dtype(dtype):
@@ -139,6 +181,11 @@ if ENABLED:
             scale: Optional[float]) -> Tuple[Tensor, Tensor]:
         # q [B, H, Nq, dk], k [B, Hkv, Nk, dk], v [B, Hkv, Nk, dv]
         #   -> out [B, H, Nq, dv], lse [B, H, Nq]
+        if on_cuda(q):  # CPU tensors inside triton_on_cpu()
+            return attention_forward_cuda(
+                q, k, v, ak, av, bias, pb, max_distance, causal, key_lengths,
+                query_offset, buckets, bucket_args, alibi, query_offsets,
+                key_starts, scale)
         out, lse = _relpos.attention(
             _view(q), _view(k), _view(v), _view(ak), _view(av),
             bias=_view(bias), pb=_view(pb), return_lse=True,
@@ -181,6 +228,11 @@ if ENABLED:
     ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         # dout [B, H, Nq, dv] -> (dq, dk, dv, dak, dav, dbias, dpb), each
         # shaped like its input; empty (numel 0) where the input is None.
+        if on_cuda(q):  # CPU tensors inside triton_on_cpu()
+            return attention_backward_cuda(
+                dout, q, k, v, ak, av, bias, pb, out, lse, max_distance,
+                causal, key_lengths, query_offset, buckets, bucket_args,
+                alibi, query_offsets, key_starts, scale)
         g = _relpos.attention_backward(
             _view(dout), _view(q), _view(k), _view(v), _view(ak), _view(av),
             out=_view(out), lse=_view(lse), bias=_view(bias), pb=_view(pb),
@@ -246,6 +298,9 @@ if ENABLED:
                      layout: str, position_offsets: Optional[Tensor]
                      ) -> Tensor:
         # x [..., N, d] -> the rotated rows, same shape.
+        if on_cuda(x):  # CPU tensors inside triton_on_cpu()
+            return rope_forward_cuda(x, position_offset, base, layout,
+                                     position_offsets)
         return torch.from_numpy(_relpos.rope(
             _view(x), position_offset=_rope_offset(position_offset,
                                                    position_offsets),
@@ -269,6 +324,9 @@ if ENABLED:
                       layout: str, position_offsets: Optional[Tensor]
                       ) -> Tensor:
         # dy [..., N, d] -> dx, the rows rotated by the opposite angles.
+        if on_cuda(dy):  # CPU tensors inside triton_on_cpu()
+            return rope_backward_cuda(dy, position_offset, base, layout,
+                                      position_offsets)
         return torch.from_numpy(_relpos.rope_backward(
             _view(dy), position_offset=_rope_offset(position_offset,
                                                     position_offsets),
