@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import types
 import weakref
 from typing import Mapping, Optional
 
@@ -231,21 +230,38 @@ def _analyse_mask(where, mask, batch, nq, nk, off, causal):
     return pad
 
 
+def _eager(fn):
+    """fn runs outside torch.compile's graphs (torch.compiler.disable):
+    for the checks that read tensor values into Python (the mask's bounds,
+    the positions), which a graph cannot hold. A compiled patched model
+    breaks its graph at each call, once, instead of at every value read."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    return fn if disable is None else disable(fn)
+
+
 def _padding(state, where, mask, batch, nq, nk, off, causal):
     """_analyse_mask, computed once per mask tensor and shape (every layer
     of one forward receives the same mask)."""
+    if mask is None:
+        return _Padding(batch, nk)
+    return _cached_padding(state, where, mask, batch, nq, nk, off, causal)
+
+
+@_eager
+def _cached_padding(state, where, mask, batch, nq, nk, off, causal):
     key = (batch, nq, nk, off, causal)
-    if mask is not None and state is not None:
+    if state is not None:
         hit = state.mask_cache
         if hit is not None and hit[0]() is mask and \
                 hit[1] == mask._version and hit[2] == key:
             return hit[3]
     pad = _analyse_mask(where, mask, batch, nq, nk, off, causal)
-    if mask is not None and state is not None:
+    if state is not None:
         state.mask_cache = (weakref.ref(mask), mask._version, key, pad)
     return pad
 
 
+@_eager
 def _rope_offsets(where, position_ids, pad, batch, nq, off):
     """Per-item offsets o_b with position_ids[b, i] = i + o_b on every query
     row that is not padding (an int when all items agree)."""
@@ -274,6 +290,23 @@ def _rope_offsets(where, position_ids, pad, batch, nq, off):
                 f"(packed sequences or custom positions): not supported")
         out.append(int(row[0]))
     return out[0] if all(o == out[0] for o in out) else out
+
+
+class _PatchedForward:
+    """The forward that patch puts on a module (an instance attribute):
+    calls fn(module, plan, *args, **kwargs), fn the architecture's
+    module-level forward (_llama_forward, ...) and plan this object, which
+    holds the module's name for messages (where) and what its checks
+    found (RoPE's base, T5's table owner). An object of plain attributes
+    rather than a closure, so that a patched model pickles (torch.save of
+    the whole model) and deep-copies."""
+
+    def __init__(self, fn, module, where, **found):
+        self.fn, self.module, self.where = fn, module, where
+        vars(self).update(found)
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(self.module, self, *args, **kwargs)
 
 
 def _merge(o):
@@ -320,50 +353,49 @@ def _t5_plan(where, module, owner):
     if module.scaling != 1.0:
         raise PatchError(f"relpos.hf.patch: {where}: scaling "
                          f"{module.scaling} (T5 has 1.0); nothing was patched")
+    # The owner is kept on the forward object (not a submodule, so the
+    # module tree and state_dict are unchanged; a deepcopy or pickle of the
+    # model copies it along with the model).
+    return _PatchedForward(_t5_forward, module, where, owner=owner)
 
-    def forward(self, hidden_states, mask=None, key_value_states=None,
+
+def _t5_forward(self, plan, hidden_states, mask=None, key_value_states=None,
                 position_bias=None, cache=None, **kwargs):
-        rp = _relpos()
-        state = getattr(self, "_relpos_hf_model_state", None)
-        _check_call(where, self, kwargs, self.dropout)
-        if key_value_states is not None or position_bias is not None:
-            what = "key_value_states" if key_value_states is not None \
-                else "position_bias"
-            raise PatchError(
-                f"relpos.hf: {where}: called with {what} (the patched T5 "
-                f"self-attention computes its own bias from the table of its "
-                f"stack's first block)")
-        bsz, n = hidden_states.shape[:2]
-        dh = self.key_value_proj_dim
-        q, k, v = (_heads(p(hidden_states), dh) for p in
-                   (self.q, self.k, self.v))
-        past = 0
-        if cache is not None:
-            from transformers.cache_utils import EncoderDecoderCache
-            cur = cache.self_attention_cache \
-                if isinstance(cache, EncoderDecoderCache) else cache
-            _check_cache_kind(where, cur, self.layer_idx)
-            past = int(cur.get_seq_length(self.layer_idx))
-            k, v = cur.update(k, v, self.layer_idx)
-        nk = k.shape[2]
-        _check_cache(where, past, n, nk)
-        causal = bool(self.is_decoder)
-        pad = _padding(state, where, mask, bsz, n, nk, past, causal)
-        # The owner is kept in a tuple on the module (not a submodule, so
-        # the module tree and state_dict are unchanged; a deepcopy of the
-        # model copies it along with the model).
-        owner = vars(self)["_relpos_hf_owner"][0]
-        table = owner.relative_attention_bias.weight  # [nb, H]
-        out = rp.torch.attention(
-            q, k, v, causal=causal, scale=1.0, bias=table.t(),
-            buckets=rp.T5Buckets(self.relative_attention_num_buckets,
-                                 self.relative_attention_max_distance,
-                                 not causal),
-            **pad.kwargs())
-        return self.o(_merge(out)), None, None
-
-    forward.relpos_hf_owner = owner
-    return forward
+    where = plan.where
+    rp = _relpos()
+    state = getattr(self, "_relpos_hf_model_state", None)
+    _check_call(where, self, kwargs, self.dropout)
+    if key_value_states is not None or position_bias is not None:
+        what = "key_value_states" if key_value_states is not None \
+            else "position_bias"
+        raise PatchError(
+            f"relpos.hf: {where}: called with {what} (the patched T5 "
+            f"self-attention computes its own bias from the table of its "
+            f"stack's first block)")
+    bsz, n = hidden_states.shape[:2]
+    dh = self.key_value_proj_dim
+    q, k, v = (_heads(p(hidden_states), dh) for p in
+               (self.q, self.k, self.v))
+    past = 0
+    if cache is not None:
+        from transformers.cache_utils import EncoderDecoderCache
+        cur = cache.self_attention_cache \
+            if isinstance(cache, EncoderDecoderCache) else cache
+        _check_cache_kind(where, cur, self.layer_idx)
+        past = int(cur.get_seq_length(self.layer_idx))
+        k, v = cur.update(k, v, self.layer_idx)
+    nk = k.shape[2]
+    _check_cache(where, past, n, nk)
+    causal = bool(self.is_decoder)
+    pad = _padding(state, where, mask, bsz, n, nk, past, causal)
+    table = plan.owner.relative_attention_bias.weight  # [nb, H]
+    out = rp.torch.attention(
+        q, k, v, causal=causal, scale=1.0, bias=table.t(),
+        buckets=rp.T5Buckets(self.relative_attention_num_buckets,
+                             self.relative_attention_max_distance,
+                             not causal),
+        **pad.kwargs())
+    return self.o(_merge(out)), None, None
 
 
 def _t5_plans(model):
@@ -436,43 +468,44 @@ def _w2v_plan(where, module):
         raise PatchError(f"relpos.hf.patch: {where}: scaling "
                          f"{module.scaling} is not head_size ** -0.5; "
                          f"nothing was patched")
+    return _PatchedForward(_w2v_forward, module, where)
 
-    def forward(self, hidden_states, attention_mask=None,
-                relative_position_embeddings=None, **kwargs):
-        rp = _relpos()
-        state = getattr(self, "_relpos_hf_model_state", None)
-        _check_call(where, self, kwargs, self.dropout.p)
-        bsz, n = hidden_states.shape[:2]
-        dh = self.head_size
-        q, k, v = (_heads(p(hidden_states), dh) for p in
-                   (self.linear_q, self.linear_k, self.linear_v))
-        pad = _padding(state, where, attention_mask, bsz, n, n, 0, False)
-        if self.position_embeddings_type == "relative_key":
-            out = rp.torch.attention(
-                q, k, v, self.distance_embedding.weight,
-                buckets=rp.ClipBuckets(self.left_max_position_embeddings,
-                                       self.right_max_position_embeddings),
-                **pad.kwargs())
-        else:
-            pe = relative_position_embeddings
-            if pe is None or pe.dim() != 3 or pe.shape[0] != 1 or \
-                    pe.shape[1] != 2 * n - 1:
-                shape = None if pe is None else tuple(pe.shape)
-                raise PatchError(
-                    f"relpos.hf: {where}: relative_position_embeddings must "
-                    f"be [1, 2N - 1, D] = [1, {2 * n - 1}, D] (got {shape})")
-            # Row m of the projected encodings is XL's distance i - j =
-            # N - 1 - m, i.e. relpos's r + (N - 1): relpos's per-head key
-            # table at max_distance N - 1, unchanged.
-            ak = self.linear_pos(pe[0]).view(2 * n - 1, self.num_heads, dh) \
-                .transpose(0, 1)
-            u = self.pos_bias_u
-            out = rp.torch.attention(
-                q + u[None, :, None, :], k, v, ak, max_distance=n - 1,
-                pb=self.pos_bias_v - u, **pad.kwargs())
-        return self.linear_out(_merge(out)), None
 
-    return forward
+def _w2v_forward(self, plan, hidden_states, attention_mask=None,
+                 relative_position_embeddings=None, **kwargs):
+    where = plan.where
+    rp = _relpos()
+    state = getattr(self, "_relpos_hf_model_state", None)
+    _check_call(where, self, kwargs, self.dropout.p)
+    bsz, n = hidden_states.shape[:2]
+    dh = self.head_size
+    q, k, v = (_heads(p(hidden_states), dh) for p in
+               (self.linear_q, self.linear_k, self.linear_v))
+    pad = _padding(state, where, attention_mask, bsz, n, n, 0, False)
+    if self.position_embeddings_type == "relative_key":
+        out = rp.torch.attention(
+            q, k, v, self.distance_embedding.weight,
+            buckets=rp.ClipBuckets(self.left_max_position_embeddings,
+                                   self.right_max_position_embeddings),
+            **pad.kwargs())
+    else:
+        pe = relative_position_embeddings
+        if pe is None or pe.dim() != 3 or pe.shape[0] != 1 or \
+                pe.shape[1] != 2 * n - 1:
+            shape = None if pe is None else tuple(pe.shape)
+            raise PatchError(
+                f"relpos.hf: {where}: relative_position_embeddings must "
+                f"be [1, 2N - 1, D] = [1, {2 * n - 1}, D] (got {shape})")
+        # Row m of the projected encodings is XL's distance i - j =
+        # N - 1 - m, i.e. relpos's r + (N - 1): relpos's per-head key
+        # table at max_distance N - 1, unchanged.
+        ak = self.linear_pos(pe[0]).view(2 * n - 1, self.num_heads, dh) \
+            .transpose(0, 1)
+        u = self.pos_bias_u
+        out = rp.torch.attention(
+            q + u[None, :, None, :], k, v, ak, max_distance=n - 1,
+            pb=self.pos_bias_v - u, **pad.kwargs())
+    return self.linear_out(_merge(out)), None
 
 
 _W2V_CLASSES = {
@@ -512,45 +545,47 @@ def _bloom_plan(where, module):
                              f"transformers.models.bloom.modeling_bloom has "
                              f"no {fn} (another transformers version?); "
                              f"nothing was patched")
+    return _PatchedForward(_bloom_forward, module, where)
 
-    def forward(self, hidden_states, residual, alibi, attention_mask,
-                layer_past=None, use_cache=False, output_attentions=False,
-                **kwargs):
-        rp = _relpos()
-        state = getattr(self, "_relpos_hf_model_state", None)
-        kwargs = dict(kwargs, output_attentions=output_attentions)
-        _check_call(where, self, kwargs, self.attention_dropout.p)
-        bsz, n = hidden_states.shape[:2]
-        q, k, v = self._reshape(self.query_key_value(hidden_states))
-        past = 0
-        if layer_past is not None:
-            _check_cache_kind(where, layer_past, self.layer_idx)
-            past = int(layer_past.get_seq_length(self.layer_idx))
-            k, v = layer_past.update(k, v, self.layer_idx)
-        nk = k.shape[2]
-        _check_cache(where, past, n, nk)
-        if not isinstance(alibi, torch.Tensor) or \
-                tuple(alibi.shape) != (bsz * self.num_heads, 1, nk):
-            shape = tuple(alibi.shape) if isinstance(alibi, torch.Tensor) \
-                else type(alibi).__name__
-            raise PatchError(
-                f"relpos.hf: {where}: alibi must be BloomModel's "
-                f"[B * heads, 1, Nk] = [{bsz * self.num_heads}, 1, {nk}] "
-                f"(got {shape})")
-        pad = _padding(state, where, attention_mask, bsz, n, nk, past, True)
-        # BLOOM adds m_h * (key position among the non-padding tokens); under
-        # the causal mask that is -m_h |r| plus a constant per query row,
-        # which softmax ignores. BLOOM's own float32 slopes.
-        slopes = mb._get_alibi_slopes(self.num_heads, q.device).to(q.dtype)
-        out = rp.torch.attention(q, k, v, max_distance=0, causal=True,
-                                 alibi=slopes,
-                                 **pad.kwargs())
-        output = self.dense(_merge(out))
-        output = mb.dropout_add(output, residual, self.hidden_dropout,
-                                self.training)
-        return output, None
 
-    return forward
+def _bloom_forward(self, plan, hidden_states, residual, alibi,
+                   attention_mask, layer_past=None, use_cache=False,
+                   output_attentions=False, **kwargs):
+    from transformers.models.bloom import modeling_bloom as mb
+    where = plan.where
+    rp = _relpos()
+    state = getattr(self, "_relpos_hf_model_state", None)
+    kwargs = dict(kwargs, output_attentions=output_attentions)
+    _check_call(where, self, kwargs, self.attention_dropout.p)
+    bsz, n = hidden_states.shape[:2]
+    q, k, v = self._reshape(self.query_key_value(hidden_states))
+    past = 0
+    if layer_past is not None:
+        _check_cache_kind(where, layer_past, self.layer_idx)
+        past = int(layer_past.get_seq_length(self.layer_idx))
+        k, v = layer_past.update(k, v, self.layer_idx)
+    nk = k.shape[2]
+    _check_cache(where, past, n, nk)
+    if not isinstance(alibi, torch.Tensor) or \
+            tuple(alibi.shape) != (bsz * self.num_heads, 1, nk):
+        shape = tuple(alibi.shape) if isinstance(alibi, torch.Tensor) \
+            else type(alibi).__name__
+        raise PatchError(
+            f"relpos.hf: {where}: alibi must be BloomModel's "
+            f"[B * heads, 1, Nk] = [{bsz * self.num_heads}, 1, {nk}] "
+            f"(got {shape})")
+    pad = _padding(state, where, attention_mask, bsz, n, nk, past, True)
+    # BLOOM adds m_h * (key position among the non-padding tokens); under
+    # the causal mask that is -m_h |r| plus a constant per query row,
+    # which softmax ignores. BLOOM's own float32 slopes.
+    slopes = mb._get_alibi_slopes(self.num_heads, q.device).to(q.dtype)
+    out = rp.torch.attention(q, k, v, max_distance=0, causal=True,
+                             alibi=slopes,
+                             **pad.kwargs())
+    output = self.dense(_merge(out))
+    output = mb.dropout_add(output, residual, self.hidden_dropout,
+                            self.training)
+    return output, None
 
 
 _BLOOM_CLASSES = {"transformers.models.bloom.modeling_bloom.BloomAttention"}
@@ -596,20 +631,21 @@ def _llama_plan(where, module):
     if module.head_dim % 2:
         raise PatchError(f"relpos.hf.patch: {where}: odd head_dim "
                          f"{module.head_dim}; nothing was patched")
+    return _PatchedForward(_llama_forward, module, where, base=base)
 
-    def forward(self, hidden_states, position_embeddings=None,
-                attention_mask=None, cache=None, **kwargs):
-        state = getattr(self, "_relpos_hf_model_state", None)
-        _check_call(where, self, kwargs, self.attention_dropout)
-        bsz, n = hidden_states.shape[:2]
-        dh = self.head_dim
-        q, k, v = (_heads(p(hidden_states), dh) for p in
-                   (self.q_proj, self.k_proj, self.v_proj))
-        return _rope_decoder(self, where, state, q, k, v, bsz, n, cache,
-                             attention_mask, kwargs.get("position_ids"),
-                             base, "split_halves", dh, self.o_proj)
 
-    return forward
+def _llama_forward(self, plan, hidden_states, position_embeddings=None,
+                   attention_mask=None, cache=None, **kwargs):
+    where = plan.where
+    state = getattr(self, "_relpos_hf_model_state", None)
+    _check_call(where, self, kwargs, self.attention_dropout)
+    bsz, n = hidden_states.shape[:2]
+    dh = self.head_dim
+    q, k, v = (_heads(p(hidden_states), dh) for p in
+               (self.q_proj, self.k_proj, self.v_proj))
+    return _rope_decoder(self, where, state, q, k, v, bsz, n, cache,
+                         attention_mask, kwargs.get("position_ids"),
+                         plan.base, "split_halves", dh, self.o_proj)
 
 
 def _rope_decoder(self, where, state, q, k, v, bsz, n, cache, mask,
@@ -660,23 +696,24 @@ def _gptj_plan(where, module):
                          f"(relpos needs an even rotary_dim <= head_dim "
                          f"{module.head_dim}); nothing was patched")
     _check_scaling(where, module)
+    return _PatchedForward(_gptj_forward, module, where)
 
-    def forward(self, hidden_states, position_embeddings=None,
-                attention_mask=None, cache=None, **kwargs):
-        state = getattr(self, "_relpos_hf_model_state", None)
-        _check_call(where, self, kwargs, self.attention_dropout)
-        bsz, n = hidden_states.shape[:2]
-        dh = self.head_dim
-        q, k, v = (_heads(p(hidden_states), dh) for p in
-                   (self.q_proj, self.k_proj, self.v_proj))
-        # GPT-J's table create_sinusoidal_positions has base 10000.
-        out, _ = _rope_decoder(self, where, state, q, k, v, bsz, n, cache,
-                               attention_mask, kwargs.get("position_ids"),
-                               10000.0, "interleaved", self.rotary_dim,
-                               self.out_proj)
-        return self.resid_dropout(out), None
 
-    return forward
+def _gptj_forward(self, plan, hidden_states, position_embeddings=None,
+                  attention_mask=None, cache=None, **kwargs):
+    where = plan.where
+    state = getattr(self, "_relpos_hf_model_state", None)
+    _check_call(where, self, kwargs, self.attention_dropout)
+    bsz, n = hidden_states.shape[:2]
+    dh = self.head_dim
+    q, k, v = (_heads(p(hidden_states), dh) for p in
+               (self.q_proj, self.k_proj, self.v_proj))
+    # GPT-J's table create_sinusoidal_positions has base 10000.
+    out, _ = _rope_decoder(self, where, state, q, k, v, bsz, n, cache,
+                           attention_mask, kwargs.get("position_ids"),
+                           10000.0, "interleaved", self.rotary_dim,
+                           self.out_proj)
+    return self.resid_dropout(out), None
 
 
 def _neox_plan(where, module):
@@ -693,21 +730,23 @@ def _neox_plan(where, module):
         raise PatchError(f"relpos.hf.patch: {where}: scaling "
                          f"{module.scaling} is not head_size ** -0.5; "
                          f"nothing was patched")
+    return _PatchedForward(_neox_forward, module, where, base=base)
 
-    def forward(self, hidden_states, attention_mask=None, layer_past=None,
-                position_embeddings=None, **kwargs):
-        state = getattr(self, "_relpos_hf_model_state", None)
-        _check_call(where, self, kwargs, self.attention_dropout)
-        bsz, n = hidden_states.shape[:2]
-        dh = self.head_size
-        qkv = self.query_key_value(hidden_states).view(bsz, n, -1, 3 * dh) \
-            .transpose(1, 2)
-        q, k, v = qkv.chunk(3, dim=-1)
-        return _rope_decoder(self, where, state, q, k, v, bsz, n, layer_past,
-                             attention_mask, kwargs.get("position_ids"), base,
-                             "split_halves", self.rotary_ndims, self.dense)
 
-    return forward
+def _neox_forward(self, plan, hidden_states, attention_mask=None,
+                  layer_past=None, position_embeddings=None, **kwargs):
+    where = plan.where
+    state = getattr(self, "_relpos_hf_model_state", None)
+    _check_call(where, self, kwargs, self.attention_dropout)
+    bsz, n = hidden_states.shape[:2]
+    dh = self.head_size
+    qkv = self.query_key_value(hidden_states).view(bsz, n, -1, 3 * dh) \
+        .transpose(1, 2)
+    q, k, v = qkv.chunk(3, dim=-1)
+    return _rope_decoder(self, where, state, q, k, v, bsz, n, layer_past,
+                         attention_mask, kwargs.get("position_ids"),
+                         plan.base, "split_halves", self.rotary_ndims,
+                         self.dense)
 
 
 _LLAMA_CLASSES = {
@@ -758,6 +797,11 @@ class _State:
         self.modules = modules  # [(name, module)]
         self.cross = cross      # names left as Hugging Face's
         self.mask_cache = None
+
+    def __getstate__(self):
+        # The mask cache holds a weak reference, which does not pickle; a
+        # copy starts with an empty cache.
+        return dict(vars(self), mask_cache=None)
 
 
 def is_patched(model):
@@ -907,10 +951,8 @@ def patch(model):
     for name, m, fn in plans:
         # Plain instance attributes (object.__setattr__: nn.Module would
         # register a module-holding value as a submodule).
-        object.__setattr__(m, "forward", types.MethodType(fn, m))
+        object.__setattr__(m, "forward", fn)
         object.__setattr__(m, "_relpos_hf_model_state", state)
-        if hasattr(fn, "relpos_hf_owner"):
-            object.__setattr__(m, "_relpos_hf_owner", (fn.relpos_hf_owner,))
     setattr(model, _STATE, state)
     return model
 
@@ -933,7 +975,6 @@ def unpatch(model):
     for _, m in state.modules:
         vars(m).pop("forward", None)
         vars(m).pop("_relpos_hf_model_state", None)
-        vars(m).pop("_relpos_hf_owner", None)
     delattr(model, _STATE)
     return model
 

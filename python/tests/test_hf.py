@@ -468,6 +468,117 @@ def test_deepcopy_state_dict_and_tables():
     assert H.is_patched(model)
 
 
+@pytest.mark.parametrize("name", ["llama-gqa", "mistral", "qwen2", "bloom",
+                                  "gptj", "gpt-neox", "t5", "w2v-bert"])
+def test_torch_save_load_whole_model(name):
+    """torch.save of a whole patched model and torch.load (weights_only=
+    False: a pickle of the model's classes) give a patched model with the
+    same outputs, bit for bit, reading its own parameters; unpatch then
+    restores Hugging Face's forward on the loaded copy. (Not
+    Wav2Vec2-Conformer: its positional convolution's weight norm is a
+    torch parametrization, which torch.save refuses patched or not.)"""
+    import io
+
+    if name == "t5":
+        model = build(transformers.T5EncoderModel, t5_cfg())
+        ids, mask = right_padded()
+        table = model.encoder.block[0].layer[0].SelfAttention \
+            .relative_attention_bias.weight
+
+        def run(m):
+            return m(ids, attention_mask=mask).last_hidden_state
+    elif name == "w2v-bert":
+        model = w2v_bert()
+        x = torch.randn(2, 30, 16, generator=torch.Generator().manual_seed(4))
+        mask = torch.ones(2, 30, dtype=torch.long)
+        mask[1, 21:] = 0
+        table = None
+
+        def run(m):
+            return m(x, attention_mask=mask).last_hidden_state
+    else:
+        _, cls, cfg, _, _ = [m for m in decoder_models() if m[0] == name][0]
+        model = build(cls, cfg)
+        ids, mask = left_padded()
+        table = None
+
+        def run(m):
+            return m(ids, attention_mask=mask).logits
+    with torch.no_grad():
+        ref = run(model)
+        H.patch(model)
+        want = run(model)  # fills the mask cache, which must not pickle
+        buf = io.BytesIO()
+        torch.save(model, buf)
+        buf.seek(0)
+        twin = torch.load(buf, weights_only=False)
+        assert H.is_patched(twin)
+        assert H.patched_modules(twin) == H.patched_modules(model)
+        assert torch.equal(run(twin), want)
+        if table is not None:  # the loaded T5 reads its own stack's table
+            twin.encoder.block[0].layer[0].SelfAttention \
+                .relative_attention_bias.weight.mul_(3.0)
+            assert not torch.allclose(run(twin), want)
+            assert torch.equal(table, model.encoder.block[0].layer[0]
+                               .SelfAttention.relative_attention_bias.weight)
+        H.unpatch(twin)
+        assert unpatched(twin)
+        if table is None:
+            assert torch.equal(run(twin), ref)
+
+
+def test_torch_compile_llama():
+    """torch.compile of a patched Llama (GQA, left padding; the default
+    backend, inductor, about 30 s here) gives the eager patched model's
+    logits, for two batches with different padding (the mask's bounds are
+    read outside the graph, so a new padding is no stale constant)."""
+    import torch._dynamo
+
+    model = build(transformers.LlamaForCausalLM, llama_cfg())
+    first = left_padded()
+    second = left_padded(seed=5)
+    second[1][0, :3] = 0  # other padding: item 0 padded, item 2 not
+    second[1][2, :] = 1
+    H.patch(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        for ids, mask in (first, second):
+            want = model(ids, attention_mask=mask).logits
+            got = compiled(ids, attention_mask=mask).logits
+            real = mask.bool()
+            assert rel_err(got[real], want[real]) <= tol(torch.float32, 64, 2)
+    torch._dynamo.reset()
+
+
+def test_torch_compile_graph_breaks():
+    """The patched T5 encoder without a mask compiles to one graph
+    (fullgraph=True; backend aot_eager, to keep the test short); with a
+    padding mask, the graph breaks only where relpos.hf reads the mask's
+    bounds into Python (_cached_padding, torch.compiler.disable'd: relpos
+    takes the bounds as per-row integers), and outputs are unchanged."""
+    import torch._dynamo
+
+    model = build(transformers.T5EncoderModel, t5_cfg())
+    ids, mask = right_padded()
+    H.patch(model)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = model(ids).last_hidden_state
+        got = torch.compile(model, fullgraph=True, backend="aot_eager")(
+            ids).last_hidden_state
+        assert rel_err(got, want) <= tol(torch.float32, 32, 2)
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(
+            lambda i, k: model(i, attention_mask=k).last_hidden_state)(
+            ids, mask)
+    torch._dynamo.reset()
+    assert explained.graph_break_count > 0
+    for b in explained.break_reasons:
+        assert "torch.compiler.disable" in b.reason, b.reason
+        assert any(f.name == "_padding" for f in b.user_stack), b.user_stack
+
+
 def test_refuses_dropout_in_training():
     model = build(transformers.LlamaForCausalLM,
                   llama_cfg(attention_dropout=0.1))
