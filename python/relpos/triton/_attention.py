@@ -1,29 +1,49 @@
 """Host side of relpos.triton.attention: kernel launches, the deterministic
 reductions of the table gradients, and the autograd Function.
 
-Memory beyond inputs, outputs and gradients: the forward's lse [B, H, Nq];
-in the backward a per-row buffer [B, H, 6, Nq], the per-query-tile partial
-sums of the end rows ([B, H, Nq / BLOCK_M, 2, d]) and the tile diagonals'
-partial sums ([S, H, T, 2 BLOCK, d], T the number of tile diagonals that
-reach interior distances: about (L + R) / BLOCK + 2 for a bounded reach,
-(Nq + Nk) / BLOCK for Transformer-XL's unclipped one, plus the span of
-per-row offsets / BLOCK). With grouped-query heads (k, v with Hkv < H
-heads) dK / dV are first formed per query head in the accumulator type
-([B, H, Nk, d]) and summed over each group in a fixed order. Nothing of
-size Nq x Nk.
+Memory beyond inputs, outputs and gradients: the forward's lse [B, H, Nq]
+and, when the scheme has band tiles, the far kernel's per-row state
+[B H, 6, Nq] and (inputs not in the accumulator's dtype) its accumulator
+[B, H, Nq, dv]; in the backward a per-row buffer RC [B, H, 6, Nq], the dQ
+far kernel's state (the same two shapes, band tiles only), the dK / dV far
+kernel's sums [B, H, Nk, dk], [B, H, Nk, dv] (band tiles; not when the
+gradients are already in the accumulator's dtype), the
+per-query-tile partial sums of the end rows ([B H, Nq / BLOCK_M, 2, d],
+only for the terms the scheme has) and the tile diagonals' partial sums
+([S, H, T, 2 BLOCK, d], T the number of tile diagonals that reach interior
+distances: about (L + R) / BLOCK + 2 for a bounded reach, (Nq + Nk) /
+BLOCK for Transformer-XL's unclipped one, plus the span of per-row offsets
+/ BLOCK). With grouped-query heads (k, v with Hkv < H heads) dK / dV are
+first formed per query head in the accumulator type ([B, H, Nk, d]) and
+summed over each group in a fixed order. Nothing of size Nq x Nk.
+
+Per call: the forward is one launch (every tile far: no position term,
+ALiBi, one table row) or two (far, band); the backward three (_bwd_prep,
+dQ, dK / dV) or up to six (with band tiles: the far and band kernel of
+each, and _bwd_diag when interior distances exist), then, for a learned
+table, a few torch reductions in a fixed order. Nothing is zero-filled
+that a kernel writes in full, the unused pointer arguments (_dummy) and
+the call's configuration constants (_problem.device_constant) are made
+once per device, and neither pass reads device data back to the host
+(prepare does when key_lengths, query_offset, key_starts or alibi come as
+device tensors: their values are checked and shape the launches there).
+bench/gpu_host_profile.py counts all of this without a GPU;
+tests/test_triton_host.py holds the counts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 import triton
 
 from . import _decode
 from . import _kernels as K
-from ._problem import ALIBI, NONE, SCALAR, VECTOR, prepare
+from ._problem import (ALIBI, NONE, SCALAR, VECTOR, device_constant,
+                       prepare)
 
 LOG2E = 1.4426950408889634
 
@@ -105,15 +125,22 @@ def _acc(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _dummy(dtype, device):
+    """The one-element tensor passed for an unused pointer argument (the
+    kernels never read it: every read is under its constexpr flag), made
+    once per device and dtype."""
+    return device_constant(("dummy", dtype), device,
+                           lambda: torch.zeros(1, dtype=dtype))
+
+
 class _Args:
     """The leading arguments every attention kernel takes (_kernels.py,
     COMMON) and the launch settings."""
 
     def __init__(self, c, q, k, v, ak, av, bias, pb, blocks, dout=None,
                  rc=None):
-        dummy = torch.zeros(1, dtype=c.dtype, device=c.device)
-        i32 = torch.zeros(1, dtype=torch.int32, device=c.device)
-        acc = torch.zeros(1, dtype=_acc(c.dtype), device=c.device)
+        dummy, i32, acc = (_dummy(t, c.device) for t in
+                           (c.dtype, torch.int32, _acc(c.dtype)))
         self.tables = [None if t is None else t.contiguous()
                        for t in (ak, av, bias, pb)]
         ak_, av_, bias_, pb_ = (dummy if t is None else t
@@ -228,9 +255,10 @@ def _diagonals(c, bd):
     return t_lo, max(t_hi - t_lo + 1, 0)
 
 
-def _interior_rows(c, part, t_lo, bd):
-    """Per-head sums by table row [H, nb, ...] of the diagonal kernel's
-    partial sums part [S, H, T, 2 bd, ...] (interior distances only)."""
+def _interior_rows(c, part, t_lo, bd, out):
+    """Adds to out [H, nb, ...] the per-head sums by table row of the
+    diagonal kernel's partial sums part [S, H, T, 2 bd, ...] (interior
+    distances only)."""
     s, h, t = part.shape[:3]
     tail = part.shape[4:]
     part = part.sum(0).view(h, t, 2, bd, *tail)
@@ -241,26 +269,32 @@ def _interior_rows(c, part, t_lo, bd):
     d0 = t_lo * bd - c.off - bd + 1          # distance of dist[:, 0]
     lo = max(1 - c.left, d0)
     hi = min(c.right - 1, d0 + (t + 1) * bd - 1)
-    out = part.new_zeros((h, c.buckets.nb, *tail))
     if lo > hi:
-        return out
+        return
     vals = dist[:, lo - d0:hi - d0 + 1]
     if c.buckets.clip:
-        out[:, lo + c.buckets.left:hi + c.buckets.left + 1] = vals
-        return out
+        out[:, lo + c.buckets.left:hi + c.buckets.left + 1] += vals
+        return
     # T5: several distances share a row; a one-hot product (float64, a
-    # fixed summation order) adds them up.
-    rows = c.rowmap[lo + c.left - 1:hi + c.left].long()
-    onehot = (rows[None, :] == torch.arange(c.buckets.nb, device=rows.device)
-              [:, None]).double()
+    # fixed summation order) adds them up. The one-hot matrix [nb, hi - lo
+    # + 1] (row of each distance lo .. hi) depends only on the map: made
+    # once per device.
+    t5, nb = c.buckets.t5, c.buckets.nb
+
+    def make():
+        rows = t5.bucket(np.arange(lo, hi + 1, dtype=np.int64))
+        return torch.as_tensor(rows[None, :] == np.arange(nb)[:, None],
+                               dtype=torch.float64)
+    onehot = device_constant(("t5_onehot", t5.num_buckets, t5.max_distance,
+                              t5.bidirectional, lo, hi), c.device, make)
     flat = vals.reshape(h, vals.shape[1], -1).double()
-    return torch.matmul(onehot, flat).view(h, c.buckets.nb, *tail).to(
+    out += torch.matmul(onehot, flat).view(h, c.buckets.nb, *tail).to(
         part.dtype)
 
 
 def _end_rows(c, part):
     """[H, nb, ...] of the dQ kernel's partial sums part [B*H, nQT, 2, ...]
-    (the end rows bL, bR only)."""
+    (the end rows bL, bR only; zeros elsewhere)."""
     tail = part.shape[3:]
     ends = part.sum(1).view(c.b, c.h, 2, *tail).sum(0)
     out = part.new_zeros((c.h, c.buckets.nb, *tail))
@@ -279,8 +313,10 @@ def _launch_diag(c, a, blocks, need_eq, need_es, need_wv):
     split = max(1, min(items, blocks.diag_programs // (t * c.h)))
 
     def buf(on, *shape):
-        return torch.empty((split, c.h, t, 2 * bd, *shape) if on else (1,),
-                           dtype=acc, device=c.device)
+        if not on:  # not written (its NEED_ flag is off)
+            return a.acc_dummy
+        return torch.empty((split, c.h, t, 2 * bd, *shape), dtype=acc,
+                           device=c.device)
 
     pwq, pwv, pws = (buf(need_eq, a.dk_pad), buf(need_wv, a.dv_pad),
                      buf(need_es))
@@ -306,10 +342,13 @@ def _table_grads(c, a, blocks, peq, pew, pes, needs):
     bd = blocks.diag
 
     def rows(end, interior, width):
+        # The interior sums are added into the end rows' zeros: the same
+        # values as adding two separate [H, nb] results (a row adds
+        # its end sum first, then its interior sum), in fewer operators.
         x = _end_rows(c, end[..., :width] if width else end)
         if interior is not None:
-            x += _interior_rows(c, interior[..., :width] if width
-                                else interior, t_lo, bd)
+            _interior_rows(c, interior[..., :width] if width
+                           else interior, t_lo, bd, x)
         return x
 
     e = rows(pes, pws, 0) if need_es else None  # [H, nb]: sum of dS by row
@@ -318,7 +357,7 @@ def _table_grads(c, a, blocks, peq, pew, pes, needs):
         dak = rows(peq, pwq, c.dk)
         if c.has_pb:
             dak += e[:, :, None] * pb.to(dak.dtype)[:, None, :]
-        dak = dak * c.scale
+        dak.mul_(c.scale)
     if need_wv:
         dav = rows(pew, pwv, c.dv)
     if c.score == SCALAR and needs.dbias:
@@ -334,10 +373,10 @@ def _table_grads(c, a, blocks, peq, pew, pes, needs):
             None if dav is None else dav.to(c.dtype), dbias, dpb)
 
 
-def _prep(c, a, blocks, q, out, dout, lse):
-    """The per-row buffer RC [B, H, 6, Nq] of the backward kernels."""
-    rc = torch.zeros((c.b, c.h, 6, c.nq), dtype=_acc(c.dtype),
-                     device=c.device)
+def _prep(c, a, blocks, q, out, dout, lse, rc):
+    """Fills the per-row buffer RC [B, H, 6, Nq] of the backward kernels
+    (every plane of every row: _kernels._bwd_prep writes zeros in the
+    planes the scheme has no term for, so RC needs no zero fill)."""
     ak_, av_, bias_, pb_ = a.common[3:7]
     K._bwd_prep[(triton.cdiv(c.nq, blocks.far_m), c.h, c.b)](
         q, ak_, av_, bias_, pb_, out.contiguous(), dout, lse, rc,
@@ -346,7 +385,6 @@ def _prep(c, a, blocks, q, out, dout, lse):
         c.scale * LOG2E, SCORE=c.score, HAS_PB=c.has_pb, HAS_AV=c.has_av,
         BLOCK_M=blocks.far_m, DK=a.dk_pad, DV=a.dv_pad,
         num_warps=blocks.far_warps)
-    return rc
 
 
 def _group_sum(c, part):
@@ -384,9 +422,18 @@ def _dq(c, a, blocks):
     bh = c.b * c.h
     dq = torch.empty((c.b, c.h, c.nq, c.dk), dtype=c.dtype, device=c.device)
     nqt = triton.cdiv(c.nq, blocks.far_m if c.all_far else blocks.band_m)
-    peq = torch.zeros((bh, nqt, 2, a.dk_pad), dtype=acc, device=c.device)
-    pew = torch.zeros((bh, nqt, 2, a.dv_pad), dtype=acc, device=c.device)
-    pes = torch.zeros((bh, nqt, 2), dtype=acc, device=c.device)
+
+    def part(on, *shape):
+        # The finishing kernel (_kernels._dq_finish: one program per query
+        # tile, nqt of them) writes every element of each buffer its
+        # scheme has, and _table_grads reads only those: no zero fill; a
+        # dummy for the others.
+        if not on:
+            return a.acc_dummy
+        return torch.empty((bh, nqt, 2, *shape), dtype=acc, device=c.device)
+    peq = part(c.score == VECTOR, a.dk_pad)
+    pew = part(c.has_av, a.dv_pad)
+    pes = part(c.score in (VECTOR, SCALAR))
     dqs = es = a.acc_dummy
     if not c.all_far:
         dqs = _state(dq, acc, c.b, c.h, c.nq, c.dk)
@@ -403,9 +450,10 @@ def backward(c, dout, q, k, v, ak=None, av=None, bias=None, pb=None,
     None (or its gradient is not needed)."""
     blocks = blocks or blocks_for(c.dtype, _width(c))
     needs = needs or Needs()
-    a = _Args(c, q, k, v, ak, av, bias, pb, blocks)
-    rc = _prep(c, a, blocks, q, out, dout, lse)
+    rc = torch.empty((c.b, c.h, 6, c.nq), dtype=_acc(c.dtype),
+                     device=c.device)
     a = _Args(c, q, k, v, ak, av, bias, pb, blocks, dout=dout, rc=rc)
+    _prep(c, a, blocks, q, out, dout, lse, rc)
     # dQ first: its kernels correct D in rc (the rowsum correction,
     # _kernels._rowsum_fix) for the dK / dV and diagonal kernels.
     dq, peq, pew, pes = _dq(c, a, blocks)

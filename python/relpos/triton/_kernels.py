@@ -600,7 +600,8 @@ def _bwd_prep(Q, AK, AV, BIAS, PB, OUT, DOUT, LSE, RC,
               SCORE: tl.constexpr, HAS_PB: tl.constexpr,
               HAS_AV: tl.constexpr, BLOCK_M: tl.constexpr,
               DK: tl.constexpr, DV: tl.constexpr):
-    """The per-row quantities of the backward (the RC planes)."""
+    """The per-row quantities of the backward: every RC plane of rows
+    [0, Nq) (zeros in the planes of a term the scheme lacks)."""
     bh, b, h = _head_item(H)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     ok = rows < Nq
@@ -620,6 +621,10 @@ def _bwd_prep(Q, AK, AV, BIAS, PB, OUT, DOUT, LSE, RC,
                             BLOCK_M)
         tl.store(RC + _plane_off(bh, Nq, RC_GL) + rows, gL, mask=ok)
         tl.store(RC + _plane_off(bh, Nq, RC_GR) + rows, gR, mask=ok)
+    else:  # read as zeros by the other kernels (RC is not zero-filled)
+        zero = tl.zeros([BLOCK_M], acc_t)
+        tl.store(RC + _plane_off(bh, Nq, RC_GL) + rows, zero, mask=ok)
+        tl.store(RC + _plane_off(bh, Nq, RC_GR) + rows, zero, mask=ok)
     if HAS_AV:
         cols = tl.arange(0, DV)
         avl = tl.load(AV + h * s_avh + bL.to(tl.int64) * s_avr + cols,
@@ -628,6 +633,10 @@ def _bwd_prep(Q, AK, AV, BIAS, PB, OUT, DOUT, LSE, RC,
                       mask=cols < dv, other=0.0).to(acc_t)
         tl.store(RC + _plane_off(bh, Nq, RC_UL) + rows, tl.sum(dof * avl[None, :], 1), mask=ok)
         tl.store(RC + _plane_off(bh, Nq, RC_UR) + rows, tl.sum(dof * avr[None, :], 1), mask=ok)
+    else:
+        zero = tl.zeros([BLOCK_M], acc_t)
+        tl.store(RC + _plane_off(bh, Nq, RC_UL) + rows, zero, mask=ok)
+        tl.store(RC + _plane_off(bh, Nq, RC_UR) + rows, zero, mask=ok)
 
 
 @triton.jit

@@ -153,11 +153,52 @@ _SCORES = {"none": NONE, "vector": VECTOR, "scalar_table": SCALAR,
            "alibi": ALIBI}
 
 
+def to_device(host, device):
+    """A CPU tensor `host` copied to `device` without a host
+    synchronisation: on CUDA through pinned memory with non_blocking
+    (PyTorch copies pageable memory with cudaMemcpyAsync and then waits for
+    the stream; from a pinned block, whose reuse its caching host
+    allocator defers until the copy is done, it does not wait)."""
+    if device.type != "cuda":
+        return host.to(device)
+    if torch.cuda.is_current_stream_capturing():
+        # A captured copy would read the pinned block again at every
+        # replay; the synchronous copy refuses capture as before.
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+# Small per-device tensors that depend only on the call's configuration
+# (ALiBi slopes, T5's interior rows, the kernels' dummy arguments), made
+# once per device: a call then allocates, fills and uploads none of them.
+_CONSTANTS = {}
+_CONSTANTS_MAX = 256
+
+
+def device_constant(key, device, make):
+    """make() (a CPU tensor) on `device`, kept under (key, device).
+    Nothing is kept while a CUDA graph is being captured (a tensor made
+    then would belong to the graph's memory pool), and the oldest entry
+    goes when _CONSTANTS_MAX are held."""
+    full = (key, device)
+    t = _CONSTANTS.get(full)
+    if t is not None:
+        return t
+    t = to_device(make(), device)
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return t
+    if len(_CONSTANTS) >= _CONSTANTS_MAX:
+        del _CONSTANTS[next(iter(_CONSTANTS))]
+    _CONSTANTS[full] = t
+    return t
+
+
 def _slopes(slopes, dtype, device):
     """The call's ALiBi slopes (resolved and checked by the C++ core)."""
     acc = torch.float64 if dtype == torch.float64 else torch.float32
-    return torch.as_tensor(np.asarray(slopes, np.float64), dtype=acc,
-                           device=device)
+    key = ("alibi", acc, tuple(float(m) for m in slopes))
+    return device_constant(key, device, lambda: torch.as_tensor(
+        np.asarray(slopes, np.float64), dtype=acc))
 
 
 def _lengths(a, problem, device):
@@ -165,8 +206,7 @@ def _lengths(a, problem, device):
     when none was given."""
     if not a.key_lengths:
         return None
-    return torch.as_tensor(np.asarray(problem["key_lengths"], np.int32),
-                           device=device)
+    return _per_item(problem["key_lengths"], device)
 
 
 def _cut_reaches(bk, nq, nk, off_lo, off_hi):
@@ -179,15 +219,19 @@ def _cut_reaches(bk, nq, nk, off_lo, off_hi):
 
 def _per_item(values, device):
     """One int per batch item as int32 on the device."""
-    return torch.as_tensor(np.asarray(values, np.int32), device=device)
+    return to_device(torch.as_tensor(np.asarray(values, np.int32)), device)
 
 
 def _rowmap(bk, left, right, device):
     if bk.clip or left + right - 1 <= 0:
         return None
-    r = np.arange(1 - left, right, dtype=np.int64)
-    rows = bk.t5.bucket(r)
-    return torch.as_tensor(rows.astype(np.int32), device=device)
+
+    def make():
+        r = np.arange(1 - left, right, dtype=np.int64)
+        return torch.as_tensor(bk.t5.bucket(r).astype(np.int32))
+    t5 = bk.t5
+    return device_constant(("t5_rows", t5.num_buckets, t5.max_distance,
+                            t5.bidirectional, left, right), device, make)
 
 
 def prepare(fn, q, k, v, ak=None, av=None, bias=None, pb=None, *,
