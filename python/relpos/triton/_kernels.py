@@ -310,6 +310,18 @@ def _head_item(H):
 
 
 @triton.jit
+def _query_tile(CAUSAL: tl.constexpr):
+    """The query tile of a forward or dQ program. With a causal mask the
+    last query tiles see the most key tiles: they take the first program
+    ids, so that the longest programs start first and the short ones fill
+    the tail (the dK / dV kernels, whose longest key tiles are the first
+    ones under a causal mask, keep the ascending order)."""
+    if CAUSAL:
+        return tl.num_programs(0) - 1 - tl.program_id(0)
+    return tl.program_id(0)
+
+
+@triton.jit
 def _plane_off(bh, Nq, plane):
     """Offset of plane `plane` of row bh of a [BH, 6, Nq] buffer, in 64
     bits (plane * Nq alone overflows int32 once Nq > 2^31 / 6)."""
@@ -500,7 +512,8 @@ def _fwd_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     """The far tiles of one query tile: the key tiles [0, nL) (every
     distance <= -L) and [tR, nK) (every distance >= R). FINAL: write out and
     lse; otherwise the state ST (m, l, WL, WR) and ACC [BH, Nq, dv]."""
-    i0 = tl.program_id(0) * BLOCK_M
+    tile = _query_tile(CAUSAL)
+    i0 = tile * BLOCK_M
     (bh, b, h, rows, row_ok, q, klen, e, gL, gR, slope2, kbase, vbase, off,
      ks) = _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, OFFS, STARTS, sqb, sqh,
                       sqn, sqd, skb, skh, svb, svh, s_akh, s_akr, H, G, Nq,
@@ -551,7 +564,8 @@ def _fwd_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     """The band tiles of one query tile (BLOCK_M rows inside one far query
     tile of FAR_M rows): the keys [nL FAR_N, tR FAR_N) that _fwd_far left,
     in BLOCK_N steps, starting from its state; then out and lse."""
-    i0 = tl.program_id(0) * BLOCK_M
+    tile = _query_tile(CAUSAL)
+    i0 = tile * BLOCK_M
     i0f = (i0 // FAR_M) * FAR_M
     (bh, b, h, rows, row_ok, q, klen, e, gL, gR, slope2, kbase, vbase, off,
      ks) = _fwd_setup(Q, AK, BIAS, PB, SLOPES, LENS, OFFS, STARTS, sqb, sqh,
@@ -916,14 +930,14 @@ def _dq_setup(Q, DOUT, RC, LENS, SLOPES, OFFS, STARTS, sqb, sqh, sqn, sqd,
 
 @triton.jit
 def _dq_finish(DQO, PEQ, PEW, PES, AK, q, do, dq, el, er, wl, wr, bh, h,
-               rows, ok, Nq, dk, dv, bL, bR, s_akh, s_akr, scale,
+               tile, rows, ok, Nq, dk, dv, bL, bR, s_akh, s_akr, scale,
                SCORE: tl.constexpr, HAS_AV: tl.constexpr, DK: tl.constexpr,
                DV: tl.constexpr):
-    """dQ += E_end AK[end rows], scaled and stored; the query tile's partial
-    sums of the end rows' table gradients (PEQ, PEW, PES)."""
+    """dQ += E_end AK[end rows], scaled and stored; the partial sums of the
+    end rows' table gradients (PEQ, PEW, PES) of query tile `tile`."""
     acc_t = dq.dtype
     cols = tl.arange(0, DK)
-    part = bh.to(tl.int64) * tl.num_programs(0) + tl.program_id(0)
+    part = bh.to(tl.int64) * tl.num_programs(0) + tile
     if SCORE == VECTOR:
         akl = tl.load(AK + h * s_akh + bL.to(tl.int64) * s_akr + cols,
                       mask=cols < dk, other=0.0).to(acc_t)
@@ -962,7 +976,8 @@ def _bwd_dq_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     """dQ of one query tile over its far key tiles, with the per-row end
     sums. FINAL: finished here (_dq_finish); otherwise the unscaled dQ
     in DQS and the end sums in ES for _bwd_dq_band."""
-    i0 = tl.program_id(0) * BLOCK_M
+    tile = _query_tile(CAUSAL)
+    i0 = tile * BLOCK_M
     (bh, b, h, rows, ok, q, do, lse2, dd, klen, e, gL, gR, uL, uR, slope2,
      kbase, vbase, off, ks) = _dq_setup(
         Q, DOUT, RC, LENS, SLOPES, OFFS, STARTS, sqb, sqh, sqn, sqd, skb,
@@ -1009,8 +1024,8 @@ def _bwd_dq_far(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
             el, er = _rowsum_fix(RC, bh, Nq, rows, ok, dd, et, wl + wr, el,
                                  er, wl, wr)
         _dq_finish(DQO, PEQ, PEW, PES, AK, q, do, dq, el, er, wl, wr, bh, h,
-                   rows, ok, Nq, dk, dv, bL, bR, s_akh, s_akr, scale, SCORE,
-                   HAS_AV, DK, DV)
+                   tile, rows, ok, Nq, dk, dv, bL, bR, s_akh, s_akr, scale,
+                   SCORE, HAS_AV, DK, DV)
     else:
         _store_tile(DQS, bh.to(tl.int64) * Nq * dk, rows, ok, dk, dq, DK, dk)
         tl.store(ES + _plane_off(bh, Nq, ES_EL) + rows, el, mask=ok)
@@ -1037,7 +1052,8 @@ def _bwd_dq_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
     """dQ of one query tile (BLOCK_M rows inside a far tile of FAR_M): adds
     the band keys [nL FAR_N, tR FAR_N) to _bwd_dq_far's state, then
     finishes (_dq_finish)."""
-    i0 = tl.program_id(0) * BLOCK_M
+    tile = _query_tile(CAUSAL)
+    i0 = tile * BLOCK_M
     i0f = (i0 // FAR_M) * FAR_M
     (bh, b, h, rows, ok, q, do, lse2, dd, klen, e, gL, gR, uL, uR, slope2,
      kbase, vbase, off, ks) = _dq_setup(
@@ -1099,8 +1115,8 @@ def _bwd_dq_band(Q, K, V, AK, AV, BIAS, PB, SLOPES, LENS, ROWMAP, DOUT, RC,
         el, er = _rowsum_fix(RC, bh, Nq, rows, ok, dd, et, wl + wr + pin,
                              el, er, wl, wr)
     _dq_finish(DQO, PEQ, PEW, PES, AK, q, do, dq, el, er, wl, wr, bh, h,
-               rows, ok, Nq, dk, dv, bL, bR, s_akh, s_akr, scale, SCORE,
-               HAS_AV, DK, DV)
+               tile, rows, ok, Nq, dk, dv, bL, bR, s_akh, s_akr, scale,
+               SCORE, HAS_AV, DK, DV)
 
 
 @triton.jit
