@@ -202,6 +202,34 @@ def _flex_rows(torch, relpos, q, kk, v, ak, bias, slopes, t5, k, causal,
             "flex_shaw_key": ((q, kk, v, ak), shaw_key_flex)}
 
 
+# --- floors ----------------------------------------------------------------------
+
+# Spec-sheet peaks of an NVIDIA H200 (SXM): dense bfloat16 tensor-core
+# throughput and HBM3e bandwidth. Not measured.
+H200_FLOPS = 989e12
+H200_BYTES_PER_S = 4.8e12
+
+
+def floors(b, h, n, d, causal, elem_bytes=2, flops_per_s=H200_FLOPS,
+           bytes_per_s=H200_BYTES_PER_S):
+    """The work any attention of this shape must do and the time it
+    implies at the given peaks: {fwd_gflop, fwd_bwd_gflop, fwd_mb,
+    fwd_bwd_mb, and the four *_ms}. FLOPs as FlashAttention counts them:
+    4 B H n^2 d for the forward (Q K^T and P V), halved with a causal
+    mask, the backward 2.5 times the forward. Bytes: the forward reads q,
+    k, v and writes out once; the backward reads q, k, v, dO, out and
+    writes dq, dk, dv once (lse and every position table left out)."""
+    fwd = 4.0 * b * h * n * n * d * (0.5 if causal else 1.0)
+    tensor = b * h * n * d * elem_bytes
+    out = dict(fwd_gflop=fwd / 1e9, fwd_bwd_gflop=3.5 * fwd / 1e9,
+               fwd_mb=4 * tensor / 1e6, fwd_bwd_mb=12 * tensor / 1e6)
+    out["fwd_flop_ms"] = 1e3 * fwd / flops_per_s
+    out["fwd_bwd_flop_ms"] = 1e3 * 3.5 * fwd / flops_per_s
+    out["fwd_byte_ms"] = 1e3 * 4 * tensor / bytes_per_s
+    out["fwd_bwd_byte_ms"] = 1e3 * 12 * tensor / bytes_per_s
+    return out
+
+
 # --- timing --------------------------------------------------------------------
 
 
@@ -269,6 +297,12 @@ def run_sweep(torch, relpos, a, device, dtype):
     only = {x for x in a.rows.split(",") if x}
     results = []
     for n in a.n:
+        fl = floors(b, h, n, d, a.causal)
+        print(f"n={n:6d} floors at an H200's spec-sheet peaks (989 TFLOP/s "
+              f"bf16, 4.8 TB/s): fwd {fl['fwd_flop_ms']:.4f} ms (FLOPs) / "
+              f"{fl['fwd_byte_ms']:.4f} ms (bytes), fwd+bwd "
+              f"{fl['fwd_bwd_flop_ms']:.4f} / {fl['fwd_bwd_byte_ms']:.4f} ms",
+              flush=True)
         rows = make_rows(torch, relpos, (b, h, n, d), a.causal, device, dtype,
                          a.small)
         for name, (inputs, fn) in rows.items():
@@ -277,11 +311,19 @@ def run_sweep(torch, relpos, a, device, dtype):
             entry = dict(n=n, row=name, batch=b, heads=h, d=d,
                          causal=a.causal, dtype=str(dtype))
             entry.update(measure(torch, fn, inputs, a.repeats, device))
+            entry["floors"] = fl
 
             def show(x, unit):
                 return x if isinstance(x, str) else f"{x:9.3f} {unit}"
-            print(f"n={n:6d} {name:16s} fwd {show(entry['fwd_ms'], 'ms')}  "
-                  f"fwd+bwd {show(entry['fwd_bwd_ms'], 'ms')}  peak "
+            def over(x, key):  # time / the larger of the two floors
+                floor = max(fl[f"{key}_flop_ms"], fl[f"{key}_byte_ms"])
+                if isinstance(x, str):
+                    return ""
+                return f" ({x / floor:.1f}x floor)"
+            print(f"n={n:6d} {name:16s} fwd {show(entry['fwd_ms'], 'ms')}"
+                  f"{over(entry['fwd_ms'], 'fwd')}  fwd+bwd "
+                  f"{show(entry['fwd_bwd_ms'], 'ms')}"
+                  f"{over(entry['fwd_bwd_ms'], 'fwd_bwd')}  peak "
                   f"{show(entry.get('peak_mib', '-'), 'MiB')}", flush=True)
             results.append(entry)
         del rows

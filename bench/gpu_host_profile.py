@@ -29,10 +29,10 @@ would see from the host:
 
 and the CPU host time of the Python path (median of --repeats): each
 call's wall time less the time spent inside its Triton launches (where
-the interpreter runs the kernels). That is CPU time in relpos's Python
-code and in the torch operators it calls (run here on small CPU tensors),
-not a GPU time and without Triton's own launcher overhead. Nothing here
-runs on or is timed on a GPU.
+the interpreter runs the kernels), with one torch thread. That is CPU
+time in relpos's Python code and in the torch operators it calls (run
+here on small CPU tensors), not a GPU time and without Triton's own
+launcher overhead. Nothing here runs on or is timed on a GPU.
 
 Each scheme is run once before it is counted (caches filled: the
 steady state of a training loop); the counts of that first call are in
@@ -316,6 +316,9 @@ def _timed_call(torch, fn, inputs):
 def run(a):
     import torch
     import relpos
+    # One torch thread: on a busy machine OpenMP's thread wake-ups would
+    # put milliseconds into a small CPU reduction's time.
+    torch.set_num_threads(1)
     shape = (a.b, a.h, a.n, a.d)
     results = []
     for scheme in a.schemes:
