@@ -36,6 +36,20 @@ reference path recomputes the pair's own softmax, so float64 pairs (and the
 far pairs of any dtype) take the chunk-pair backward in torch below. Both
 are tested against single-process relpos attention.
 
+CUDA tensors (relpos._ops.on_cuda(q)): the near pairs run relpos.triton's
+kernels (float16, bfloat16, float32, float64); the running output, lse and
+gradient accumulators are float32 for 16-bit inputs, and everything stays
+on the device (the far shortcut and the torch pair path included). The
+Triton backward cannot take a partial key set's global statistics (its
+rowsum correction assumes a whole row), so a pair's gradient is split into
+the pair's own backward plus its lse's cotangent (section "one near chunk
+pair on the CUDA path" below): one Triton forward and one backward per
+near pair. Tested with two gloo processes under Triton's interpreter
+(tests/test_distributed_triton.py, CPU tensors through
+relpos._ops.triton_on_cpu()); not measured on a GPU, never run over NCCL
+(whose collectives the argument checks' all_gathers use the current CUDA
+device for).
+
 Table gradients (ak, av, bias) are this rank's contribution (its queries'
 rows); sum them over the group -- DistributedDataParallel over the same
 ranks does (it averages, matching a loss that is the mean over ranks), or
@@ -53,6 +67,7 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 import relpos as _relpos
+from relpos import _ops
 from relpos._checks import torch_tensor
 from relpos._call import check_problem
 from relpos._call import parse as parse_call
@@ -91,9 +106,12 @@ class _Scheme:
         # -m |r| is not, so it has no far pairs.
         self.reach = None if use_alibi else (-left, right)
 
-    def bucket(self, r):
-        """Table rows (int64 tensor) of the distances r (int64 tensor)."""
-        return torch.from_numpy(self._map(r.numpy()))
+    def bucket(self, r, lo, hi):
+        """Table rows (int64 tensor on r's device) of the distances r
+        (int64 tensor), all in [lo, hi]: the map runs on the host over that
+        range, the lookup on r's device."""
+        rows = torch.from_numpy(self._map(np.arange(lo, hi + 1)))
+        return rows.to(r.device)[r - lo]
 
     def far_bucket(self, r):
         return int(self._map(torch.tensor([r]).numpy())[0])
@@ -149,20 +167,23 @@ def _pair_scores(s, q, k, qo, ko, bucket):
     scale = 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.transpose(-1, -2)) * scale
     mask = None
+    dev = q.device
+    keys = torch.arange(k.shape[2], device=dev)
     if bucket is None:
-        r = (ko - qo) + (torch.arange(k.shape[2])[None, :] -
-                         torch.arange(q.shape[2])[:, None])
+        r = (ko - qo) + (keys[None, :] -
+                         torch.arange(q.shape[2], device=dev)[:, None])
         if s.causal:
             mask = r > 0
         if s.scheme.slopes is not None:
-            slopes = torch.tensor(s.scheme.slopes, dtype=q.dtype)
+            slopes = torch.tensor(s.scheme.slopes, dtype=q.dtype, device=dev)
             scores = scores - slopes.view(1, -1, 1, 1) * r.abs().to(q.dtype)
-        bucket = s.scheme.bucket(r)
+        bucket = s.scheme.bucket(r, ko - qo - (q.shape[2] - 1),
+                                 ko - qo + k.shape[2] - 1)
     ak, bias = s.scheme.ak, s.scheme.bias
     lengths = s.local_lengths(ko, k.shape[2])
     if lengths is not None:
-        pad = (torch.arange(k.shape[2])[None, :] >=
-               torch.tensor(lengths)[:, None]).view(len(lengths), 1, 1, -1)
+        pad = (keys[None, :] >= torch.tensor(lengths, device=dev)[:, None]
+               ).view(len(lengths), 1, 1, -1)
         mask = pad if mask is None else mask | pad
     if ak is not None:
         g = _table_times(q, ak.transpose(-1, -2))  # [B, H, m, nb]
@@ -270,7 +291,9 @@ def _pair_forward(s, q, k, v, qo, ko):
     if kind == "skip":
         return None
     if kind == "far":
-        return _torch_forward(s, q, k, v, qo, ko, row)
+        return _torch_forward(s, *_wide(s, q, k, v), qo, ko, row)
+    if s.triton:
+        return _triton_forward(s, q, k, v, qo, ko)
     sch = s.scheme
     out, lse = _relpos.attention(
         _np(q), _np(k), _np(v), _np(sch.ak), _np(sch.av),
@@ -284,7 +307,10 @@ def _pair_backward(s, q, k, v, qo, ko, out, lse, dout, acc):
     if kind == "skip":
         return
     sch = s.scheme
-    if kind == "near" and sch.relpos_backward_ok(q.dtype):
+    if kind == "near" and s.triton and _triton_width_ok(s, q, v):
+        _triton_backward(s, q, k, v, qo, ko, out, lse, dout, acc)
+        return
+    if kind == "near" and not s.triton and sch.relpos_backward_ok(q.dtype):
         g = _relpos.attention_backward(
             _np(dout), _np(q), _np(k), _np(v), _np(sch.ak), _np(sch.av),
             out=_np(out), lse=_np(lse), bias=_np(sch.bias),
@@ -294,7 +320,145 @@ def _pair_backward(s, q, k, v, qo, ko, out, lse, dout, acc):
             if x is not None:
                 acc[name] += torch.from_numpy(x)
         return
+    q, k, v, dout = _wide(s, q, k, v, dout)
     _torch_backward(s, q, k, v, qo, ko, row, out, lse, dout, acc)
+
+
+def _wide(s, *xs):
+    """The tensors in the accumulator dtype (float32 for 16-bit inputs),
+    for the torch chunk-pair path."""
+    return tuple(x.to(s.acc) for x in xs)
+
+
+# --- one near chunk pair on the CUDA path (relpos.triton) -------------------
+#
+# The forward is relpos.triton's with query_offset = qo - ko. The backward
+# cannot hand the kernels the GLOBAL out / lse of a partial key set: their
+# dQ kernels correct D from the row's own sum of dS (the rowsum correction,
+# triton/_kernels.py _rowsum_fix), which is zero only over a whole row, so
+# with global statistics of one chunk pair D becomes the pair's own
+# dO . o_pair and dK, the table gradients and Shaw's dQ end terms come out
+# wrong. So the pair's gradient is split in two exact parts:
+#
+#   dS_ij = p_ij (dP_ij - D_i)           (global p, global D = dO_i . out_i)
+#         = w_i p'_ij (dP_ij - D'_i)  +  g_i p'_ij
+#
+# with the pair's own softmax p'_ij = p_ij / w_i, w_i = exp(lse'_i - lse_i),
+# D'_i = dO_i . o'_i (o', lse': the pair's own output and lse) and
+# g_i = w_i (D'_i - D_i) (the cotangent of the pair's lse through the
+# merge). The first part is the kernels' backward of the pair on its own,
+# with dO scaled by w (a whole row for them: their correction holds). The
+# second is a softmax-weighted sum: for dQ, scale g_i sum_j p'_ij (k_j +
+# AK[b_ij]), a forward with values k and value table ak; for dK, AK and
+# the bias, sums of p'_ij x_i with x_i = scale g_i q_i (and g_i), which the
+# same backward returns as dV and dAV of extra value columns (zero in v,
+# av and o', so they change nothing else). One forward (recomputing o',
+# lse' and the dQ sums) and one backward per near pair, value width
+# dv + dk (+ 1 with a bias).
+
+
+def _triton_tables(s):
+    """The tables as the Triton calls here take them: per head
+    [H, nb, d], in the inputs' dtype (a shared table expanded; its gradient
+    is summed over the heads)."""
+    t = s.scheme.tri
+    return t["ak"], t["av"], t["bias"]
+
+
+def _triton_call(s, q, k, v, qo, ko, ak, av, bias):
+    from relpos.triton import _problem
+    return _problem.prepare(_FN, q, k, v, ak, av, bias, None,
+                            **_relpos_kwargs(s, qo, ko, k.shape[2]))
+
+
+def _triton_forward(s, q, k, v, qo, ko):
+    from relpos.triton import _attention
+    ak, av, bias = _triton_tables(s)
+    c = _triton_call(s, q, k, v, qo, ko, ak, av, bias)
+    return _attention.forward(c, q, k, v, ak, av, bias, None)
+
+
+def _extra_width(s, q):
+    """Value columns the backward adds: dk for x_i, 1 for g_i (bias)."""
+    return q.shape[3] + (s.scheme.bias is not None)
+
+
+def _triton_width_ok(s, q, v):
+    """Whether the widened calls stay within the kernels' head dims (at
+    most 256); wider pairs take the torch chunk-pair path."""
+    from relpos.triton import _problem
+    return v.shape[3] + _extra_width(s, q) <= _problem._MAX_DIM
+
+
+def _cat_table(t, h, nb, widths, like):
+    """[H, nb, sum(widths)]: the table t (or zeros) in the first columns,
+    zeros after."""
+    parts = [t if t is not None else like.new_zeros((h, nb, widths[0]))]
+    parts += [like.new_zeros((h, nb, w)) for w in widths[1:] if w]
+    return torch.cat(parts, -1)
+
+
+def _triton_backward(s, q, k, v, qo, ko, out, lse, dout, acc):
+    """Adds one near chunk pair's gradients (global out / lse) into acc,
+    through relpos.triton (the split above)."""
+    from relpos.triton import _attention
+    ak, av, bias = _triton_tables(s)
+    b, h, m, dk = q.shape
+    dv = v.shape[3]
+    tables = [t for t in (ak, av) if t is not None]
+    nb = (tables[0].shape[1] if tables else
+          bias.shape[1] if bias is not None else 0)
+    # The pair's own o', lse' and the dQ sums sum_j p'_ij (k_j + AK[b_ij]).
+    vk = torch.cat([v, k], -1)
+    avk = None
+    if tables:
+        avk = torch.cat([_cat_table(av, h, nb, (dv,), q),
+                         ak if ak is not None
+                         else q.new_zeros((h, nb, dk))], -1)
+    c = _triton_call(s, q, k, vk, qo, ko, ak, avk, bias)
+    both, lse_p = _attention.forward(c, q, k, vk, ak, avk, bias, None)
+    o_p, ksum = both[..., :dv], both[..., dv:]
+    lse = lse.to(lse_p.dtype)
+    w = torch.where(torch.isinf(lse_p), torch.zeros_like(lse_p),
+                    torch.exp(lse_p - _finite(lse)))
+    dout_w = dout.to(s.acc)
+    g = w * ((dout_w * (o_p.to(s.acc) - out.to(s.acc))).sum(-1))
+    scale = 1.0 / math.sqrt(dk)
+    # The pair on its own (dO scaled by w), x_i and g_i in extra columns.
+    extra = _extra_width(s, q)
+    cols = [dout_w * w.unsqueeze(-1),
+            (scale * g).unsqueeze(-1) * q.to(s.acc)]
+    if bias is not None:
+        cols.append(g.unsqueeze(-1))
+    d2 = torch.cat(cols, -1).to(q.dtype)
+    v2 = torch.cat([v, v.new_zeros((b, h, k.shape[2], extra))], -1)
+    o2 = torch.cat([o_p, o_p.new_zeros((b, h, m, extra))], -1)
+    av2 = None
+    if tables or bias is not None:
+        av2 = _cat_table(av, h, nb, (dv, extra), q)
+    c = _triton_call(s, q, k, v2, qo, ko, ak, av2, bias)
+    dq, dk_, dv2, dak, dav2, dbias, _ = _attention.backward(
+        c, d2.contiguous(), q, k, v2, ak, av2, bias, None,
+        out=o2.contiguous(), lse=lse_p,
+        needs=_attention.Needs(dak=ak is not None, dav=True,
+                               dbias=bias is not None, dpb=False))
+    acc["dq"] += dq.to(s.acc) + (scale * g).unsqueeze(-1) * ksum.to(s.acc)
+    acc["dk"] += dk_.to(s.acc) + dv2[..., dv:dv + dk].to(s.acc)
+    acc["dv"] += dv2[..., :dv].to(s.acc)
+    shared = s.scheme.ak is not None and s.scheme.ak.dim() == 2 or \
+        s.scheme.av is not None and s.scheme.av.dim() == 2
+
+    def table_grad(x):
+        x = x.to(s.acc)
+        return x.sum(0) if shared else x
+
+    if ak is not None:
+        acc["dak"] += table_grad(dak.to(s.acc) +
+                                 dav2[..., dv:dv + dk].to(s.acc))
+    if av is not None:
+        acc["dav"] += table_grad(dav2[..., :dv])
+    if bias is not None:
+        acc["dbias"] += (dbias.to(s.acc) + dav2[..., dv + dk].to(s.acc))
 
 
 # --- the ring ----------------------------------------------------------------
@@ -310,12 +474,9 @@ class _Ring:
         self.size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
         if lengths is None:
-            lengths = [torch.zeros(1, dtype=torch.int64)
-                       for _ in range(self.size)]
+            lengths = [torch.tensor([n_local])]
             if self.size > 1:
-                dist.all_gather(lengths, torch.tensor([n_local]), group=group)
-            else:
-                lengths = [torch.tensor([n_local])]
+                lengths = _all_gather(group, lengths[0])
         self.lengths = [int(x) for x in lengths]
         self.offsets = [sum(self.lengths[:i]) for i in range(self.size)]
         self.next = self._global((self.rank + 1) % self.size)
@@ -340,10 +501,15 @@ class _Ring:
 
 
 class _Settings:
-    def __init__(self, scheme, causal, ring, key_lengths=None):
+    def __init__(self, scheme, causal, ring, key_lengths=None, triton=False,
+                 acc=None):
         self.scheme, self.causal, self.ring = scheme, causal, ring
         # None, or B global valid-key counts (padding at the sequence end).
         self.key_lengths = key_lengths
+        # The CUDA path (relpos.triton) for the near pairs, and the dtype of
+        # the accumulators (out, the gradients, the torch pair path):
+        # float32 for 16-bit inputs, else the inputs' own.
+        self.triton, self.acc = triton, acc
 
     def local_lengths(self, ko, nk):
         """The valid keys of the chunk at ko (B counts in [0, nk]), or
@@ -367,8 +533,8 @@ def _ring_forward(s, q, k, v):
     ring = s.ring
     b, h, n, dv = v.shape
     dk = k.shape[3]
-    out = q.new_zeros((b, h, q.shape[2], dv))
-    lse = q.new_full((b, h, q.shape[2]), -math.inf)
+    out = q.new_zeros((b, h, q.shape[2], dv), dtype=s.acc)
+    lse = q.new_full((b, h, q.shape[2]), -math.inf, dtype=s.acc)
     qo = ring.offsets[ring.rank]
     held = torch.cat([k.reshape(-1), v.reshape(-1)])
     for step in range(ring.size):
@@ -381,7 +547,7 @@ def _ring_forward(s, q, k, v):
         kc, vc = _split(held, b, h, ring.lengths[src], (dk, dv))
         part = _pair_forward(s, q, kc, vc, qo, ring.offsets[src])
         if part is not None:
-            out, lse = _merge(out, lse, *part)
+            out, lse = _merge(out, lse, *(x.to(s.acc) for x in part))
         for r in reqs:
             r.wait()
         if reqs:
@@ -405,12 +571,13 @@ def _ring_backward(s, q, k, v, out, lse, dout):
     b, h, n, dv = v.shape
     dk = k.shape[3]
     qo = ring.offsets[ring.rank]
-    acc = {"dq": torch.zeros_like(q)}
+    acc = {"dq": torch.zeros_like(q, dtype=s.acc)}
     for name, t in (("dak", sch.ak), ("dav", sch.av), ("dbias", sch.bias)):
         if t is not None:
-            acc[name] = torch.zeros_like(t)
+            acc[name] = torch.zeros_like(t, dtype=s.acc)
     held = torch.cat([k.reshape(-1), v.reshape(-1)])
-    grads = q.new_zeros(b * h * n * (dk + dv))  # dK, dV of the held chunk
+    # dK, dV of the held chunk
+    grads = q.new_zeros(b * h * n * (dk + dv), dtype=s.acc)
     for step in range(ring.size):
         src = ring.source(step)
         nk = ring.lengths[src]
@@ -427,7 +594,7 @@ def _ring_backward(s, q, k, v, out, lse, dout):
             # The accumulator follows its chunk one hop; after the last step
             # it arrives back at the chunk's owner.
             back = ring.lengths[ring.source(step + 1)]
-            g_recv = q.new_empty(b * h * back * (dk + dv))
+            g_recv = q.new_empty(b * h * back * (dk + dv), dtype=s.acc)
             for r in ring.exchange(grads, g_recv):
                 r.wait()
             grads = g_recv
@@ -436,8 +603,14 @@ def _ring_backward(s, q, k, v, out, lse, dout):
         if kv_reqs:
             held = kv_recv
     dk_, dv_ = _split(grads, b, h, n, (dk, dv))
-    return (acc["dq"], dk_.clone(), dv_.clone(), acc.get("dak"),
-            acc.get("dav"), acc.get("dbias"))
+
+    def cast(x, like):
+        return None if x is None else x.to(like.dtype)
+
+    return (cast(acc["dq"], q), dk_.to(k.dtype, copy=True),
+            dv_.to(v.dtype, copy=True), cast(acc.get("dak"), sch.user["ak"]),
+            cast(acc.get("dav"), sch.user["av"]),
+            cast(acc.get("dbias"), sch.user["bias"]))
 
 
 class _ContextParallelFunction(torch.autograd.Function):
@@ -450,8 +623,9 @@ class _ContextParallelFunction(torch.autograd.Function):
         q, k, v = (x.detach().contiguous() for x in (q, k, v))
         out, lse = _ring_forward(settings, q, k, v)
         ctx.settings = settings
+        # out in the accumulator dtype: the backward's D = dO . out.
         ctx.save_for_backward(q, k, v, out, lse)
-        return out
+        return out.to(q.dtype)
 
     @staticmethod
     @once_differentiable
@@ -471,14 +645,17 @@ class _ContextParallelFunction(torch.autograd.Function):
 def _check_local(q, k, v, ak, av, bias, max_distance, causal, buckets,
                  alibi):
     """This rank's own argument checks; returns the call's _Scheme."""
+    check = torch_tensor
+    if _ops.on_cuda(q):  # relpos.triton's: 16-bit dtypes too
+        from relpos.triton._problem import check_tensor as check
     for name, t in (("q", q), ("k", k), ("v", v)):
-        torch_tensor("torch." + _FN, name, t)
+        check("torch." + _FN, name, t)
         if t.dim() != 4:
             raise ValueError(f"relpos.{_FN}: {name} must be [B, H, n, d] "
                              f"(got shape {tuple(t.shape)})")
     for name, t in (("ak", ak), ("av", av), ("bias", bias)):
         if t is not None:
-            torch_tensor("torch." + _FN, name, t)
+            check("torch." + _FN, name, t)
             if t.dtype != q.dtype:
                 raise TypeError(f"relpos.{_FN}: {name} has dtype {t.dtype} "
                                 f"but q has {q.dtype}")
@@ -578,10 +755,15 @@ _ERROR_TYPES = (TypeError, ValueError, RuntimeError, MemoryError)
 
 
 def _all_gather(group, tensor):
+    """all_gather of a small CPU tensor (the argument checks' messages),
+    through this process's current CUDA device under NCCL (which sends CUDA
+    tensors only); the results on the CPU."""
+    if dist.get_backend(group) == "nccl":
+        tensor = tensor.to(torch.device("cuda", torch.cuda.current_device()))
     out = [torch.zeros_like(tensor)
            for _ in range(dist.get_world_size(group))]
     dist.all_gather(out, tensor, group=group)
-    return out
+    return [x.cpu() for x in out]
 
 
 def _agree(group, fingerprint, error):
@@ -663,7 +845,9 @@ def context_parallel_attention(q, k, v, ak=None, av=None, *,
         q, k, v: [B, H, n_r, dk], [B, H, n_r, dk], [B, H, n_r, dv]: this
             rank's queries, keys and values (self-attention: the same
             positions), CPU float32 (relpos's fused kernel for the near
-            chunk pairs) or float64. B, H, dk, dv are equal on every rank.
+            chunk pairs) or float64, or CUDA float16, bfloat16, float32 or
+            float64 (relpos.triton's kernels). B, H, dk, dv are equal on
+            every rank.
         ak, av, max_distance, buckets, bias, alibi, causal: as in
             relpos.torch.attention (Shaw tables, ClipBuckets / T5Buckets,
             T5's scalar bias, ALiBi), the same on every rank. The tables are
@@ -673,7 +857,8 @@ def context_parallel_attention(q, k, v, ak=None, av=None, *,
             key_lengths[b] are padding, invisible to every query (padding
             at the end of the whole sequence); a row that sees no key is
             zero.
-        group: a torch.distributed process group (gloo on CPUs).
+        group: a torch.distributed process group (gloo on CPUs, NCCL
+            for CUDA tensors: untested, see the module docstring).
 
     Returns:
         out [B, H, n_r, dv]: rows o_r .. of single-process attention over
@@ -705,10 +890,20 @@ def context_parallel_attention(q, k, v, ak=None, av=None, *,
     n_locals = _agree(group, fingerprint, error)
     ring = _Ring(group, q.shape[2], n_locals)
     lengths = _global_lengths(key_lengths, q.shape[0], sum(ring.lengths))
-    settings = _Settings(scheme, causal, ring, lengths)
+    triton = _ops.on_cuda(q)
+    acc = _ops.lse_dtype(q.dtype)  # float32 for 16-bit inputs
+    settings = _Settings(scheme, causal, ring, lengths, triton, acc)
     # The tables enter through `settings` for the computation and as inputs
-    # for autograd (so their gradients are returned).
-    scheme.ak = None if ak is None else ak.detach().contiguous()
-    scheme.av = None if av is None else av.detach().contiguous()
-    scheme.bias = None if bias is None else bias.detach().contiguous()
+    # for autograd (so their gradients are returned): as given (user, for
+    # the gradients' dtype), in the accumulator dtype for the torch pair
+    # path, per head in the inputs' dtype for relpos.triton.
+    scheme.user = dict(ak=ak, av=av, bias=bias)
+    h = q.shape[1]
+    scheme.tri = {}
+    for name, t in (("ak", ak), ("av", av), ("bias", bias)):
+        t = None if t is None else t.detach()
+        setattr(scheme, name, None if t is None else t.to(acc).contiguous())
+        if triton and t is not None and name != "bias" and t.dim() == 2:
+            t = t.expand(h, -1, -1)
+        scheme.tri[name] = None if t is None else t.contiguous()
     return _ContextParallelFunction.apply(q, k, v, ak, av, bias, settings)

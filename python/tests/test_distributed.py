@@ -16,6 +16,7 @@ Also a timing script for context parallelism (not a test):
 
 import argparse
 import datetime
+import importlib
 import math
 import os
 import sys
@@ -46,14 +47,17 @@ def _init(rank, world, rendezvous):
                             rank=rank, world_size=world)
 
 
-def _entry(rank, name, world, rendezvous, *args):
+def _entry(rank, target, world, rendezvous, *args):
     # A worker ends with os._exit, after its results are written: Debian's
     # PyTorch 1.13 can deadlock while tearing down (the DDP reducer's gloo
     # group joins a thread that waits for the GIL; a thread-local destructor
     # after an error), which would hang the test instead of ending it.
     status = 0
     try:
-        keep = globals()[name](rank, world, rendezvous, *args)  # noqa: F841
+        # target: (module, function name), so other test files spawn
+        # their own workers through _spawn.
+        fn = getattr(importlib.import_module(target[0]), target[1])
+        keep = fn(rank, world, rendezvous, *args)  # noqa: F841
         # Leave only when every rank is done communicating (a file each),
         # so no message is cut off by an early exit.
         open(f"{rendezvous}.done{rank}", "w").close()
@@ -73,7 +77,7 @@ def _entry(rank, name, world, rendezvous, *args):
 
 def _spawn(fn, world, *args):
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_entry, args=(fn.__name__, world,
+        mp.spawn(_entry, args=((fn.__module__, fn.__name__), world,
                                os.path.join(tmp, "rendezvous")) + args,
                  nprocs=world, join=True)
 
