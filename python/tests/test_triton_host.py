@@ -139,3 +139,41 @@ def test_dummies_are_one_per_device_and_dtype():
     assert A._dummy(torch.float32, torch.device("cpu")) is a
     assert A._dummy(torch.float64, torch.device("cpu")) is not a
     assert a.shape == (1,) and a.item() == 0
+
+
+def test_compiled_module_takes_the_triton_path_in_one_graph():
+    """torch.compile(fullgraph=True) of RelativeMultiheadAttention on the
+    CUDA path (relpos._ops.triton_on_cpu: CPU tensors go where CUDA ones
+    would): one graph, no break; the compiled forward and backward launch
+    relpos.triton's kernels and equal the eager ones; eagerly, the module's
+    forward and backward read nothing back from the device (what a CUDA
+    graph capture, mode="reduce-overhead", needs; the capture itself needs
+    a GPU and is not tested here)."""
+    import relpos.torch as rt
+    from relpos import _ops
+
+    torch.manual_seed(0)
+    mha = rt.RelativeMultiheadAttention(16, 4, 3, causal=True)
+    x = torch.randn(2, 11, 16)
+    with _ops.triton_on_cpu():
+        counts = P.Counts()
+        with P.counting(counts):
+            ref = mha(x)
+            ref.square().sum().backward()
+        assert counts.n["triton"] >= 4 and counts.n["sync"] == 0, \
+            counts.detail()
+        ref_grads = [p.grad.clone() for p in mha.parameters()]
+        mha.zero_grad()
+        explained = torch._dynamo.explain(mha)(x)
+        assert explained.graph_break_count == 0
+        assert explained.graph_count == 1
+        compiled = torch.compile(mha, fullgraph=True, backend="aot_eager")
+        launches = P.Counts()
+        with P.counting(launches, ops=False):
+            out = compiled(x)
+            out.square().sum().backward()
+        assert launches.n["triton"] == counts.n["triton"], \
+            (launches.detail(), counts.detail())
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    for p, g in zip(mha.parameters(), ref_grads):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
