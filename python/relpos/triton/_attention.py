@@ -42,8 +42,8 @@ import triton
 
 from . import _decode
 from . import _kernels as K
-from ._problem import (ALIBI, NONE, SCALAR, VECTOR, device_constant,
-                       prepare)
+from ._problem import (ALIBI, NONE, SCALAR, VECTOR, choose_tiles,
+                       device_constant, prepare)
 
 LOG2E = 1.4426950408889634
 
@@ -96,13 +96,9 @@ OVERRIDE = None
 
 
 def blocks_for(dtype, width=64):
-    """The tiles for inputs of `dtype` whose padded head width (the next
-    power of two of max(dk, dv), at least 16) is `width`."""
-    if OVERRIDE:
-        return OVERRIDE
-    if dtype in (torch.float16, torch.bfloat16) and width in WIDE_HEADS:
-        return WIDE_HEADS[width]
-    return BLOCKS[dtype]
+    """The tiles for inputs of `dtype` whose padded head width is
+    `width` (_problem.choose_tiles)."""
+    return choose_tiles(OVERRIDE, BLOCKS, WIDE_HEADS, dtype, width)
 
 
 def _width(c):

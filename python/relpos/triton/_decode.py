@@ -54,6 +54,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._problem import choose_tiles
 from ._kernels import (_band_start, _far_ranges, _first_tile, _fwd_band_tile,
                        _fwd_far_tile, _fwd_finish, _fwd_setup, _head_item,
                        _kend)
@@ -95,12 +96,8 @@ OVERRIDE = None
 
 def blocks_for(dtype, width=64):
     """The split path's tiles for inputs of `dtype` and padded head width
-    `width`."""
-    if OVERRIDE:
-        return OVERRIDE
-    if dtype in (torch.float16, torch.bfloat16) and width in WIDE_HEADS:
-        return WIDE_HEADS[width]
-    return BLOCKS[dtype]
+    `width` (_problem.choose_tiles)."""
+    return choose_tiles(OVERRIDE, BLOCKS, WIDE_HEADS, dtype, width)
 
 
 def plan(c, blocks) -> Optional[tuple[int, int]]:

@@ -302,3 +302,15 @@ def prepare(fn, q, k, v, ak=None, av=None, bias=None, pb=None, *,
         if score == ALIBI else None,
         device=q.device, dtype=q.dtype, hkv=hkv, offs=offs,
         off_span=off_hi - off, starts=starts, scale_given=a.scale)
+
+
+def choose_tiles(override, by_dtype, wide_heads, dtype, width):
+    """The tiles of a table for inputs of `dtype` whose padded head width
+    (the next power of two of max(dk, dv), at least 16) is `width`: the
+    tests' override if set, else the wide-head entry for 16-bit inputs,
+    else the dtype's. Shared by _attention's and _decode's tables."""
+    if override:
+        return override
+    if dtype in (torch.float16, torch.bfloat16) and width in wide_heads:
+        return wide_heads[width]
+    return by_dtype[dtype]
