@@ -198,8 +198,9 @@ class Translator:
     int8 translations are close to the float ones, not always the same.
 
     ``Translator(dir, compute_type="int8")`` (or "int8_a8") quantizes those
-    layers once, at load, and frees their float32 weights (as ``relpos
-    translate --compute-type`` does): less memory, and every ``translate``
+    layers once, as it loads, one matrix at a time, and keeps no float32
+    copy of them (as ``relpos translate --compute-type`` does): less
+    memory, and every ``translate``
     call then runs that type (its ``compute_type`` defaults to it; another
     is a ValueError). Without it the model stays float32 and
     ``translate(..., compute_type="int8")`` quantizes for that call only.
@@ -208,9 +209,9 @@ class Translator:
     def __init__(self, checkpoint_dir, compute_type: str = "float32"):
         compute_type = _checks.choice("translate.Translator", "compute_type",
                                       compute_type, _COMPUTE_TYPES)
-        self._t = _ext.Translator.load(str(checkpoint_dir))
-        if compute_type != "float32":
-            self._t.quantize(compute_type)
+        # int8: quantized as it loads (the float32 matrices that get int8
+        # copies are never all in memory).
+        self._t = _ext.Translator.load(str(checkpoint_dir), compute_type)
 
     @property
     def compute_type(self) -> str:

@@ -159,7 +159,8 @@ DecodeOptions MakeDecodeOptions(int64_t beam_size,
 void BindModel(nb::module_& m) {
   nb::class_<Model>(m, "Model",
                     "Internal: relpos::Model. Use relpos.ctranslate2.")
-      .def_static("load", &Model::Load, nb::arg("checkpoint_dir"))
+      .def_static("load", &Model::Load, nb::arg("checkpoint_dir"),
+                  nb::arg("compute_type") = "float32")
       .def_static(
           "create",
           [](const Settings& settings) {

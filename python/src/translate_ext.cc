@@ -107,16 +107,11 @@ void BindTranslator(nb::module_& m) {
   nb::class_<Translator>(m, "Translator",
                          "Internal: use relpos.translate.Translator.")
       .def_static("load", &Translator::Load, nb::arg("checkpoint_dir"),
+                  nb::arg("compute_type") = "float32",
                   nb::call_guard<nb::gil_scoped_release>())
       .def("encode", &Translator::Encode, nb::arg("text"))
       .def("decode", &Translator::Decode, nb::arg("ids"))
       .def("max_source_tokens", &Translator::max_source_tokens)
-      .def(
-          "quantize",
-          [](Translator& self, const std::string& compute_type) {
-            self.model().Quantize(compute_type);
-          },
-          nb::arg("compute_type"), nb::call_guard<nb::gil_scoped_release>())
       .def("compute_type",
            [](Translator& self) { return self.model().compute_type(); })
       .def(

@@ -126,11 +126,10 @@ void RunGenerate(const GenerateFlags& f, std::ostream& out) {
   RELPOS_CLI_CHECK(HasCheckpoint(f.dir),
                    Quoted(f.dir) << " holds no checkpoint (no config.json; expected "
                             "a folder written by relpos train --task lm)");
-  Model model = Model::Load(f.dir);
-  // int8: quantized once, the float32 weights of those layers freed.
-  if (f.compute_type != "float32" && !f.no_cache) {
-    model.Quantize(f.compute_type);
-  }
+  // int8: quantized once as it loads, without the float32 weights of those
+  // layers (uncached decoding has no int8 path: its refusal comes below).
+  Model model =
+      Model::Load(f.dir, f.no_cache ? std::string("float32") : f.compute_type);
   GenerateOptions options;
   options.max_new_tokens = f.max_new;
   options.temperature = f.temperature;

@@ -43,9 +43,9 @@ nlohmann::ordered_json JsonOf(int64_t line, const std::string& source,
 }
 
 void RunTranslate(const TranslateFlags& f, std::ostream& out) {
-  Translator translator = Translator::Load(f.dir);
-  // int8: quantized once, the float32 weights of those layers freed.
-  if (f.compute_type != "float32") translator.model().Quantize(f.compute_type);
+  // int8: quantized once as it loads, without the float32 weights of those
+  // layers.
+  Translator translator = Translator::Load(f.dir, f.compute_type);
   const std::vector<std::string> lines = ReadInputLines(f.input, "--input");
   // Every line is checked before anything is printed: bad input gives one
   // error and no partial output.

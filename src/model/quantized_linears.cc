@@ -32,18 +32,24 @@ std::string ComputeTypeList() {
   return out;
 }
 
-QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model,
-                                   ComputeType type) {
+namespace {
+
+// The parameter whose values `weight` points at.
+int64_t ParameterOf(const BasicTransformer<float>& model, const float* weight) {
+  const auto& params = model.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].value.data() == weight) return static_cast<int64_t>(i);
+  }
+  RELPOS_THROW(Error, "int8: a weight that is no parameter's");
+}
+
+}  // namespace
+
+std::vector<QuantizedLinears::Matrix> QuantizedLinears::Selected(
+    const BasicTransformer<float>& model, ComputeType type) {
   RELPOS_CHECK_ARG(type != ComputeType::kFloat32,
                    "QuantizedLinears: compute type float32 has no int8 "
                    "layers");
-  RELPOS_CHECK_ARG(!model.values_dropped(),
-                   "QuantizedLinears: this model's float32 linear weights "
-                   "were dropped; decode with the int8 copies that dropped "
-                   "them");
-  built_from_ = &model;
-  activations_ = type == ComputeType::kInt8A8 ? Int8Activations::k8
-                                              : Int8Activations::k16;
   const ModelConfig& c = model.config();
   RELPOS_CHECK_ARG(Describe(c.arch).causal,
                    "int8 inference needs a decoder or seq2seq model; this "
@@ -52,13 +58,14 @@ QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model,
   const ModelConfig side = DecoderSide(c);
   const int64_t d = side.d_model, dff = side.d_ff;
   const DecoderWeights<float> dw = model.decoder_weights();
+  std::vector<Matrix> out;
   for (const BlockWeights<float>& w : dw.blocks) {
     for (const nn::MhaWeights<float>* a : {&w.attn, &w.cross}) {
       if (a->wq == nullptr) continue;  // no cross-attention
-      for (const float* m : {a->wq, a->wk, a->wv, a->wo}) Add(m, d, d);
+      for (const float* m : {a->wq, a->wk, a->wv, a->wo}) out.push_back({m, d, d});
     }
-    Add(w.ff_in_w, dff, d);
-    Add(w.ff_out_w, d, dff);
+    out.push_back({w.ff_in_w, dff, d});
+    out.push_back({w.ff_out_w, d, dff});
   }
   // The output head writes the logits themselves: in int8 it cost more
   // greedy agreement with the float model than all the blocks together (a
@@ -71,19 +78,80 @@ QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model,
   // its decoder blocks' int8 bytes; BLEU moved by 0.09 with it in int8).
   const int64_t head_bytes =
       side.vocab_size * d * static_cast<int64_t>(sizeof(float));
-  // The blocks' int8 bytes in row-major form, whichever layout holds them
+  // The blocks' int8 bytes in row-major form (Int8Matrix::row_major_bytes
+  // plus a scale and a row sum per row), whichever layout will hold them
   // (Int8Matrix::packed has rows rounded up to 16, and only some CPUs hold
   // it): the same choice on every CPU, and the one made before that
   // layout existed.
   int64_t block_bytes = 0;
-  for (const auto& entry : matrices_) {
-    block_bytes += entry.second.row_major_bytes() +
-                   static_cast<int64_t>(entry.second.scales.size() * 4 +
-                                        entry.second.row_sums.size() * 4);
+  for (const Matrix& m : out) {
+    const int64_t stride =
+        (m.in + kInt8RowAlign - 1) / kInt8RowAlign * kInt8RowAlign;
+    block_bytes += m.out * stride + m.out * 8;
   }
   if (head_bytes > block_bytes / kFloatHeadShare) {
-    Add(dw.head_w, side.vocab_size, d);
+    out.push_back({dw.head_w, side.vocab_size, d});
   }
+  return out;
+}
+
+QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model,
+                                   ComputeType type) {
+  const std::vector<Matrix> selected = Selected(model, type);
+  RELPOS_CHECK_ARG(!model.values_dropped(),
+                   "QuantizedLinears: this model's float32 linear weights "
+                   "were dropped; decode with the int8 copies that dropped "
+                   "them");
+  built_from_ = &model;
+  activations_ = type == ComputeType::kInt8A8 ? Int8Activations::k8
+                                              : Int8Activations::k16;
+  for (const Matrix& m : selected) Add(m.weight, m.out, m.in);
+}
+
+std::vector<int64_t> QuantizedLinears::DroppedParameters(
+    const BasicTransformer<float>& model, ComputeType type) {
+  const float* token = model.decoder_weights().token;
+  std::vector<int64_t> out;
+  for (const Matrix& m : Selected(model, type)) {
+    // A tied head: the input lookup reads it.
+    if (m.weight != token) out.push_back(ParameterOf(model, m.weight));
+  }
+  return out;
+}
+
+QuantizedLinears::QuantizedLinears(
+    const BasicTransformer<float>& model, ComputeType type,
+    const std::function<void(int64_t, std::vector<float>*)>& read) {
+  const std::vector<Matrix> selected = Selected(model, type);
+  built_from_ = dropped_from_ = &model;
+  activations_ = type == ComputeType::kInt8A8 ? Int8Activations::k8
+                                              : Int8Activations::k16;
+  const auto& params = model.parameters();
+  std::vector<float> values;  // one matrix at a time
+  for (const Matrix& m : selected) {
+    if (Find(m.weight) != nullptr) continue;  // a shared (tied) matrix
+    const int64_t i = ParameterOf(model, m.weight);
+    const size_t held = params[static_cast<size_t>(i)].value.size();
+    if (held == static_cast<size_t>(m.out * m.in)) {
+      Add(m.weight, m.out, m.in);  // kept in float (a tied head)
+      continue;
+    }
+    RELPOS_CHECK_ARG(held == 1, "QuantizedLinears: parameter "
+                                    << params[static_cast<size_t>(i)].name
+                                    << " is neither allocated nor a "
+                                       "placeholder");
+    values.assign(static_cast<size_t>(m.out * m.in), 0.0f);
+    read(i, &values);
+    RELPOS_CHECK_ARG(values.size() == static_cast<size_t>(m.out * m.in),
+                     "QuantizedLinears: the values read for "
+                         << params[static_cast<size_t>(i)].name
+                         << " have the wrong size");
+    matrices_.emplace_back(m.weight,
+                           QuantizeRows(values.data(), m.out, m.in, m.in));
+  }
+  RELPOS_CHECK_ARG(model.values_dropped(),
+                   "QuantizedLinears: the model holds every float32 value; "
+                   "quantize it with the other constructor");
 }
 
 void QuantizedLinears::Add(const float* weight, int64_t out, int64_t in) {

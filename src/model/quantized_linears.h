@@ -19,6 +19,7 @@
 #define RELPOS_SRC_MODEL_QUANTIZED_LINEARS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,6 +56,22 @@ class QuantizedLinears {
   explicit QuantizedLinears(const BasicTransformer<float>& model,
                             ComputeType type = ComputeType::kInt8);
 
+  // The same copies for a model loaded without the float32 values of the
+  // matrices they replace (an int8-only model straight from a checkpoint,
+  // train::LoadModelFor): `model` was built with Fill::kNone and every
+  // parameter but DroppedParameters(model, type) allocated and filled;
+  // `read(index, values)` then fills `values` (sized to the parameter)
+  // with parameter `index`'s float32 values, one matrix at a time, each
+  // quantized before the next is read. dropped_from() is `model`.
+  QuantizedLinears(
+      const BasicTransformer<float>& model, ComputeType type,
+      const std::function<void(int64_t, std::vector<float>*)>& read);
+  // The parameters (indices) whose float32 values an int8-only model of
+  // `type` does not hold: the matrices quantized, but an output head tied
+  // to the token embedding (the input lookup reads it).
+  static std::vector<int64_t> DroppedParameters(
+      const BasicTransformer<float>& model, ComputeType type);
+
   // The int8 copy of the [out, in] weight `weight` points at, or nullptr
   // for a weight that was not quantized.
   const Int8Matrix* Find(const float* weight) const;
@@ -74,6 +91,14 @@ class QuantizedLinears {
   Int8Activations activations() const { return activations_; }
 
  private:
+  struct Matrix {
+    const float* weight;
+    int64_t out, in;
+  };
+  // The matrices quantized for `type` (InvalidArgument for float32 and
+  // for a model without a decoder), from the model's shapes alone.
+  static std::vector<Matrix> Selected(const BasicTransformer<float>& model,
+                                      ComputeType type);
   void Add(const float* weight, int64_t out, int64_t in);
   std::vector<std::pair<const float*, Int8Matrix>> matrices_;
   Int8Activations activations_ = Int8Activations::k16;

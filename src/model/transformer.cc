@@ -655,6 +655,9 @@ BasicTransformer<T>::BasicTransformer(const ModelConfig& config, Fill fill)
     if (fill == Fill::kRandom) {
       const std::vector<float> values = InitialValues(spec, config_);
       p.value.assign(values.begin(), values.end());
+    } else if (fill == Fill::kNone) {
+      p.value.assign(1, std::numeric_limits<T>::quiet_NaN());
+      values_dropped_ = true;
     } else {
       int64_t numel = 1;
       for (int64_t extent : spec.shape) numel *= extent;
@@ -710,6 +713,16 @@ std::vector<const T*> BasicTransformer<T>::DropValues(
   }
   values_dropped_ = values_dropped_ || !which.empty();
   return kept;
+}
+
+template <typename T>
+void BasicTransformer<T>::AllocateValue(int64_t index) {
+  RELPOS_CHECK_ARG(index >= 0 && index < static_cast<int64_t>(params_.size()),
+                   "AllocateValue: no parameter " << index);
+  BasicParameter<T>& p = params_[static_cast<size_t>(index)];
+  int64_t numel = 1;
+  for (int64_t extent : p.shape) numel *= extent;
+  std::vector<T>(static_cast<size_t>(numel), T(0)).swap(p.value);
 }
 
 template <typename T>

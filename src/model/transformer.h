@@ -172,8 +172,12 @@ class BasicTransformer {
  public:
   // How the constructor fills the parameters: kRandom as training starts
   // (below); kZeros for a loader that overwrites every one of them (a
-  // checkpoint's), which then skips the random draws.
-  enum class Fill { kRandom, kZeros };
+  // checkpoint's), which then skips the random draws; kNone allocates no
+  // values at all (each parameter holds the one-NaN placeholder of
+  // DropValues, and values_dropped() is true), for a loader that allocates
+  // (AllocateValue) and reads only the parameters it keeps in float (int8
+  // inference loading straight from a checkpoint, train::LoadModelFor).
+  enum class Fill { kRandom, kZeros, kNone };
   // Validates `config` and initialises every parameter deterministically from
   // config.seed (each tensor from its own stream keyed by its name, so adding
   // a tensor never changes the others).
@@ -257,6 +261,10 @@ class BasicTransformer {
   // copies, since the float passes would read the freed weights.
   std::vector<const T*> DropValues(const std::vector<const T*>& values);
   bool values_dropped() const { return values_dropped_; }
+  // Gives parameter `index` (a placeholder of Fill::kNone or DropValues)
+  // zero values of its shape again, for a loader to overwrite; its data()
+  // changes. InvalidArgument for an index out of range.
+  void AllocateValue(int64_t index);
 
   // ---- For incremental decoding (model/decoder_session.h) ----
   // The weights block `layer` of the decoder stack (the only stack of the

@@ -579,32 +579,84 @@ Checkpoint ReadCheckpoint(const std::string& dir, bool with_optimizer,
   return std::move(ck);
 }
 
-model::Transformer LoadModel(const std::string& dir, TrainConfig* train_config,
-                             TrainState* state) {
-  CheckpointHead h = ReadHead(dir);
-  const Checkpoint& ck = h.ck;
+namespace {
+
+// The checkpoint `dir`'s model file, checked against its config (names,
+// shapes, step, size) before anything of the model is allocated.
+struct ModelFile {
+  CheckpointHead head;
+  std::string path;
+  std::unique_ptr<io::SafetensorsReader> reader;
+};
+
+ModelFile OpenModelFile(const std::string& dir) {
+  ModelFile f{ReadHead(dir), {}, nullptr};
+  const Checkpoint& ck = f.head.ck;
   CheckMemory(PlanCheckpointLoad(ck.model_config, /*with_optimizer=*/false));
   // ReadTensorFile's checks, all before the model is built; then each tensor
   // is read straight into its parameter's values (one copy of the weights in
   // memory, not three).
   const std::vector<model::ParameterShape> want =
       model::ParameterShapes(ck.model_config);
-  const std::string path = (fs::path(dir) / h.model_file).string();
-  CheckFileCanHold(path, want);
-  io::SafetensorsReader reader(path);
-  CheckStepMetadata(reader.layout().metadata, "relpos-model", ck.state.step,
-                    path);
-  CheckNamesAndShapes(reader.layout().tensors, want, path);
+  f.path = (fs::path(dir) / f.head.model_file).string();
+  CheckFileCanHold(f.path, want);
+  f.reader = std::make_unique<io::SafetensorsReader>(f.path);
+  CheckStepMetadata(f.reader->layout().metadata, "relpos-model",
+                    ck.state.step, f.path);
+  CheckNamesAndShapes(f.reader->layout().tensors, want, f.path);
+  return f;
+}
+
+}  // namespace
+
+model::Transformer LoadModel(const std::string& dir, TrainConfig* train_config,
+                             TrainState* state) {
+  ModelFile f = OpenModelFile(dir);
+  const Checkpoint& ck = f.head.ck;
   // Every parameter is read below: no random draws first.
   model::Transformer model(ck.model_config, model::Transformer::Fill::kZeros);
   auto& params = model.parameters();
   for (size_t i = 0; i < params.size(); ++i) {
-    reader.Read(i, params[i].value.data());
-    CheckFinite(params[i].name, params[i].value, path);
+    f.reader->Read(i, params[i].value.data());
+    CheckFinite(params[i].name, params[i].value, f.path);
   }
   if (train_config) *train_config = ck.train_config;
   if (state) *state = ck.state;
   return model;
+}
+
+LoadedModel LoadModelFor(const std::string& dir, model::ComputeType type,
+                         TrainConfig* train_config, TrainState* state) {
+  LoadedModel out;
+  if (type == model::ComputeType::kFloat32) {
+    out.model = std::make_unique<model::Transformer>(
+        LoadModel(dir, train_config, state));
+    return out;
+  }
+  ModelFile f = OpenModelFile(dir);
+  const Checkpoint& ck = f.head.ck;
+  out.model = std::make_unique<model::Transformer>(
+      ck.model_config, model::Transformer::Fill::kNone);
+  model::Transformer& model = *out.model;
+  auto& params = model.parameters();
+  // Refuses an encoder (no decoder to quantize) before anything is read.
+  const std::vector<int64_t> dropped =
+      model::QuantizedLinears::DroppedParameters(model, type);
+  const std::set<int64_t> skip(dropped.begin(), dropped.end());
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (skip.count(static_cast<int64_t>(i)) != 0) continue;
+    model.AllocateValue(static_cast<int64_t>(i));
+    f.reader->Read(i, params[i].value.data());
+    CheckFinite(params[i].name, params[i].value, f.path);
+  }
+  out.quantized = std::make_unique<const model::QuantizedLinears>(
+      model, type, [&](int64_t i, std::vector<float>* values) {
+        f.reader->Read(static_cast<size_t>(i), values->data());
+        CheckFinite(params[static_cast<size_t>(i)].name, *values, f.path);
+      });
+  if (train_config) *train_config = ck.train_config;
+  if (state) *state = ck.state;
+  return out;
 }
 
 }  // namespace relpos::train

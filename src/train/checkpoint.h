@@ -61,11 +61,13 @@
 #define RELPOS_SRC_TRAIN_CHECKPOINT_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/io/safetensors.h"
+#include "model/quantized_linears.h"
 #include "model/transformer.h"
 #include "train/signal_stats.h"
 #include "train/train_config.h"
@@ -123,6 +125,22 @@ void SetParameters(const std::vector<io::NamedTensor>& tensors,
 // Loads only the model of a checkpoint (for evaluation).
 model::Transformer LoadModel(const std::string& dir, TrainConfig* train_config,
                              TrainState* state);
+
+// A model loaded for inference with one compute type: for int8 / int8_a8
+// its int8 copies too (the model then int8-only: `quantized` dropped its
+// float32 matrices; docs/generate.md, "Memory").
+struct LoadedModel {
+  std::unique_ptr<model::Transformer> model;
+  std::unique_ptr<const model::QuantizedLinears> quantized;  // float32: null
+};
+// LoadModel for `type`. For int8 / int8_a8 the float32 values of the
+// matrices int8 inference quantizes are never all held: each is read,
+// checked (as LoadModel checks it) and quantized before the next, so the
+// peak is the float32 values kept, the int8 copies and one matrix, not the
+// whole float32 model beside its int8 copies. The same model, bit for bit,
+// as LoadModel + QuantizedLinears + DropFloatWeights.
+LoadedModel LoadModelFor(const std::string& dir, model::ComputeType type,
+                         TrainConfig* train_config, TrainState* state);
 
 }  // namespace relpos::train
 

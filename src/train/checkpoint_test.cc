@@ -6,12 +6,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
 #include "base/io/file_io.h"
 #include "base/io/safetensors.h"
+#include "model/decoder_session.h"
 #include "relpos/error.h"
 #include "train/evaluation.h"
 #include "train/train_test_util.h"
@@ -171,6 +173,154 @@ TEST(Checkpoint, OldRelativeConfigLoadsAsShaw) {
   const auto a = EvaluateByLength(t.model(), *data, ec);
   const auto b = EvaluateByLength(loaded, *data, ec);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].loss, b[i].loss);
+}
+
+// A checkpoint of `parameters` at step 0 with fresh optimizer moments.
+Checkpoint WriteUntrained(const std::string& dir, const model::ModelConfig& m,
+                          const TrainConfig& tc,
+                          std::vector<io::NamedTensor> parameters) {
+  Checkpoint ck;
+  ck.model_config = m;
+  ck.train_config = tc;
+  ck.parameters = std::move(parameters);
+  for (const char* prefix : {"exp_avg.", "exp_avg_sq."}) {
+    for (const io::NamedTensor& t : ck.parameters) {
+      ck.optimizer.push_back(
+          {prefix + t.name, t.shape, std::vector<float>(t.data.size(), 0.f)});
+    }
+  }
+  WriteCheckpoint(dir, ck);
+  return ck;
+}
+
+// LoadModelFor(int8 / int8_a8) gives the model LoadModel + QuantizedLinears
+// + DropFloatWeights give, bit for bit (every value kept, the logits of a
+// decoding session), without ever allocating the float32 matrices that get
+// int8 copies: a decoder with a float32 head (small vocabulary) and with an
+// int8 head, and a seq2seq model whose int8 head is tied to the embedding
+// (kept in float32: the input lookup reads it).
+TEST(Checkpoint, LoadModelForInt8IsLoadQuantizeAndDrop) {
+  using model::ComputeType;
+  struct Case {
+    model::Arch arch;
+    int64_t vocab;
+    bool head_int8;
+  };
+  for (const Case& k : {Case{model::Arch::kDecoder, 8, false},
+                        Case{model::Arch::kDecoder, 40, true},
+                        Case{model::Arch::kSeq2seq, 64, true}}) {
+    model::ModelConfig m = TinyModel();
+    m.arch = k.arch;
+    m.vocab_size = k.vocab;
+    m.layers = 2;
+    if (k.arch == model::Arch::kSeq2seq) m.decoder_layers = 2;
+    const std::string name = model::ToString(k.arch) + std::to_string(k.vocab);
+    SCOPED_TRACE(name);
+    const std::string dir = TempDir("int8_" + name);
+    TrainConfig tc = TinyTrain();
+    if (k.arch == model::Arch::kSeq2seq) tc.data.task = "s2s_copy";
+    const Checkpoint ck =
+        WriteUntrained(dir, m, tc, GetParameters(model::Transformer(m)));
+    for (const ComputeType type : {ComputeType::kInt8, ComputeType::kInt8A8}) {
+      model::Transformer want = LoadModel(dir, nullptr, nullptr);
+      model::QuantizedLinears want_q(want, type);
+      want_q.DropFloatWeights(&want);
+      TrainState st;
+      const LoadedModel got = LoadModelFor(dir, type, nullptr, &st);
+      EXPECT_EQ(st.step, ck.state.step);
+      ASSERT_NE(got.quantized, nullptr);
+      EXPECT_EQ(got.quantized->dropped_from(), got.model.get());
+      EXPECT_TRUE(got.model->values_dropped());
+      EXPECT_EQ(got.quantized->size(), want_q.size());
+      EXPECT_EQ(got.quantized->bytes(), want_q.bytes());
+      const auto& gp = got.model->parameters();
+      const auto& wp = want.parameters();
+      ASSERT_EQ(gp.size(), wp.size());
+      int64_t int8_matrices = 0;
+      for (size_t i = 0; i < gp.size(); ++i) {
+        SCOPED_TRACE(gp[i].name);
+        EXPECT_EQ(gp[i].value.size(), wp[i].value.size());
+        if (wp[i].value.size() > 1) {
+          EXPECT_EQ(gp[i].value, wp[i].value);
+        } else {
+          ++int8_matrices;  // never allocated: a placeholder
+        }
+      }
+      // 2 blocks x (self [+ cross] attention x 4 + FFN x 2) [+ the head].
+      const int64_t per_block = k.arch == model::Arch::kSeq2seq ? 10 : 6;
+      EXPECT_EQ(int8_matrices,
+                2 * per_block +
+                    (k.head_int8 && k.arch != model::Arch::kSeq2seq ? 1 : 0));
+      EXPECT_EQ(got.quantized->size(), 2 * per_block + (k.head_int8 ? 1 : 0));
+      std::vector<float> a, b;
+      if (k.arch == model::Arch::kSeq2seq) {
+        const std::vector<std::vector<int32_t>> sources = {{3, 1, 4}, {5}};
+        model::BasicDecoderSession<float> sw(want, sources, 8, &want_q);
+        model::BasicDecoderSession<float> sg(*got.model, sources, 8,
+                                             got.quantized.get());
+        for (const int32_t t : {1, 6, 2}) {
+          sw.Step({t, t}, &a);
+          sg.Step({t, t}, &b);
+          EXPECT_EQ(a, b);
+        }
+      } else {
+        model::BasicDecoderSession<float> sw(want, 2, 8, &want_q);
+        model::BasicDecoderSession<float> sg(*got.model, 2, 8,
+                                             got.quantized.get());
+        sw.Append({{1, 2, 3}, {4}}, &a);
+        sg.Append({{1, 2, 3}, {4}}, &b);
+        EXPECT_EQ(a, b);
+        sw.Step({5, 6}, &a);
+        sg.Step({5, 6}, &b);
+        EXPECT_EQ(a, b);
+      }
+      EXPECT_FALSE(a.empty());
+    }
+    // float32: LoadModel's model, no int8 copies.
+    const LoadedModel f =
+        LoadModelFor(dir, ComputeType::kFloat32, nullptr, nullptr);
+    EXPECT_EQ(f.quantized, nullptr);
+    EXPECT_FALSE(f.model->values_dropped());
+  }
+}
+
+// A non-finite value in a matrix LoadModelFor quantizes (read into its
+// one-matrix buffer, never into the model) is the file's FormatError, as
+// LoadModel reports it; an encoder has nothing to quantize.
+TEST(Checkpoint, LoadModelForInt8ChecksWhatItQuantizes) {
+  model::ModelConfig m = TinyModel();
+  m.arch = model::Arch::kDecoder;
+  m.vocab_size = 8;
+  const std::string dir = TempDir("int8_nan");
+  std::vector<io::NamedTensor> params = GetParameters(model::Transformer(m));
+  bool poisoned = false;
+  for (io::NamedTensor& t : params) {
+    if (t.name == "blocks.0.ff.in.weight") {
+      t.data[5] = std::numeric_limits<float>::quiet_NaN();
+      poisoned = true;
+    }
+  }
+  ASSERT_TRUE(poisoned);
+  WriteUntrained(dir, m, TinyTrain(), std::move(params));
+  for (const model::ComputeType type :
+       {model::ComputeType::kFloat32, model::ComputeType::kInt8}) {
+    try {
+      LoadModelFor(dir, type, nullptr, nullptr);
+      ADD_FAILURE() << "no FormatError";
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "tensor 'blocks.0.ff.in.weight' holds NaN or Inf"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  const std::string enc = TempDir("int8_encoder");
+  Trainer t(TinyModel(), TinyTrain());
+  RunOptions o;
+  o.checkpoint_dir = enc;
+  t.Run(o);
+  EXPECT_THROW(LoadModelFor(enc, model::ComputeType::kInt8, nullptr, nullptr),
+               InvalidArgument);
 }
 
 TEST(Checkpoint, SameSeedGivesBitwiseIdenticalFiles) {

@@ -84,8 +84,14 @@ class Model {
   // comes from its data) and its model.seed initialises every parameter.
   explicit Model(const ExperimentConfig& config);
   // The model of a checkpoint folder (written by Training or Save); IoError /
-  // FormatError for a missing or damaged one.
-  static Model Load(const std::string& checkpoint_dir);
+  // FormatError for a missing or damaged one. With compute_type "int8" or
+  // "int8_a8" it comes quantized, as Quantize leaves it, without the whole
+  // float32 model ever in memory: the matrices that get int8 copies are
+  // read and quantized one at a time (the same model, bit for bit, as
+  // Load + Quantize; InvalidArgument for another name or a model without a
+  // decoder).
+  static Model Load(const std::string& checkpoint_dir,
+                    const std::string& compute_type = "float32");
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

@@ -37,7 +37,10 @@ class Translator {
   // is not read. InvalidArgument for a checkpoint of another task or
   // architecture; IoError / FormatError for a damaged one, one without
   // sentencepiece.model, or a vocabulary that does not fit the model.
-  static Translator Load(const std::string& checkpoint_dir);
+  // compute_type as Model::Load takes it ("int8" / "int8_a8": loaded
+  // quantized, for that compute type only).
+  static Translator Load(const std::string& checkpoint_dir,
+                         const std::string& compute_type = "float32");
   // The model of a Training (or Model::Load) of task translate, borrowed:
   // it must outlive the Translator.
   explicit Translator(Model& model);

@@ -265,17 +265,27 @@ TEST(Model, QuantizeDecodesAsPerCallInt8AndRefusesFloatUse) {
     once.Quantize(type);
     EXPECT_EQ(once.compute_type(), type);
     EXPECT_EQ(once.NumParameters(), params);
+    // Loaded quantized: the same model, never holding the float32 matrices.
+    Model loaded = Model::Load(dir, type);
+    EXPECT_EQ(loaded.compute_type(), type);
+    EXPECT_EQ(loaded.NumParameters(), params);
     for (const int beam : {1, 3}) {
       const std::vector<Translation> want = per_call.Translate(
           sources, {.beam_size = beam, .compute_type = type});
-      const std::vector<Translation> got =
-          once.Translate(sources, {.beam_size = beam, .compute_type = type});
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        EXPECT_EQ(got[i].tokens, want[i].tokens);
-        EXPECT_EQ(got[i].log_prob, want[i].log_prob);
+      for (Model* m : {&once, &loaded}) {
+        const std::vector<Translation> got =
+            m->Translate(sources, {.beam_size = beam, .compute_type = type});
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_EQ(got[i].tokens, want[i].tokens);
+          EXPECT_EQ(got[i].log_prob, want[i].log_prob);
+        }
       }
     }
+    EXPECT_THROW(loaded.Translate(sources, {.beam_size = 1}),
+                 InvalidArgument);
+    EXPECT_THROW(loaded.Save(TempDir("loaded-save")), InvalidArgument);
+    EXPECT_THROW(loaded.Quantize(type), InvalidArgument);
     const auto refused = [&](const std::function<void()>& f,
                              const std::string& what) {
       try {
@@ -302,9 +312,14 @@ TEST(Model, QuantizeDecodesAsPerCallInt8AndRefusesFloatUse) {
   Model m = Model::Load(dir);
   EXPECT_THROW(m.Quantize("float32"), InvalidArgument);
   EXPECT_THROW(m.Quantize("int4"), InvalidArgument);
+  EXPECT_THROW(Model::Load(dir, "int4"), InvalidArgument);
+  EXPECT_EQ(Model::Load(dir, "float32").compute_type(), "float32");
   Model encoder(Tiny());
   EXPECT_THROW(encoder.Quantize("int8"), InvalidArgument);
   EXPECT_EQ(encoder.compute_type(), "float32");
+  const std::string encoder_dir = TempDir("quantize-encoder");
+  encoder.Save(encoder_dir);
+  EXPECT_THROW(Model::Load(encoder_dir, "int8"), InvalidArgument);
 }
 
 // Outputs: logits are the head applied to the hidden states, their argmax is

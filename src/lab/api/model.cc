@@ -162,14 +162,20 @@ Model::Model(const ExperimentConfig& config)
       std::make_shared<model::Transformer>(Internals(impl_->config).model);
 }
 
-Model Model::Load(const std::string& dir) {
+Model Model::Load(const std::string& dir, const std::string& compute_type) {
+  const model::ComputeType type =
+      model::ParseComputeType(compute_type, "compute_type");
   train::TrainConfig tc;
   train::TrainState state;
-  model::Transformer t = train::LoadModel(dir, &tc, &state);
+  train::LoadedModel loaded = train::LoadModelFor(dir, type, &tc, &state);
   auto impl = std::make_unique<Impl>();
-  impl->config = MakeConfig(t.config(), tc);
+  impl->config = MakeConfig(loaded.model->config(), tc);
   impl->step = state.step;
-  impl->transformer = std::make_shared<model::Transformer>(std::move(t));
+  impl->transformer = std::move(loaded.model);
+  if (loaded.quantized != nullptr) {
+    impl->quantized = std::move(loaded.quantized);
+    impl->compute_type = compute_type;
+  }
   return Model(std::move(impl));
 }
 

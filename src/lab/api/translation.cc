@@ -78,9 +78,10 @@ Translator::Translator(Model& model) : Translator() {
   impl_->model = &model;
 }
 
-Translator Translator::Load(const std::string& dir) {
+Translator Translator::Load(const std::string& dir,
+                            const std::string& compute_type) {
   Translator t;
-  t.impl_->owned = std::make_unique<Model>(Model::Load(dir));
+  t.impl_->owned = std::make_unique<Model>(Model::Load(dir, compute_type));
   t.impl_->vocabulary =
       std::make_unique<Vocabulary>(VocabularyOf(*t.impl_->owned));
   t.impl_->model = t.impl_->owned.get();
