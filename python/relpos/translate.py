@@ -188,13 +188,15 @@ class Translator:
     with ``inter_threads``); 0 decodes all lines as one batch (split
     between the threads). The translations do not depend on either.
     ``compute_type`` "float32", "int8" or "int8_a8": with
-    "int8" the decoder blocks' linear layers (attention projections, FFN)
-    run with int8 weights, quantized per output channel, and activations
+    "int8" the linear layers of the decoder's and the encoder's blocks
+    (attention projections, FFN) run with int8 weights, quantized per
+    output channel, and activations
     quantized per row to 16 bits (as ``relpos translate --compute-type
     int8``; docs/generate.md, "Quantized inference"), and so does a large
-    output head (a translation vocabulary's); "int8_a8" quantizes those
-    activations to 8 bits (faster on CPUs with AVX-512 VNNI, less
-    accurate). The encoder, the relative tables and attention stay float32.
+    output head (a translation vocabulary's), whose tied embedding is then
+    looked up from its int8 rows; "int8_a8" quantizes those activations to
+    8 bits (faster on CPUs with AVX-512 VNNI, less accurate). The relative
+    tables and attention stay float32.
     int8 translations are close to the float ones, not always the same.
 
     ``Translator(dir, compute_type="int8")`` (or "int8_a8") quantizes those

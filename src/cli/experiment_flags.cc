@@ -74,7 +74,7 @@ uint64_t ParseSeed(const std::string& text, const std::string& flag) {
 CLI::Option* AddComputeTypeOption(CLI::App* sub, std::string* compute_type) {
   return sub
       ->add_option("--compute-type", *compute_type,
-                   "float32; int8: the decoder's linear layers with int8 "
+                   "float32; int8: the linear layers with int8 "
                    "weights per output channel and 16-bit activations; "
                    "int8_a8: 8-bit activations, faster, less accurate "
                    "(docs/generate.md, \"Quantized inference\")")

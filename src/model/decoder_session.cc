@@ -36,8 +36,12 @@ namespace relpos::model {
 namespace {
 
 // Rows a cache slot holds at first (fewer when the capacity is smaller);
-// it doubles when a sequence outgrows it.
+// it grows by half (rounded up to kSlotRound rows) when a sequence outgrows
+// it: at most a third of a slot's rows unused, where doubling left up to
+// half (a beam-4 batch's peak memory is mostly this cache), and still a
+// bounded number of copies per cached row.
 constexpr int64_t kFirstSlot = 16;
+constexpr int64_t kSlotRound = 8;
 
 // Caps the cache (keys + values, all layers) an untrusted config or a large
 // capacity could request: 2^34 elements is 64 GiB of float.
@@ -260,7 +264,8 @@ BasicDecoderSession<T>::BasicDecoderSession(
   CheckCacheSize(side_.layers, static_cast<int64_t>(sources.size()), longest,
                  c.d_model, "a cross-attention cache of sources");
   std::vector<T> memory;
-  model.Encode(sources, &memory);  // validates the ids and lengths
+  // Validates the ids and lengths; int8 through the same copies.
+  model.Encode(sources, &memory, WeightsOf<T>(quantized_));
   Init(static_cast<int64_t>(sources.size()));
   seq2seq_ = true;
   CacheSources(sources, memory);
@@ -321,7 +326,9 @@ T* BasicDecoderSession<T>::Values(int64_t l, int64_t b) {
 template <typename T>
 void BasicDecoderSession<T>::Grow(int64_t positions) {
   if (positions <= slot_) return;
-  const int64_t slot = std::min(capacity_, std::max(positions, 2 * slot_));
+  const int64_t grown =
+      (slot_ + slot_ / 2 + kSlotRound - 1) / kSlotRound * kSlotRound;
+  const int64_t slot = std::min(capacity_, std::max(positions, grown));
   const int64_t H = side_.heads, dh = side_.d_model / H;
   for (int64_t l = 0; l < side_.layers; ++l) {
     for (std::vector<T>* cache : {&keys_[l], &values_[l]}) {
@@ -710,7 +717,8 @@ void BasicDecoderSession<T>::Append(
 
   // ---- Input: x = scale TokenEmbedding + AbsolutePosition ----
   Resize(&r.x, rows * d);
-  nn::EmbeddingForward<T>(r.tokens.data(), dw.token, r.x.data(), {rows, V, d});
+  nn::EmbeddingWith<T>(WeightsOf<T>(quantized_), r.tokens.data(), dw.token,
+                       r.x.data(), {rows, V, d});
   if (dw.embed_scale != T(1)) {
     for (T& v : r.x) v *= dw.embed_scale;
   }

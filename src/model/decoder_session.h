@@ -104,7 +104,8 @@ class BasicDecoderSession {
   T* Keys(int64_t l, int64_t b);
   T* Values(int64_t l, int64_t b);
   // Makes every slot hold at least `positions` (<= capacity_) rows: the
-  // slots double (at most to capacity_) and the cached rows move over.
+  // slots grow by half (kSlotRound rows at least, at most to capacity_)
+  // and the cached rows move over.
   void Grow(int64_t positions);
   // The constructors' shared part: caches, position terms, XL tables.
   void Init(int64_t batch);

@@ -436,8 +436,17 @@ TEST(DecoderSessionInt8, QuantizesEveryDecoderLinearOnce) {
   EXPECT_EQ(q.Find(dw.blocks[1].ff_in_w)->cols, 16);
   EXPECT_EQ(q.Find(dw.token), nullptr);  // embeddings stay float
   BasicTransformer<float> s2s(Seq2seqConfigFor(Cases()[3]));
-  // 2 decoder blocks of 10 (self and cross q, k, v, o; FFN).
-  EXPECT_EQ(QuantizedLinears(s2s).size(), 2 * 10);
+  // 2 decoder blocks of 10 (self and cross q, k, v, o; FFN) and the
+  // encoder's block of 6.
+  const QuantizedLinears qs(s2s);
+  EXPECT_EQ(qs.size(), 2 * 10 + 6);
+  ASSERT_EQ(s2s.encoder_blocks().size(), 1u);
+  ASSERT_NE(qs.Find(s2s.encoder_blocks()[0].attn.wv), nullptr);
+  ASSERT_NE(qs.Find(s2s.encoder_blocks()[0].ff_out_w), nullptr);
+  EXPECT_EQ(qs.Find(s2s.encoder_blocks()[0].ff_out_w)->rows, 16);
+  EXPECT_EQ(qs.Find(s2s.encoder_blocks()[0].ff_out_w)->cols, 24);
+  // Its embedding, the head: small, so float32.
+  EXPECT_EQ(qs.Find(s2s.decoder_weights().token), nullptr);
   // A vocabulary whose head outweighs 1/8 of the blocks: quantized too.
   ModelConfig wide = ConfigFor(Cases()[3]);
   wide.vocab_size = 300;
@@ -465,9 +474,49 @@ TEST(DecoderSessionInt8, QuantizesEveryDecoderLinearOnce) {
                 {"float32"});
 }
 
+// The reader's embedding lookups: rows of a table held in int8 as scale x
+// int8 values (a tied seq2seq head), -1 a zero row, a token out of range
+// refused; a table not held looked up from its float values.
+TEST(DecoderSessionInt8, EmbeddingReadsInt8Rows) {
+  ModelConfig c = Seq2seqConfigFor(Cases()[3]);
+  c.vocab_size = 300;  // a head large enough to be quantized
+  BasicTransformer<float> s2s(c);
+  Perturb(&s2s);
+  const QuantizedLinears q(s2s);
+  const float* token = s2s.decoder_weights().token;
+  const Int8Matrix* m = q.Find(token);
+  ASSERT_NE(m, nullptr);
+  const int64_t d = c.d_model;
+  const std::vector<int32_t> ids = {299, -1, 0, 17};
+  std::vector<float> out(ids.size() * d, 1.0f);
+  q.Embedding(ids.data(), token, out.data(), {4, 300, d});
+  for (size_t r = 0; r < ids.size(); ++r) {
+    for (int64_t e = 0; e < d; ++e) {
+      const float want =
+          ids[r] < 0 ? 0.0f
+                     : m->scales[ids[r]] * static_cast<float>(m->Value(ids[r], e));
+      EXPECT_EQ(out[r * d + e], want) << r << " " << e;
+    }
+  }
+  // Close to the float rows (per-row int8: half a step of max |row|).
+  EXPECT_NEAR(out[0], token[299 * d], m->scales[299]);
+  const int32_t bad = 300;
+  ExpectInvalid([&] { q.Embedding(&bad, token, out.data(), {1, 300, d}); },
+                {"token 300"});
+  BasicTransformer<float> decoder(ConfigFor(Cases()[3]));
+  const QuantizedLinears qd(decoder);
+  const float* table = decoder.decoder_weights().token;
+  const int32_t one = 3;
+  std::vector<float> got(d), want(d);
+  qd.Embedding(&one, table, got.data(), {1, 11, d});
+  nn::EmbeddingForward<float>(&one, table, want.data(), {1, 11, d});
+  EXPECT_EQ(got, want);
+}
+
 // DropFloatWeights: the int8-only model decodes bit for bit as the model
 // that kept its float32 weights, frees them (a head tied to the token
-// embedding stays) and refuses every float32 use.
+// embedding too: the lookups read its int8 rows) and refuses every float32
+// use.
 TEST(DecoderSessionInt8, DroppedFloatWeightsDecodeTheSame) {
   for (const bool seq2seq : {false, true}) {
     SCOPED_TRACE(seq2seq ? "seq2seq" : "decoder");
@@ -481,15 +530,13 @@ TEST(DecoderSessionInt8, DroppedFloatWeightsDecodeTheSame) {
     QuantizedLinears qd(dropped);
     const int64_t params = dropped.NumParameters();
     const DecoderWeights<float> before = dropped.decoder_weights();
-    const bool tied = before.head_w == before.token;
+    EXPECT_EQ(before.head_w == before.token, seq2seq);  // tied
     ExpectInvalid([&] { qd.DropFloatWeights(&kept); }, {"not the model"});
     const int64_t freed = qd.DropFloatWeights(&dropped);
-    // Every block matrix, and the head unless it is the embedding.
+    // Every block matrix (the encoder's too) and the head.
     int64_t want = 0;
-    const float* kept_token = kept.decoder_weights().token;
     for (const auto& p : kept.parameters()) {
-      const float* v = p.value.data();
-      if (qk.Find(v) != nullptr && !(tied && v == kept_token)) {
+      if (qk.Find(p.value.data()) != nullptr) {
         want += p.numel() * static_cast<int64_t>(sizeof(float));
       }
     }
@@ -500,11 +547,9 @@ TEST(DecoderSessionInt8, DroppedFloatWeightsDecodeTheSame) {
     EXPECT_EQ(dropped.NumParameters(), params);  // counted by shape
     EXPECT_EQ(qd.dropped_from(), &dropped);
     for (const auto& p : dropped.parameters()) {
-      const float* v = p.value.data();
-      const bool held = qd.Find(v) != nullptr;
-      EXPECT_EQ(p.numel() == 1, held && !(tied && v == before.token))
-          << p.name;
+      EXPECT_EQ(p.numel() == 1, qd.Find(p.value.data()) != nullptr) << p.name;
     }
+    EXPECT_EQ(qd.Find(dropped.decoder_weights().token) != nullptr, seq2seq);
     // The same logits, bit for bit, through prompts and steps.
     std::vector<std::vector<int32_t>> sources = {{1, 2, 3}, {4, 5}};
     auto session = [&](const BasicTransformer<float>& m,

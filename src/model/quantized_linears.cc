@@ -2,11 +2,13 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <iterator>
 
 #include "base/check.h"
 #include "model/arch.h"
 #include "model/transformer_block.h"
+#include "model/nn/embedding.h"
 #include "model/nn/linear.h"
 #include "model/nn/multi_head_attention.h"
 
@@ -92,6 +94,15 @@ std::vector<QuantizedLinears::Matrix> QuantizedLinears::Selected(
   if (head_bytes > block_bytes / kFloatHeadShare) {
     out.push_back({dw.head_w, side.vocab_size, d});
   }
+  // A seq2seq model's encoder blocks (its self-attention and feed-forward).
+  const ModelConfig enc = EncoderSide(c);
+  for (const BlockWeights<float>& w : model.encoder_blocks()) {
+    for (const float* m : {w.attn.wq, w.attn.wk, w.attn.wv, w.attn.wo}) {
+      out.push_back({m, enc.d_model, enc.d_model});
+    }
+    out.push_back({w.ff_in_w, enc.d_ff, enc.d_model});
+    out.push_back({w.ff_out_w, enc.d_model, enc.d_ff});
+  }
   return out;
 }
 
@@ -110,11 +121,9 @@ QuantizedLinears::QuantizedLinears(const BasicTransformer<float>& model,
 
 std::vector<int64_t> QuantizedLinears::DroppedParameters(
     const BasicTransformer<float>& model, ComputeType type) {
-  const float* token = model.decoder_weights().token;
   std::vector<int64_t> out;
   for (const Matrix& m : Selected(model, type)) {
-    // A tied head: the input lookup reads it.
-    if (m.weight != token) out.push_back(ParameterOf(model, m.weight));
+    out.push_back(ParameterOf(model, m.weight));
   }
   return out;
 }
@@ -131,15 +140,11 @@ QuantizedLinears::QuantizedLinears(
   for (const Matrix& m : selected) {
     if (Find(m.weight) != nullptr) continue;  // a shared (tied) matrix
     const int64_t i = ParameterOf(model, m.weight);
-    const size_t held = params[static_cast<size_t>(i)].value.size();
-    if (held == static_cast<size_t>(m.out * m.in)) {
-      Add(m.weight, m.out, m.in);  // kept in float (a tied head)
-      continue;
-    }
-    RELPOS_CHECK_ARG(held == 1, "QuantizedLinears: parameter "
-                                    << params[static_cast<size_t>(i)].name
-                                    << " is neither allocated nor a "
-                                       "placeholder");
+    RELPOS_CHECK_ARG(params[static_cast<size_t>(i)].value.size() == 1,
+                     "QuantizedLinears: parameter "
+                         << params[static_cast<size_t>(i)].name
+                         << " holds its float32 values; quantize that model "
+                            "with the other constructor");
     values.assign(static_cast<size_t>(m.out * m.in), 0.0f);
     read(i, &values);
     RELPOS_CHECK_ARG(values.size() == static_cast<size_t>(m.out * m.in),
@@ -163,13 +168,11 @@ int64_t QuantizedLinears::DropFloatWeights(BasicTransformer<float>* model) {
   RELPOS_CHECK_ARG(model != nullptr && model == built_from_,
                    "DropFloatWeights: not the model these int8 copies were "
                    "made from");
-  const float* token = model->decoder_weights().token;
   std::vector<const float*> values;
   std::vector<size_t> entries;
   int64_t bytes = 0;
   for (size_t i = 0; i < matrices_.size(); ++i) {
     const auto& [w, q] = matrices_[i];
-    if (w == token) continue;  // a tied head: the input lookup reads it
     values.push_back(w);
     entries.push_back(i);
     bytes += q.rows * q.cols * static_cast<int64_t>(sizeof(float));
@@ -209,6 +212,41 @@ void LinearMaybeInt8(const QuantizedLinears* quantized, const float* x,
   }
   Int8Linear(rows, x, in, *q, b, y, out, omp_get_max_threads(),
              quantized->activations());
+}
+
+void QuantizedLinears::Linear(const float* x, const float* weight,
+                              const float* bias, float* y,
+                              const nn::LinearShape& shape) const {
+  LinearMaybeInt8(this, x, weight, bias, y, shape.rows, shape.in, shape.out);
+}
+
+void QuantizedLinears::Embedding(const int32_t* tokens, const float* table,
+                                 float* out,
+                                 const nn::EmbeddingShape& shape) const {
+  const Int8Matrix* q = Find(table);
+  if (q == nullptr) {
+    nn::EmbeddingForward<float>(tokens, table, out, shape);
+    return;
+  }
+  if (q->rows != shape.vocab || q->cols != shape.dim) {
+    RELPOS_THROW(Error, "int8 embedding " << q->rows << " x " << q->cols
+                                          << " used as " << shape.vocab
+                                          << " x " << shape.dim);
+  }
+  for (int64_t r = 0; r < shape.rows; ++r) {
+    const int32_t t = tokens[r];
+    float* row = out + r * shape.dim;
+    RELPOS_CHECK_ARG(t >= -1 && t < shape.vocab,
+                     "int8 embedding: token " << t << " out of range");
+    if (t < 0) {  // a padding slot, as EmbeddingForward writes it
+      std::fill(row, row + shape.dim, 0.0f);
+      continue;
+    }
+    const float scale = q->scales[static_cast<size_t>(t)];
+    for (int64_t c = 0; c < shape.dim; ++c) {
+      row[c] = scale * static_cast<float>(q->Value(t, c));
+    }
+  }
 }
 
 void LinearMaybeInt8(const QuantizedLinears* /*quantized*/, const double* x,

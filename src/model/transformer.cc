@@ -487,12 +487,15 @@ BlockGrads<T> BlockGradsOf(const BlockParams& bp,
 //   x_{l+1} = Block_l(x_l)   (memory: a decoder's cross-attention input)
 //   lnf = LayerNormF(x_L)
 // kTraining keeps every block's activations. One dropout seed is drawn from
-// *rng per site, in the order the sites run.
+// *rng per site, in the order the sites run. `weights`: how the embedding
+// lookup and the blocks' products read their matrices (Encode's int8
+// inference; null: the float values).
 template <typename T>
 void StackForward(const StackParams& sp,
                   const std::vector<BasicParameter<T>>& params, int64_t token,
                   StackState<T>* st, BlockScratch<T>* scratch, bool training,
-                  double dropout, Rng* rng, const BlockMemory<T>* memory) {
+                  double dropout, Rng* rng, const BlockMemory<T>* memory,
+                  const nn::WeightReader<T>* weights = nullptr) {
   const ModelConfig& c = st->config;
   auto P = [&](int64_t i) -> const T* { return params[i].value.data(); };
   const int64_t rows = st->rows, d = c.d_model, V = c.vocab_size;
@@ -507,8 +510,8 @@ void StackForward(const StackParams& sp,
   // ---- Input: x_0 = Dropout(scale TokenEmbedding + AbsolutePosition) ----
   std::vector<T>& x0 = st->xs[0];
   Resize(&x0, rows * d);
-  nn::EmbeddingForward<T>(st->tokens.data(), P(token), x0.data(),
-                          {rows, V, d});
+  nn::EmbeddingWith<T>(weights, st->tokens.data(), P(token), x0.data(),
+                       {rows, V, d});
   if (st->embed_scale != T(1)) {
     for (T& v : x0) v *= st->embed_scale;
   }
@@ -530,7 +533,8 @@ void StackForward(const StackParams& sp,
     Resize(&x_next, rows * d);
     BlockForward<T>((training ? st->xs[l] : x0).data(),
                     BlockWeightsOf(sp.blocks[l], params), x_next.data(), &acts,
-                    scratch, shape, st->attention, st->block_options, memory);
+                    scratch, shape, st->attention, st->block_options, memory,
+                    weights);
   }
 
   // ---- Output: lnf = LayerNormF(x_L) ----
@@ -956,13 +960,26 @@ DecoderWeights<T> BasicTransformer<T>::decoder_weights() const {
 }
 
 template <typename T>
+std::vector<BlockWeights<T>> BasicTransformer<T>::encoder_blocks() const {
+  std::vector<BlockWeights<T>> out;
+  for (const BlockParams& bp : state_->index.encoder.blocks) {
+    out.push_back(BlockWeightsOf(bp, params_));
+  }
+  return out;
+}
+
+template <typename T>
 void BasicTransformer<T>::Encode(const std::vector<std::vector<int32_t>>& sources,
-                                 std::vector<T>* memory) const {
+                                 std::vector<T>* memory,
+                                 const nn::WeightReader<T>* weights) const {
   const ModelConfig& c = config_;
   RELPOS_CHECK_ARG(Describe(c.arch).source,
                    "Encode needs a seq2seq model; this model's arch is "
                        << ToString(c.arch));
   RELPOS_CHECK_ARG(!sources.empty(), "Encode: no source sentence");
+  RELPOS_CHECK_ARG(!values_dropped_ || weights != nullptr,
+                   "Encode: this model keeps int8 weights only; encode with "
+                   "the int8 copies that dropped its float32 weights");
   StackState<T> st = MakeStack<T>(EncoderSide(c), true);
   st.batch = static_cast<int64_t>(sources.size());
   st.length = 1;
@@ -988,7 +1005,8 @@ void BasicTransformer<T>::Encode(const std::vector<std::vector<int32_t>>& source
   st.rows = static_cast<int64_t>(st.tokens.size());
   BlockScratch<T> scratch;
   StackForward<T>(state_->index.encoder, params_, state_->index.token, &st,
-               &scratch, /*training=*/false, 0.0, nullptr, nullptr);
+                  &scratch, /*training=*/false, 0.0, nullptr, nullptr,
+                  weights);
   *memory = std::move(st.lnf);
 }
 

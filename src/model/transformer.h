@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/rng.h"
+#include "model/nn/weight_reader.h"
 #include "relpos/model/batch.h"
 #include "relpos/schemes.h"
 
@@ -272,14 +273,19 @@ class BasicTransformer {
   BlockWeights<T> block_weights(int64_t layer) const;
   // The decoder stack and output head (the parameters' current values).
   DecoderWeights<T> decoder_weights() const;
+  // The encoder stack's blocks (seq2seq; empty for the others).
+  std::vector<BlockWeights<T>> encoder_blocks() const;
   // Seq2seq only: the encoder's output LayerNormE(x_L) of `sources` (one
   // token list each, possibly empty), [rows, d_model] with the rows packed
   // source after source, as the training forward computes it (no dropout).
-  // Keeps no state: the model may be const and shared. InvalidArgument for
-  // another architecture, no source, an id out of range or a source longer
-  // than max_len with learned positions.
+  // `weights`: how the embedding lookup and the blocks' products read
+  // their matrices (int8 inference, model/quantized_linears.h; required
+  // once values_dropped()). Keeps no state: the model may be const and
+  // shared. InvalidArgument for another architecture, no source, an id out
+  // of range or a source longer than max_len with learned positions.
   void Encode(const std::vector<std::vector<int32_t>>& sources,
-              std::vector<T>* memory) const;
+              std::vector<T>* memory,
+              const nn::WeightReader<T>* weights = nullptr) const;
 
  private:
   struct State;  // activations and scratch, defined in transformer.cc

@@ -8,6 +8,7 @@
 #include "model/nn/gelu.h"
 #include "model/nn/layer_norm.h"
 #include "model/nn/linear.h"
+#include "base/check.h"
 #include "base/threads.h"
 
 namespace relpos::model {
@@ -107,7 +108,11 @@ template <typename T>
 void BlockForward(const T* x, const BlockWeights<T>& w, T* x_next,
                   BlockActivations<T>* acts, BlockScratch<T>* scratch,
                   const BlockShape& shape, const AttentionOptions& attention,
-                  const BlockOptions& options, const BlockMemory<T>* memory) {
+                  const BlockOptions& options, const BlockMemory<T>* memory,
+                  const nn::WeightReader<T>* weights) {
+  RELPOS_CHECK_ARG(memory == nullptr || weights == nullptr,
+                   "BlockForward: a block with cross-attention reads float "
+                   "weights only");
   const int64_t rows = shape.rows(), d = shape.d_model, dff = shape.d_ff;
   const nn::LayerNormShape ln_shape{rows, d};
   const bool dropout = options.dropout > 0.0;
@@ -124,7 +129,8 @@ void BlockForward(const T* x, const BlockWeights<T>& w, T* x_next,
                           a.ln1_mean.data(), a.ln1_rstd.data(), ln_shape);
   // branch = Dropout(MultiHeadAttention(ln1))
   nn::MultiHeadAttentionForward<T>(a.ln1.data(), w.attn, branch.data(), &a.mha,
-                                   shape.mha(), attention, options.positions);
+                                   shape.mha(), attention, options.positions,
+                                   weights);
   if (dropout) {
     RowDropout<T>(true, branch.data(), branch.data(), shape, options.dropout,
                   a.attn_drop_seed);
@@ -148,12 +154,12 @@ void BlockForward(const T* x, const BlockWeights<T>& w, T* x_next,
   // ff_pre = W1 ln2 + b1; ff_act = GELU(ff_pre)
   Resize(&a.ff_pre, rows * dff);
   Resize(&a.ff_act, rows * dff);
-  nn::LinearForward<T>(a.ln2.data(), w.ff_in_w, w.ff_in_b, a.ff_pre.data(),
-                       {rows, d, dff});
+  nn::LinearWith<T>(weights, a.ln2.data(), w.ff_in_w, w.ff_in_b,
+                    a.ff_pre.data(), {rows, d, dff});
   nn::GeluForward<T>(a.ff_pre.data(), a.ff_act.data(), rows * dff);
   // branch = Dropout(W2 ff_act + b2); x_next = h + branch
-  nn::LinearForward<T>(a.ff_act.data(), w.ff_out_w, w.ff_out_b, branch.data(),
-                       {rows, dff, d});
+  nn::LinearWith<T>(weights, a.ff_act.data(), w.ff_out_w, w.ff_out_b,
+                    branch.data(), {rows, dff, d});
   if (dropout) {
     RowDropout<T>(true, branch.data(), branch.data(), shape, options.dropout,
                   a.ff_drop_seed);
@@ -230,7 +236,8 @@ void BlockBackward(const T* x, const BlockWeights<T>& w,
   template void BlockForward<T>(                                             \
       const T*, const BlockWeights<T>&, T*, BlockActivations<T>*,            \
       BlockScratch<T>*, const BlockShape&, const AttentionOptions&,          \
-      const BlockOptions&, const BlockMemory<T>*);                           \
+      const BlockOptions&, const BlockMemory<T>*,                            \
+      const nn::WeightReader<T>*);                                           \
   template void BlockBackward<T>(                                            \
       const T*, const BlockWeights<T>&, const BlockActivations<T>&, T*,      \
       const BlockGrads<T>&, BlockScratch<T>*, const BlockShape&,             \

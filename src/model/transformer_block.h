@@ -120,13 +120,17 @@ struct BlockOptions {
 // options, causality and the key lengths (see nn::MultiHeadAttentionForward).
 // x_next may alias x (x is last read before x_next is written); BlockBackward
 // needs the original x, so training keeps them apart. `memory` is given
-// exactly for the blocks with cross-attention (w.has_cross()).
+// exactly for the blocks with cross-attention (w.has_cross()). `weights`:
+// how the self-attention and feed-forward products read their matrices
+// (null: the float values; nn/weight_reader.h); blocks with cross-attention
+// take none (the decoder session runs those in inference).
 template <typename T>
 void BlockForward(const T* x, const BlockWeights<T>& w, T* x_next,
                   BlockActivations<T>* acts, BlockScratch<T>* scratch,
                   const BlockShape& shape, const AttentionOptions& attention,
                   const BlockOptions& options,
-                  const BlockMemory<T>* memory = nullptr);
+                  const BlockMemory<T>* memory = nullptr,
+                  const nn::WeightReader<T>* weights = nullptr);
 
 // Differentiates BlockForward. dresid [rows, d] holds dL/dx_next on entry and
 // dL/dx on return; x, w, acts, attention, options and memory must be those

@@ -197,8 +197,8 @@ Checkpoint WriteUntrained(const std::string& dir, const model::ModelConfig& m,
 // + DropFloatWeights give, bit for bit (every value kept, the logits of a
 // decoding session), without ever allocating the float32 matrices that get
 // int8 copies: a decoder with a float32 head (small vocabulary) and with an
-// int8 head, and a seq2seq model whose int8 head is tied to the embedding
-// (kept in float32: the input lookup reads it).
+// int8 head, and a seq2seq model (its encoder in int8 too) whose int8 head
+// is its embedding.
 TEST(Checkpoint, LoadModelForInt8IsLoadQuantizeAndDrop) {
   using model::ComputeType;
   struct Case {
@@ -246,12 +246,13 @@ TEST(Checkpoint, LoadModelForInt8IsLoadQuantizeAndDrop) {
           ++int8_matrices;  // never allocated: a placeholder
         }
       }
-      // 2 blocks x (self [+ cross] attention x 4 + FFN x 2) [+ the head].
-      const int64_t per_block = k.arch == model::Arch::kSeq2seq ? 10 : 6;
-      EXPECT_EQ(int8_matrices,
-                2 * per_block +
-                    (k.head_int8 && k.arch != model::Arch::kSeq2seq ? 1 : 0));
-      EXPECT_EQ(got.quantized->size(), 2 * per_block + (k.head_int8 ? 1 : 0));
+      // 2 decoder blocks x (self [+ cross] attention x 4 + FFN x 2), the
+      // seq2seq encoder's 2 blocks x 6, the head (seq2seq: the embedding).
+      const bool s2s = k.arch == model::Arch::kSeq2seq;
+      const int64_t want_int8 =
+          2 * (s2s ? 10 : 6) + (s2s ? 2 * 6 : 0) + (k.head_int8 ? 1 : 0);
+      EXPECT_EQ(int8_matrices, want_int8);
+      EXPECT_EQ(got.quantized->size(), want_int8);
       std::vector<float> a, b;
       if (k.arch == model::Arch::kSeq2seq) {
         const std::vector<std::vector<int32_t>> sources = {{3, 1, 4}, {5}};

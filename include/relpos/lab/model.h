@@ -59,14 +59,16 @@ struct DecodeOptions {
   // max_batch_size); 0: all as one batch. The output does not depend on it.
   int64_t max_batch_size = 0;
   // "float32", "int8" or "int8_a8" (ComputeTypeNames()): with int8 the
-  // decoder blocks' linear layers (attention projections, FFN) and a large
-  // output head (above 1/8 of the blocks' int8 bytes) run as int8 x int16
-  // products with per-output-channel weight scales and per-row activation
-  // scales (docs/generate.md, "Quantized inference"); int8_a8 quantizes
-  // those activations to 8 bits instead (faster where the CPU has AVX-512
-  // VNNI, less accurate). The encoder, the relative tables and attention
-  // stay float32. The weights are quantized once per call, or once for all
-  // by Model::Quantize (which then requires its compute type here).
+  // linear layers of the decoder's (and a seq2seq encoder's) blocks
+  // (attention projections, FFN) and a large output head (above 1/8 of the
+  // decoder blocks' int8 bytes; an embedding tied to it is then looked up
+  // from its int8 rows) run as int8 x int16 products with
+  // per-output-channel weight scales and per-row activation scales
+  // (docs/generate.md, "Quantized inference"); int8_a8 quantizes those
+  // activations to 8 bits instead (faster where the CPU has AVX-512 VNNI,
+  // less accurate). The relative tables and attention stay float32. The
+  // weights are quantized once per call, or once for all by Load(dir,
+  // type) / Quantize (which then require their compute type here).
   std::string compute_type = "float32";
 };
 
@@ -132,10 +134,9 @@ class Model {
   std::vector<Translation> Translate(
       const std::vector<std::vector<int32_t>>& sources,
       const DecodeOptions& options = {});
-  // For deployment: quantizes the decoder's linear layers once for
-  // `compute_type` ("int8" or "int8_a8", as DecodeOptions::compute_type
-  // says) and frees their float32 weights (an output head tied to the
-  // token embedding keeps them). Translate and Generate then run with that
+  // For deployment: quantizes the linear layers once for `compute_type`
+  // ("int8" or "int8_a8", as DecodeOptions::compute_type says) and frees
+  // their float32 weights. Translate and Generate then run with that
   // compute type only; what reads float32 weights (Save, Parameter,
   // SetParameter, Gradient, Forward, Outputs, ForwardBackward, Evaluate,
   // Inspect) throws InvalidArgument. InvalidArgument for another name, a

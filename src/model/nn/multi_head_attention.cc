@@ -501,7 +501,8 @@ template <typename T>
 void AttentionLayerForward(const T* x, const T* memory, const MhaWeights<T>& w,
                            T* y, MhaCache<T>* cache, const MhaShape& s,
                            const MhaShape& ks, const AttentionOptions& options,
-                           const MhaPositions& p) {
+                           const MhaPositions& p,
+                           const WeightReader<T>* weights = nullptr) {
   // Shapes: x, y [rows, d_model], memory [memory rows, d_model];
   // cache->q/attn and k/v as AttentionLayout says ([B, H, N, dh] when not
   // packed).
@@ -518,11 +519,11 @@ void AttentionLayerForward(const T* x, const T* memory, const MhaWeights<T>& w,
   // merged heads below.
   cache->merged.resize(std::max(rows, kv_rows) * d);
   T* flat = cache->merged.data();
-  LinearForward<T>(x, w.wq, w.bq, flat, {rows, d, d});
+  LinearWith<T>(weights, x, w.wq, w.bq, flat, {rows, d, d});
   SplitHeads<T>(flat, cache->q.data(), s, layout.q);
-  LinearForward<T>(memory, w.wk, w.bk, flat, {kv_rows, d, d});
+  LinearWith<T>(weights, memory, w.wk, w.bk, flat, {kv_rows, d, d});
   SplitHeads<T>(flat, cache->k.data(), ks, layout.kv);
-  LinearForward<T>(memory, w.wv, w.bv, flat, {kv_rows, d, d});
+  LinearWith<T>(weights, memory, w.wv, w.bv, flat, {kv_rows, d, d});
   SplitHeads<T>(flat, cache->v.data(), ks, layout.kv);
   cache->merged.resize(rows * d);
   // RoPE: q_i <- R_{i+off} q_i, k_j <- R_j k_j (the cache keeps the rotated
@@ -547,7 +548,8 @@ void AttentionLayerForward(const T* x, const T* memory, const MhaWeights<T>& w,
   }
 
   MergeHeads<T>(cache->attn.data(), cache->merged.data(), s, layout.q);
-  LinearForward<T>(cache->merged.data(), w.wo, w.bo, y, {rows, d, d});
+  LinearWith<T>(weights, cache->merged.data(), w.wo, w.bo, y,
+                   {rows, d, d});
 }
 
 // The backward pass of both kinds. Self-attention (memory == x): dx = the
@@ -607,8 +609,9 @@ template <typename T>
 void MultiHeadAttentionForward(const T* x, const MhaWeights<T>& w, T* y,
                                MhaCache<T>* cache, const MhaShape& s,
                                const AttentionOptions& options,
-                               const MhaPositions& p) {
-  AttentionLayerForward(x, x, w, y, cache, s, s, options, p);
+                               const MhaPositions& p,
+                               const WeightReader<T>* weights) {
+  AttentionLayerForward(x, x, w, y, cache, s, s, options, p, weights);
 }
 
 template <typename T>
@@ -647,7 +650,7 @@ void CrossAttentionBackward(const T* x, const T* memory,
 #define RELPOS_INSTANTIATE_MHA(T)                                              \
   template void MultiHeadAttentionForward<T>(                                  \
       const T*, const MhaWeights<T>&, T*, MhaCache<T>*, const MhaShape&,       \
-      const AttentionOptions&, const MhaPositions&);                           \
+      const AttentionOptions&, const MhaPositions&, const WeightReader<T>*);   \
   template void MultiHeadAttentionBackward<T>(                                 \
       const T*, const MhaWeights<T>&, const MhaCache<T>&, const T*, T*,        \
       const MhaGrads<T>&, MhaScratch<T>*, const MhaShape&,                     \

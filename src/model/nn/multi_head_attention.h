@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/nn/weight_reader.h"
 #include "relpos/attention.h"
 #include "relpos/rope.h"
 #include "relpos/schemes.h"
@@ -164,12 +165,14 @@ void XlAttentionTables(const MhaWeights<T>& w, int64_t d_model, int64_t heads,
 // x [rows, d_model] -> y [rows, d_model] (rows and their layout as
 // MhaShape says). `attention` carries the scheme (bucket map, score term,
 // tables' layout, terms), causal and key_lengths; `positions` what the layer
-// does beyond it (RoPE, XL).
+// does beyond it (RoPE, XL); `weights` how the projections read w.wq, wk,
+// wv and wo (null: their float values; nn/weight_reader.h).
 template <typename T>
 void MultiHeadAttentionForward(const T* x, const MhaWeights<T>& w, T* y,
                                MhaCache<T>* cache, const MhaShape& shape,
                                const AttentionOptions& attention,
-                               const MhaPositions& positions = {});
+                               const MhaPositions& positions = {},
+                               const WeightReader<T>* weights = nullptr);
 
 // Differentiates the forward pass above, given dy [rows, d_model]; dx
 // [rows, d_model] is overwritten. `cache` must come from the forward pass with
