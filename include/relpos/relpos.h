@@ -3,6 +3,7 @@
 #define RELPOS_RELPOS_H_
 
 #include "relpos/attention.h"
+#include "relpos/cpu.h"
 #include "relpos/error.h"
 #include "relpos/params.h"
 #include "relpos/position_schemes.h"

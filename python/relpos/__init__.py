@@ -37,6 +37,7 @@ submodule ``relpos.torch`` (imported on first use; needs PyTorch).
 from __future__ import annotations
 
 import importlib
+import os
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -57,6 +58,21 @@ from .position_schemes import (
     t5_bucket_reach)
 
 __version__ = _ext.__version__
+
+# RELPOS_CPU_ISA caps the CPU kernels' instruction sets ("native" or
+# "avx2"; relpos/cpu.h, docs/generate.md "Instruction sets"), applied before
+# any kernel runs; a bad value is a ValueError at import.
+if os.environ.get("RELPOS_CPU_ISA"):
+    try:
+        _ext.limit_cpu_isa(os.environ["RELPOS_CPU_ISA"])
+    except ValueError as e:
+        raise ValueError(f"RELPOS_CPU_ISA: {e}") from None
+
+
+def cpu_isa() -> str:
+    """The instruction set relpos's int8 products dispatch to on this CPU
+    ("AVX3+VNNI", "AVX3_ZEN4", "AVX2", ...): what ``RELPOS_CPU_ISA`` left."""
+    return _ext.cpu_isa()
 
 __all__ = [
     "AttentionGrads",
@@ -345,7 +361,7 @@ __all__ += ["alibi_slopes", "clip_bucket", "rope", "rope_backward",
 # docs/inspect.md).
 from ._inspect import inspect  # noqa: E402
 
-__all__ += ["inspect"]
+__all__ += ["inspect", "cpu_isa"]
 
 # Translation data and scores (relpos/translate.py, docs/translation.md).
 from . import translate  # noqa: E402

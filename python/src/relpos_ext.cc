@@ -356,6 +356,12 @@ NB_MODULE(_relpos_ext, m) {
         nb::arg("query_offset").none(), nb::arg("scheme"), nb::arg("rows"),
         "Internal: the C++ core's checks of a call, on shapes; returns the "
         "resolved problem. Used by relpos.triton.");
+  m.def("limit_cpu_isa", &relpos::LimitCpuIsa, nb::arg("isa"),
+        "Internal: relpos::LimitCpuIsa (relpos/cpu.h); relpos applies "
+        "RELPOS_CPU_ISA with it at import.");
+  m.def("cpu_isa", &relpos::CpuIsa,
+        "The instruction set relpos's int8 products dispatch to "
+        "(relpos/cpu.h).");
   m.def("init_relative_table", &relpos::InitTable, nb::arg("table"),
         nb::arg("kind"), nb::arg("scale"), nb::arg("seed"),
         "Internal: fills a float32 table. Use relpos.init_relative_table.");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -14,6 +15,7 @@
 
 #include <unistd.h>
 
+#include "relpos/cpu.h"
 #include "relpos/error.h"
 #include "relpos/lab/files.h"
 #include "relpos/version.h"
@@ -123,6 +125,18 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
     err << "relpos: error: unknown verb '" << verb << "' (verbs: "
         << VerbNames(app) << "; see 'relpos --help')\n";
     return kExitUsage;
+  }
+
+  // RELPOS_CPU_ISA caps the kernels' instruction sets (relpos/cpu.h),
+  // before anything runs.
+  if (const char* isa = std::getenv("RELPOS_CPU_ISA");
+      isa != nullptr && *isa != '\0') {
+    try {
+      LimitCpuIsa(isa);
+    } catch (const relpos::Error& e) {
+      err << "relpos: error: RELPOS_CPU_ISA: " << FirstLine(e) << "\n";
+      return kExitUsage;
+    }
   }
 
   // Whatever a verb printed must have reached stdout: a write error (a full

@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_test_util.h"
+#include "relpos/cpu.h"
 #include "relpos/error.h"
 
 namespace relpos::cli {
@@ -131,6 +133,32 @@ TEST(Cli, UnknownVerbListsTheVerbs) {
 
 // A bad --share is reported under --share (it was once wrapped in
 // --untrained-fraction's name by the nested flag translation).
+// RELPOS_CPU_ISA (relpos/cpu.h): a bad value is one usage error before any
+// verb runs; avx2 caps the kernels (the int8 products' target says so).
+TEST(Cli, CpuIsaFromTheEnvironment) {
+  ::setenv("RELPOS_CPU_ISA", "avx9000", 1);
+  CliResult bad = RunRelpos({"params", "--d-model", "64", "--heads", "8",
+                             "--max-distance", "4"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(bad.out.empty()) << bad.out;
+  EXPECT_EQ(bad.err,
+            "relpos: error: RELPOS_CPU_ISA: the instruction set cap must be "
+            "native or avx2 (got \"avx9000\")\n");
+  ::setenv("RELPOS_CPU_ISA", "native", 1);
+  EXPECT_EQ(RunRelpos({"params", "--d-model", "64", "--heads", "8",
+                       "--max-distance", "4"})
+                .code,
+            0);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    ::setenv("RELPOS_CPU_ISA", "avx2", 1);
+    CliResult r = RunRelpos({"params", "--d-model", "64", "--heads", "8",
+                             "--max-distance", "4"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(CpuIsa(), "AVX2");
+  }
+  ::unsetenv("RELPOS_CPU_ISA");
+}
+
 TEST(Cli, InspectNamesTheFlagThatIsWrong) {
   for (const std::string bad : {"0", "1.5", "-1", "x"}) {
     const CliResult r = RunRelpos({"inspect", "nodir", "--share", bad});

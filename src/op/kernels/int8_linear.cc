@@ -622,7 +622,9 @@ Int8Matrix QuantizeRows(const float* w, int64_t rows, int64_t cols,
     q.row_sums[j] = sum;
   }
 #if HWY_ARCH_X86
-  if (__builtin_cpu_supports("avx512vnni")) {
+  // Where the products run the VNNI kernels (not under an instruction set
+  // cap below AVX-512, relpos/cpu.h).
+  if (UseVnni(HWY_DYNAMIC_DISPATCH(Int8Target)())) {
     PackForVnni8(&q);
     // The packed copy is the one the VNNI kernels read; the others (a test
     // that turns VNNI off) unpack it per call (RowMajorOf).
