@@ -569,9 +569,21 @@ TEST(DecoderSessionInt8, DroppedFloatWeightsDecodeTheSame) {
       b->Step({t, 2 * t}, &lb);
       EXPECT_EQ(la, lb) << "step " << t;
     }
-    // Float32 uses of the dropped model are refused, not run on NaNs.
+    // Float32 uses of the dropped model are refused, not run on NaNs, and
+    // so is encoding through int8 copies that did not drop its values.
     ExpectInvalid([&] { QuantizedLinears again(dropped); },
                   {"were dropped"});
+    if (seq2seq) {
+      std::vector<float> memory;
+      ExpectInvalid([&] { dropped.Encode(sources, &memory, &qk); },
+                    {"Encode", "int8 weights only"});
+      ExpectInvalid([&] { dropped.Encode(sources, &memory); },
+                    {"Encode", "int8 weights only"});
+      dropped.Encode(sources, &memory, &qd);
+      std::vector<float> kept_memory;
+      kept.Encode(sources, &kept_memory, &qk);
+      EXPECT_EQ(memory, kept_memory);
+    }
     ExpectInvalid(
         [&] {
           if (seq2seq) {

@@ -101,6 +101,7 @@ class QuantizedLinears : public nn::WeightReader<float> {
               float* y, const nn::LinearShape& shape) const override;
   void Embedding(const int32_t* tokens, const float* table, float* out,
                  const nn::EmbeddingShape& shape) const override;
+  const void* holds_values_of() const override { return dropped_from_; }
 
  private:
   struct Matrix {

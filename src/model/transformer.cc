@@ -977,9 +977,12 @@ void BasicTransformer<T>::Encode(const std::vector<std::vector<int32_t>>& source
                    "Encode needs a seq2seq model; this model's arch is "
                        << ToString(c.arch));
   RELPOS_CHECK_ARG(!sources.empty(), "Encode: no source sentence");
-  RELPOS_CHECK_ARG(!values_dropped_ || weights != nullptr,
-                   "Encode: this model keeps int8 weights only; encode with "
-                   "the int8 copies that dropped its float32 weights");
+  RELPOS_CHECK_ARG(
+      !values_dropped_ ||
+          (weights != nullptr &&
+           weights->holds_values_of() == static_cast<const void*>(this)),
+      "Encode: this model keeps int8 weights only; encode with the int8 "
+      "copies that dropped its float32 weights");
   StackState<T> st = MakeStack<T>(EncoderSide(c), true);
   st.batch = static_cast<int64_t>(sources.size());
   st.length = 1;

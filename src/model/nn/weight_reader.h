@@ -25,6 +25,10 @@ class WeightReader {
   // out[r] = table[tokens[r]] as EmbeddingForward looks it up.
   virtual void Embedding(const int32_t* tokens, const T* table, T* out,
                          const EmbeddingShape& shape) const = 0;
+  // The model whose dropped float values this reader holds in their place,
+  // or null: a model with dropped values may be read through that reader
+  // only (anything else would read the one-value placeholders).
+  virtual const void* holds_values_of() const = 0;
 };
 
 template <typename T>
