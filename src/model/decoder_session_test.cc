@@ -18,6 +18,7 @@
 
 #include "base/rng.h"
 #include "model/transformer.h"
+#include "model/transformer_block.h"
 #include "support/expect_invalid.h"
 
 namespace relpos::model {
@@ -477,6 +478,31 @@ TEST(DecoderSessionInt8, QuantizesEveryDecoderLinearOnce) {
 // The reader's embedding lookups: rows of a table held in int8 as scale x
 // int8 values (a tied seq2seq head), -1 a zero row, a token out of range
 // refused; a table not held looked up from its float values.
+// The refusals around the int8 readers: a parameter index out of range,
+// the streaming constructor on a model that holds its float values, and a
+// reader given to a block with cross-attention.
+TEST(DecoderSessionInt8, RefusesMisusedReaders) {
+  BasicTransformer<float> decoder(ConfigFor(Cases()[3]));
+  const auto params = static_cast<int64_t>(decoder.parameters().size());
+  ExpectInvalid([&] { decoder.AllocateValue(-1); }, {"AllocateValue"});
+  ExpectInvalid([&] { decoder.AllocateValue(params); }, {"AllocateValue"});
+  ExpectInvalid(
+      [&] {
+        QuantizedLinears q(decoder, ComputeType::kInt8,
+                           [](int64_t, std::vector<float>*) {});
+      },
+      {"holds its float32 values"});
+  const QuantizedLinears q(decoder);
+  BlockMemory<float> memory;
+  ExpectInvalid(
+      [&] {
+        BlockForward<float>(nullptr, BlockWeights<float>{}, nullptr, nullptr,
+                            nullptr, BlockShape{}, AttentionOptions{},
+                            BlockOptions{}, &memory, &q);
+      },
+      {"cross-attention"});
+}
+
 TEST(DecoderSessionInt8, EmbeddingReadsInt8Rows) {
   ModelConfig c = Seq2seqConfigFor(Cases()[3]);
   c.vocab_size = 300;  // a head large enough to be quantized
