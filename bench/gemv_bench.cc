@@ -9,11 +9,14 @@
 //               every other float product takes;
 //   int8        relpos::Int8Linear (src/op/kernels/int8_linear.h): int8
 //               weights, the activations quantized per row inside the call;
-//   int8_no_vnni  the same without AVX-512 VNNI's vpdpwssd where the CPU
-//               has it (Highway's AVX3 path: vpmaddwd + vpaddd);
+//   int8_rowmajor  the same through Highway's row-major kernel, without
+//               the packed kernels (AVX-512 VNNI's vpdpwssd, AVX2's
+//               vpmaddwd on packed blocks) where the CPU runs them;
 //   int8_a8     Int8Linear with 8-bit activations (Int8Activations::k8,
-//               `--compute-type int8_a8`): vpdpbusd on AVX-512 VNNI;
-//   int8_a8_no_vnni  the same 8-bit values through Highway's int16 kernel;
+//               `--compute-type int8_a8`): vpdpbusd on AVX-512 VNNI,
+//               vpmaddubsw on AVX2;
+//   int8_a8_rowmajor  the same 8-bit values through Highway's int16
+//               row-major kernel;
 //   dnnl_u8s8   oneDNN's int8 GEMM, dnnl_gemm_u8s8s32 (the activations
 //               quantized per row to u8 with a zero point of 128, as
 //               CTranslate2 feeds it, timed with the quantization and the
@@ -80,9 +83,9 @@ enum class Path {
   kGemv,
   kDnnlSgemm,
   kInt8,
-  kInt8NoVnni,
+  kInt8RowMajor,
   kInt8A8,
-  kInt8A8NoVnni,
+  kInt8A8RowMajor,
   kDnnlU8S8
 };
 
@@ -123,6 +126,9 @@ bool DnnlU8S8(int64_t m, const float* x, const relpos::Int8Matrix& q,
 void BM_DecodeWeights(benchmark::State& state, Path path) {
   const int64_t d = state.range(0), layers = state.range(1);
   const int64_t m = state.range(2);
+  // Before quantizing: the row-major variants keep the row-major layout.
+  relpos::Int8LinearAllowPackedForTest(path != Path::kInt8RowMajor &&
+                                       path != Path::kInt8A8RowMajor);
   const std::vector<Product> weights = DecoderWeights(d, layers);
   std::vector<float> x(static_cast<size_t>(m * 4 * d), 0.5f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f + 0.001f * (i % 13);
@@ -133,11 +139,9 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
   const bool int8 = path != Path::kGemv && path != Path::kDnnlSgemm;
   const bool relpos_int8 = int8 && path != Path::kDnnlU8S8;
   const relpos::Int8Activations activations =
-      path == Path::kInt8A8 || path == Path::kInt8A8NoVnni
+      path == Path::kInt8A8 || path == Path::kInt8A8RowMajor
           ? relpos::Int8Activations::k8
           : relpos::Int8Activations::k16;
-  relpos::Int8LinearAllowVnniForTest(path != Path::kInt8NoVnni &&
-                                     path != Path::kInt8A8NoVnni);
   int64_t bytes = 0;
   for (const Product& p : weights) {
     bytes += p.n * p.k * (int8 ? 1 : static_cast<int64_t>(sizeof(float)));
@@ -161,9 +165,9 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
                           p.n) == dnnl_success;
           break;
         case Path::kInt8:
-        case Path::kInt8NoVnni:
+        case Path::kInt8RowMajor:
         case Path::kInt8A8:
-        case Path::kInt8A8NoVnni:
+        case Path::kInt8A8RowMajor:
           relpos::Int8Linear(m, x.data(), p.k, p.q, nullptr, y.data(), p.n,
                              threads, activations);
           break;
@@ -184,7 +188,7 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
   state.SetLabel(path == Path::kGemv ? relpos::GemvTargetName()
                  : relpos_int8 ? relpos::Int8LinearTargetName()
                      : "oneDNN");
-  relpos::Int8LinearAllowVnniForTest(true);
+  relpos::Int8LinearAllowPackedForTest(true);
 }
 
 #define RELPOS_DECODE_SIZES(variant, path, ...)          \
@@ -199,15 +203,15 @@ RELPOS_DECODE_SIZES(dnnl_sgemm, Path::kDnnlSgemm,
 RELPOS_DECODE_SIZES(int8, Path::kInt8,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));
-RELPOS_DECODE_SIZES(int8_no_vnni, Path::kInt8NoVnni,
-                    ->ArgsProduct({{256}, {4}, {1, 4, 16}})
-                    ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
+RELPOS_DECODE_SIZES(int8_rowmajor, Path::kInt8RowMajor,
+                    ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));
 RELPOS_DECODE_SIZES(int8_a8, Path::kInt8A8,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));
-RELPOS_DECODE_SIZES(int8_a8_no_vnni, Path::kInt8A8NoVnni,
-                    ->ArgsProduct({{256}, {4}, {1, 4, 16}})
-                    ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
+RELPOS_DECODE_SIZES(int8_a8_rowmajor, Path::kInt8A8RowMajor,
+                    ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));
 RELPOS_DECODE_SIZES(dnnl_u8s8, Path::kDnnlU8S8,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));

@@ -229,6 +229,7 @@ HWY_AFTER_NAMESPACE();
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "base/check.h"
 
@@ -547,20 +548,204 @@ void PackForVnni8(Int8Matrix* q) {
   }
 }
 #undef RELPOS_VNNI_TARGET
+
+// AVX2 (Haswell and later, Zen 1-3: no VNNI) on the same packed blocks of
+// 16 rows x 4 columns, whose lanes are outputs, so no horizontal sum per
+// dot product and 8 outputs scaled at once. Written with intrinsics
+// because Highway's AVX2 target has no broadcast of a four-byte group nor
+// vpsignb; chosen at run time where Highway dispatches AVX2.
+#define RELPOS_AVX2_TARGET __attribute__((target("avx2")))
+
+// acc + v (vpaddd) in inline assembly, the accumulators' one instruction,
+// for the reason Dpbusd gives: with _mm256_add_epi32 GCC 12 copied every
+// accumulator to another register and back each iteration and kept some
+// of them on the stack.
+RELPOS_AVX2_TARGET inline __m256i AddTo(__m256i acc, __m256i v) {
+  asm("vpaddd %[v], %[acc], %[acc]" : [acc] "+x"(acc) : [v] "x"(v));
+  return acc;
+}
+
+// Up to 8 consecutive floats from p (valid of them: 1..8) without reading
+// past them; the rest zero.
+RELPOS_AVX2_TARGET inline __m256i TailMask(int64_t valid) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(
+      _mm256_set1_epi32(static_cast<int32_t>(valid < 8 ? valid : 8)), lanes);
+}
+
+// y[j0 + i] = sums[i] * (sx * sw[j0 + i]) (+ bias) for the 8 outputs of
+// `sums` (fewer where valid < 8): ScaleRow's operations in its order
+// (float(sum) * (sx * sw), then + bias; no fused multiply-add under this
+// target).
+RELPOS_AVX2_TARGET inline void ScaleStore8(__m256i sums, float sx,
+                                           const float* sw, const float* bias,
+                                           int64_t valid, float* out) {
+  if (valid >= 8) {
+    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(sx), _mm256_loadu_ps(sw));
+    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), scale);
+    if (bias != nullptr) v = _mm256_add_ps(v, _mm256_loadu_ps(bias));
+    _mm256_storeu_ps(out, v);
+    return;
+  }
+  const __m256i mask = TailMask(valid);
+  const __m256 scale =
+      _mm256_mul_ps(_mm256_set1_ps(sx), _mm256_maskload_ps(sw, mask));
+  __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), scale);
+  if (bias != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(bias, mask));
+  _mm256_maskstore_ps(out, mask, v);
+}
+
+// The 16-bit activations on AVX2: each quarter of a 64-byte block (16
+// bytes: 4 rows x 4 columns) widened to int16 (vpmovsxbw), multiplied by
+// the activations' four int16 columns broadcast as one int64 (vpmaddwd):
+// lane 2i holds columns 0-1 of the quarter's row i, lane 2i + 1 columns
+// 2-3. At the end vphaddd adds each lane pair and vpermq puts rows 0-7
+// (then 8-15) in order. MR activation rows against the block of output
+// rows j0..j0 + 15 (outputs from `end` on neither computed nor stored).
+// Exact integer sums, the same integers as every other kernel's.
+template <int MR>
+RELPOS_AVX2_TARGET void PackedTile16Avx2(const int16_t* qx, const float* sx,
+                                         const int8_t* packed,
+                                         const float* sw, const float* bias,
+                                         int64_t stride, int64_t j0,
+                                         int64_t end, float* y, int64_t ldy) {
+  __m256i acc[MR][4];
+  for (int r = 0; r < MR; ++r) {
+    for (int q = 0; q < 4; ++q) acc[r][q] = _mm256_setzero_si256();
+  }
+  const int8_t* wb = packed + j0 * stride;  // block j0 / 16
+  for (int64_t c = 0; c < stride; c += 4) {
+    __m256i x[MR];
+    for (int r = 0; r < MR; ++r) {
+      int64_t four;
+      std::memcpy(&four, qx + r * stride + c, sizeof(four));
+      x[r] = _mm256_set1_epi64x(four);
+    }
+    const int8_t* p = wb + c * 16;
+    for (int q = 0; q < 4; ++q) {
+      const __m256i w = _mm256_cvtepi8_epi16(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(p + 16 * q)));
+      for (int r = 0; r < MR; ++r) {
+        acc[r][q] = AddTo(acc[r][q], _mm256_madd_epi16(x[r], w));
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int h = 0; h < 2; ++h) {
+      const int64_t first = j0 + 8 * h;
+      if (first >= end) break;
+      const __m256i sums = _mm256_permute4x64_epi64(
+          _mm256_hadd_epi32(acc[r][2 * h], acc[r][2 * h + 1]), 0xD8);
+      ScaleStore8(sums, sx[r], sw + first,
+                  bias == nullptr ? nullptr : bias + first, end - first,
+                  y + r * ldy + first);
+    }
+  }
+}
+
+// The 8-bit activations on AVX2 (vpmaddubsw, u8 x s8 pairs into int16):
+// each half of a block (32 bytes: 8 rows x 4 columns) against the four
+// activation bytes broadcast, as |w| (unsigned) times x with w's sign
+// (vpsignb), so each int16 pair sum is at most 2 x 127 x 127 = 32258 and
+// never saturates (activations and weights both in [-127, 127]); vpmaddwd
+// by ones then adds the pairs into the int32 lanes, which are the 8 rows'
+// outputs. Exact: the same integers as every other kernel's.
+template <int MR>
+RELPOS_AVX2_TARGET void PackedTile8Avx2(const int8_t* qx, const float* sx,
+                                        const int8_t* packed, const float* sw,
+                                        const float* bias, int64_t stride,
+                                        int64_t j0, int64_t end, float* y,
+                                        int64_t ldy) {
+  __m256i acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* wb = packed + j0 * stride;
+  for (int64_t c = 0; c < stride; c += 4) {
+    const int8_t* p = wb + c * 16;
+    const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i w1 =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32));
+    const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
+    for (int r = 0; r < MR; ++r) {
+      int32_t four;
+      std::memcpy(&four, qx + r * stride + c, sizeof(four));
+      const __m256i x = _mm256_set1_epi32(four);
+      const __m256i p0 = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(x, w0));
+      const __m256i p1 = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(x, w1));
+      acc[r][0] = AddTo(acc[r][0], _mm256_madd_epi16(p0, ones));
+      acc[r][1] = AddTo(acc[r][1], _mm256_madd_epi16(p1, ones));
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int h = 0; h < 2; ++h) {
+      const int64_t first = j0 + 8 * h;
+      if (first >= end) break;
+      ScaleStore8(acc[r][h], sx[r], sw + first,
+                  bias == nullptr ? nullptr : bias + first, end - first,
+                  y + r * ldy + first);
+    }
+  }
+}
+
+// Output rows [begin, end) (begin a multiple of 16) block by block against
+// all m activation rows (T int16 or int8, row stride `stride`) in tiles of
+// up to MR rows (the registers: 2 rows x 4 int32 accumulators for int16,
+// 4 x 2 for int8).
+template <typename T, int MR>
+RELPOS_AVX2_TARGET void Int8RowsPackedAvx2(int64_t m, const T* qx,
+                                           const float* sx,
+                                           const Int8Matrix& w, int64_t begin,
+                                           int64_t end, const float* bias,
+                                           float* y, int64_t ldy) {
+  const int64_t stride = w.stride;
+  const int8_t* p = w.packed.data();
+  const float* sw = w.scales.data();
+  const auto tile = [&](auto rows, int64_t j0, int64_t r0) {
+    constexpr int kRows = decltype(rows)::value;
+    if constexpr (sizeof(T) == 2) {
+      PackedTile16Avx2<kRows>(qx + r0 * stride, sx + r0, p, sw, bias, stride,
+                              j0, end, y + r0 * ldy, ldy);
+    } else {
+      PackedTile8Avx2<kRows>(qx + r0 * stride, sx + r0, p, sw, bias, stride,
+                             j0, end, y + r0 * ldy, ldy);
+    }
+  };
+  for (int64_t j0 = begin; j0 < end; j0 += 16) {
+    int64_t r0 = 0;
+    for (; r0 + MR <= m; r0 += MR) {
+      tile(std::integral_constant<int, MR>(), j0, r0);
+    }
+    const int64_t left = m - r0;  // < MR <= 4
+    if (MR > 3 && left == 3) {
+      tile(std::integral_constant<int, MR < 3 ? MR : 3>(), j0, r0);
+    } else if (MR > 2 && left == 2) {
+      tile(std::integral_constant<int, MR < 2 ? MR : 2>(), j0, r0);
+    } else if (left == 1) {
+      tile(std::integral_constant<int, 1>(), j0, r0);
+    }
+  }
+}
+#undef RELPOS_AVX2_TARGET
 #endif  // HWY_ARCH_X86
 
-bool vnni_allowed = true;  // Int8LinearAllowVnniForTest
+bool packed_allowed = true;  // Int8LinearAllowPackedForTest
 
-// True when the VNNI block kernel runs: Highway dispatches AVX3 and the CPU
-// has AVX-512 VNNI.
-bool UseVnni(const char* target) {
+// Which kernels read the packed weights (Int8Matrix::packed) for Highway's
+// target here: the VNNI ones where Highway dispatches AVX3 and the CPU has
+// AVX-512 VNNI, the AVX2 ones where it dispatches AVX2; none elsewhere
+// (Highway's row-major kernels).
+enum class Packed { kNone, kVnni, kAvx2 };
+
+Packed PackedKernels(const char* target) {
 #if HWY_ARCH_X86
-  static const bool cpu = __builtin_cpu_supports("avx512vnni");
-  return vnni_allowed && cpu && std::strcmp(target, "AVX3") == 0;
+  static const bool vnni = __builtin_cpu_supports("avx512vnni");
+  if (!packed_allowed) return Packed::kNone;
+  if (vnni && std::strcmp(target, "AVX3") == 0) return Packed::kVnni;
+  if (std::strcmp(target, "AVX2") == 0) return Packed::kAvx2;
 #else
   (void)target;
-  return false;
 #endif
+  return Packed::kNone;
 }
 
 }  // namespace
@@ -622,12 +807,12 @@ Int8Matrix QuantizeRows(const float* w, int64_t rows, int64_t cols,
     q.row_sums[j] = sum;
   }
 #if HWY_ARCH_X86
-  // Where the products run the VNNI kernels (not under an instruction set
-  // cap below AVX-512, relpos/cpu.h).
-  if (UseVnni(HWY_DYNAMIC_DISPATCH(Int8Target)())) {
+  // Where the products run the packed kernels (VNNI or AVX2, for the
+  // target Highway dispatches, under any instruction set cap: relpos/cpu.h).
+  if (PackedKernels(HWY_DYNAMIC_DISPATCH(Int8Target)()) != Packed::kNone) {
     PackForVnni8(&q);
-    // The packed copy is the one the VNNI kernels read; the others (a test
-    // that turns VNNI off) unpack it per call (RowMajorOf).
+    // The packed copy is the one the packed kernels read; the others (a
+    // test that turns them off) unpack it per call (RowMajorOf).
     decltype(q.values)().swap(q.values);
   }
 #endif
@@ -668,33 +853,38 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
                                      "activations' int32 sums (at most "
                                   << kInt8A8MaxStride << ")");
   if (m == 0 || w.rows == 0) return;
-  // The VNNI kernels read the packed weights; a matrix without them (not
-  // made by QuantizeRows on this CPU) takes the Highway kernels.
-  const bool packed =
-      UseVnni(HWY_DYNAMIC_DISPATCH(Int8Target)()) && !w.packed.empty();
+  // The packed kernels read the packed weights; a matrix without them (not
+  // made by QuantizeRows for this target) takes the Highway kernels.
+  const Packed kind = w.packed.empty()
+                          ? Packed::kNone
+                          : PackedKernels(HWY_DYNAMIC_DISPATCH(Int8Target)());
+  const bool packed = kind != Packed::kNone;
   // The activations, quantized per row (zeros in the padding columns):
-  // int16 for the Highway kernels and vpdpwssd, whatever their range; u8
+  // int16 for the Highway kernels, vpdpwssd and AVX2's vpmaddwd, whatever
+  // their range; with 8-bit activations int8 for AVX2's vpmaddubsw and u8
   // (qx + 128) for vpdpbusd.
-  const bool unsigned8 = a8 && packed;
+  const bool bytes = a8 && packed;
   thread_local std::vector<int16_t, Int8Allocator<int16_t>> qx;
   thread_local std::vector<uint8_t, Int8Allocator<uint8_t>> ux;
   thread_local std::vector<float> sx;
   sx.assign(static_cast<size_t>(m), 0.0f);
   const float range =
       a8 ? 127.0f : static_cast<float>(Int8ActivationRange(w.stride));
-  if (unsigned8) {
+  if (bytes) {
     ux.assign(static_cast<size_t>(m * w.stride), 0);
     HWY_DYNAMIC_DISPATCH(QuantizeRows8)
     (m, x, ldx, w.cols, reinterpret_cast<int8_t*>(ux.data()), w.stride,
      sx.data());
-    for (uint8_t& u : ux) u ^= 0x80;  // two's complement q + 128
+    if (kind == Packed::kVnni) {
+      for (uint8_t& u : ux) u ^= 0x80;  // two's complement q + 128
+    }
   } else {
     qx.assign(static_cast<size_t>(m * w.stride), 0);
     HWY_DYNAMIC_DISPATCH(QuantizeRows16)
     (m, x, ldx, w.cols, range, qx.data(), w.stride, sx.data());
   }
   for (float& scale : sx) scale /= range;  // NaN stays NaN, 0 stays 0
-  // The packed kernel takes output rows in blocks of 16, the others in
+  // The packed kernels take output rows in blocks of 16, the others in
   // blocks of 4.
   const int64_t unit = packed ? 16 : 4;
   const int64_t blocks = (w.rows + unit - 1) / unit;
@@ -711,11 +901,21 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
   // Weight rows [begin, end) against every activation row.
   const auto rows = [&](int64_t begin, int64_t end) {
 #if HWY_ARCH_X86
-    if (packed) {
-      if (unsigned8) {
+    if (kind == Packed::kVnni) {
+      if (bytes) {
         Int8RowsPacked8(m, uxp, sxp, w, begin, end, bias, y, ldy);
       } else {
         Int8RowsPacked16(m, qxp, sxp, w, begin, end, bias, y, ldy);
+      }
+      return;
+    }
+    if (kind == Packed::kAvx2) {
+      if (bytes) {
+        Int8RowsPackedAvx2<int8_t, 4>(m, reinterpret_cast<const int8_t*>(uxp),
+                                      sxp, w, begin, end, bias, y, ldy);
+      } else {
+        Int8RowsPackedAvx2<int16_t, 2>(m, qxp, sxp, w, begin, end, bias, y,
+                                       ldy);
       }
       return;
     }
@@ -739,10 +939,10 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
 
 const char* Int8LinearTargetName() {
   const char* target = HWY_DYNAMIC_DISPATCH(Int8Target)();
-  return UseVnni(target) ? "AVX3+VNNI" : target;
+  return PackedKernels(target) == Packed::kVnni ? "AVX3+VNNI" : target;
 }
 
-void Int8LinearAllowVnniForTest(bool allow) { vnni_allowed = allow; }
+void Int8LinearAllowPackedForTest(bool allow) { packed_allowed = allow; }
 
 }  // namespace relpos
 

@@ -27,13 +27,16 @@
 // the CPU has AVX-512 VNNI the sums run as vpdpbusd (u8 x s8, 64
 // multiply-adds per instruction, twice vpdpwssd's) on u = qx + 128 in
 // [1, 255], each sum starting from -128 * sum_c qw[j, c]
-// (Int8Matrix::row_sums): the same integer sum_c qx qw. Every other
+// (Int8Matrix::row_sums): the same integer sum_c qx qw. On AVX2 (no VNNI)
+// they run as vpmaddubsw on |qw| and qx with qw's sign (vpsignb): each
+// int16 pair sum is at most 2 x 127 x 127 and never saturates. Every other
 // target feeds the same 8-bit values to its int16 kernel, so the outputs
 // are again the same bits on every instruction set and thread count.
-// On AVX-512 VNNI CPUs both widths run on a second copy of the weights,
-// packed in blocks of 16 rows x 4 columns (Int8Matrix::packed), whose
-// int32 lanes are 16 outputs: no horizontal sums, the same integers and
-// the same float scaling. The error bound above
+// Where Highway dispatches AVX-512 on a CPU with VNNI, or AVX2, both widths
+// run on the weights packed in blocks of 16 rows x 4 columns
+// (Int8Matrix::packed), whose int32 lanes are outputs (16 per AVX-512
+// vector, 8 per AVX2 vector): no horizontal sum per dot product, the same
+// integers and the same float scaling. The error bound above
 // holds with sx = max |x| / 127: an activation step up to 258 times
 // (32767 / 127) the int16 path's.
 #ifndef RELPOS_SRC_OP_KERNELS_INT8_LINEAR_H_
@@ -73,15 +76,16 @@ struct Int8Matrix {
   int64_t rows = 0, cols = 0;
   int64_t stride = 0;          // cols rounded up to kInt8RowAlign
   // [rows, stride], zeros beyond cols; 64-byte aligned. Empty where
-  // `packed` holds the weights (QuantizeRows on a CPU with AVX-512 VNNI):
-  // one copy of the int8 weights, not two. Read them with Value().
+  // `packed` holds the weights (QuantizeRows where the packed kernels run:
+  // AVX-512 with VNNI, or AVX2): one copy of the int8 weights, not two.
+  // Read them with Value().
   std::vector<int8_t, Int8Allocator<int8_t>> values;
   std::vector<float> scales;   // [rows]: W[j, c] ~= scales[j] * Value(j, c)
   // [rows]: sum_c Value(j, c), the 8-bit path's correction for its
   // unsigned activations (|row_sums[j]| <= 127 stride).
   std::vector<int32_t> row_sums;
-  // The weights packed for the VNNI kernels (only where the CPU has
-  // AVX-512 VNNI; empty elsewhere): blocks of 16 rows x 4 columns, 64
+  // The weights packed for the packed kernels (only where they run: AVX-512
+  // with VNNI, or AVX2; empty elsewhere): blocks of 16 rows x 4 columns, 64
   // bytes each, [ceil(rows / 16), stride / 4, 16, 4], i.e.
   // packed[(b * stride / 4 + g) * 64 + i * 4 + c] = Value(16 b + i, 4 g + c),
   // rows from `rows` on zeros; 64-byte aligned.
@@ -142,9 +146,10 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
 // multiply-adds, vpdpbusd for 8-bit activations).
 const char* Int8LinearTargetName();
 
-// Tests: false makes an AVX-512 VNNI CPU take the plain AVX3 path too (for
-// both activation widths).
-void Int8LinearAllowVnniForTest(bool allow);
+// Tests and benchmarks: false makes the CPU take Highway's row-major
+// kernels (AVX3 without VNNI's kernels, AVX2 without its packed ones) for
+// both activation widths, and QuantizeRows keep the row-major layout.
+void Int8LinearAllowPackedForTest(bool allow);
 
 }  // namespace relpos
 

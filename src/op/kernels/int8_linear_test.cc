@@ -4,8 +4,8 @@
 // target and awkward sizes; against the float product within the
 // quantization bound of the header; thread-count independence; rows that
 // are not finite; the activation range's overflow guarantee. The same for
-// 8-bit activations (Int8Activations::k8), whose VNNI kernel must give the
-// integers of every other target.
+// 8-bit activations (Int8Activations::k8), whose VNNI and AVX2 kernels must
+// give the integers of every other target.
 #include "kernels/int8_linear.h"
 
 #include <gtest/gtest.h>
@@ -84,8 +84,8 @@ TEST(Int8Linear, QuantizesRowsSymmetrically) {
   EXPECT_EQ(q.rows, 3);
   EXPECT_EQ(q.cols, 3);
   EXPECT_EQ(q.stride, kInt8RowAlign);
-  // One layout holds the weights: row-major, or packed where the CPU has
-  // AVX-512 VNNI (Value reads either).
+  // One layout holds the weights: row-major, or packed where the packed
+  // kernels run (AVX-512 VNNI, AVX2; Value reads either).
   ASSERT_NE(q.values.empty(), q.packed.empty());
   EXPECT_FLOAT_EQ(q.scales[0], 1.0f / 127.0f);
   EXPECT_EQ(q.Value(0, 0), 38);  // 38.1
@@ -106,7 +106,7 @@ TEST(Int8Linear, QuantizesRowsSymmetrically) {
   EXPECT_EQ(q.row_sums[0], 38 - 127 + 32);
   EXPECT_EQ(q.row_sums[1], 0);
   EXPECT_EQ(q.row_sums[2], -127 + 51 + 0);
-  // Where the CPU has VNNI, the packed layout alone: one block of 16 rows
+  // Where the packed kernels run, the packed layout alone: one block of 16 rows
   // (rows 3..15 zeros); elsewhere the row-major one.
   const int64_t held = q.packed.empty() ? 3 * kInt8RowAlign : 16 * kInt8RowAlign;
   EXPECT_EQ(static_cast<int64_t>(q.values.size() + q.packed.size()), held);
@@ -116,7 +116,7 @@ TEST(Int8Linear, QuantizesRowsSymmetrically) {
 
 // The packed layout (Int8Matrix::packed): block b, column group g, row i,
 // column c at (b * stride / 4 + g) * 64 + i * 4 + c; zeros past the rows.
-TEST(Int8Linear, PackedWeightsHoldTheValuesInVnniBlocks) {
+TEST(Int8Linear, PackedWeightsHoldTheValuesInBlocks) {
   for (int64_t n : {1, 15, 16, 17, 37}) {
     const int64_t k = 70;
     // Integers in [-127, 127] with 127 in every row: scale 1, so each
@@ -129,7 +129,7 @@ TEST(Int8Linear, PackedWeightsHoldTheValuesInVnniBlocks) {
       }
     }
     const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
-    if (q.packed.empty()) GTEST_SKIP() << "no AVX-512 VNNI: nothing packed";
+    if (q.packed.empty()) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2: nothing packed";
     EXPECT_TRUE(q.values.empty()) << "the packed copy is the only one";
     const int64_t blocks = (n + 15) / 16;
     ASSERT_EQ(q.packed.size(), static_cast<size_t>(blocks * 16 * q.stride));
@@ -203,11 +203,11 @@ void CheckAgainstIntegerReference();
 
 TEST(Int8Linear, MatchesIntegerReferenceOnEveryCompiledTarget) {
   CheckAgainstIntegerReference();
-  // Where the CPU has AVX-512 VNNI, AVX3 ran its vpdpwssd kernel above:
-  // the plain AVX3 path too.
-  Int8LinearAllowVnniForTest(false);
+  // Where the CPU has AVX-512 VNNI, AVX3 ran its vpdpwssd kernel above,
+  // and AVX2 its packed kernel: Highway's row-major kernels too.
+  Int8LinearAllowPackedForTest(false);
   CheckAgainstIntegerReference();
-  Int8LinearAllowVnniForTest(true);
+  Int8LinearAllowPackedForTest(true);
 }
 
 void CheckAgainstIntegerReference() {
@@ -292,16 +292,16 @@ TEST(Int8Linear, ThreadCountDoesNotChangeResults) {
   std::vector<float> one(m * n), many(m * n);
   Int8Linear(m, x.data(), k, q, bias.data(), one.data(), n, 1);
   EXPECT_EQ(one, Reference(m, x, k, q, bias.data()));
-  // 301 rows: 18 blocks of 16 and 13 rows (the packed VNNI kernel's
+  // 301 rows: 18 blocks of 16 and 13 rows (the packed kernels
   // blocks, in pairs: the last alone); m 6: a tile of 4 and one of 2.
-  for (bool vnni : {true, false}) {
-    Int8LinearAllowVnniForTest(vnni);
+  for (bool packed : {true, false}) {
+    Int8LinearAllowPackedForTest(packed);
     for (int threads : {1, 2, 3, 8, 200}) {
       Int8Linear(m, x.data(), k, q, bias.data(), many.data(), n, threads);
-      EXPECT_EQ(one, many) << threads << " threads, vnni " << vnni;
+      EXPECT_EQ(one, many) << threads << " threads, packed " << packed;
     }
   }
-  Int8LinearAllowVnniForTest(true);
+  Int8LinearAllowPackedForTest(true);
 }
 
 TEST(Int8Linear, RowsThatAreNotFiniteGiveNaN) {
@@ -370,17 +370,17 @@ std::vector<float> CheckA8AgainstIntegerReference() {
 }
 
 TEST(Int8LinearA8, MatchesIntegerReferenceOnEveryCompiledTarget) {
-  // Where the CPU has AVX-512 VNNI, AVX3 runs the vpdpbusd kernel first,
-  // then the plain AVX3 path (vpmaddwd on the same 8-bit values): the
-  // same bits.
-  const std::vector<float> vnni = CheckA8AgainstIntegerReference();
-  Int8LinearAllowVnniForTest(false);
+  // Where the CPU has AVX-512 VNNI, AVX3 runs the vpdpbusd kernel first
+  // (AVX2 its vpmaddubsw kernel), then Highway's row-major kernels
+  // (vpmaddwd on the same 8-bit values): the same bits.
+  const std::vector<float> packed = CheckA8AgainstIntegerReference();
+  Int8LinearAllowPackedForTest(false);
   const std::vector<float> plain = CheckA8AgainstIntegerReference();
-  Int8LinearAllowVnniForTest(true);
-  EXPECT_EQ(vnni, plain);
+  Int8LinearAllowPackedForTest(true);
+  EXPECT_EQ(packed, plain);
 }
 
-TEST(Int8LinearA8, ThreadCountAndVnniDoNotChangeResults) {
+TEST(Int8LinearA8, ThreadCountAndPackedKernelsDoNotChangeResults) {
   // 301 rows: 18 blocks of 16 and 13 rows (the packed kernel's blocks, in
   // groups of 4: the last group of 3); m 6: a tile of 4 and one of 2.
   const int64_t m = 6, n = 301, k = 520;
@@ -392,15 +392,15 @@ TEST(Int8LinearA8, ThreadCountAndVnniDoNotChangeResults) {
   Int8Linear(m, x.data(), k, q, bias.data(), one.data(), n, 1,
              Int8Activations::k8);
   EXPECT_EQ(one, Reference(m, x, k, q, bias.data(), Int8Activations::k8));
-  for (bool vnni : {true, false}) {
-    Int8LinearAllowVnniForTest(vnni);
+  for (bool packed : {true, false}) {
+    Int8LinearAllowPackedForTest(packed);
     for (int threads : {1, 2, 3, 8, 200}) {
       Int8Linear(m, x.data(), k, q, bias.data(), many.data(), n, threads,
                  Int8Activations::k8);
-      EXPECT_EQ(one, many) << threads << " threads, vnni " << vnni;
+      EXPECT_EQ(one, many) << threads << " threads, packed " << packed;
     }
   }
-  Int8LinearAllowVnniForTest(true);
+  Int8LinearAllowPackedForTest(true);
 }
 
 // Against the float product. With x[r, c] = sx_r (qx[r, c] + e[r, c]) and
@@ -490,10 +490,10 @@ TEST(Int8LinearA8, RowsThatAreNotFiniteBehaveAsTheInt16Paths) {
   Int8Linear(m, x.data(), k, q, bias.data(), y16.data(), n, 1);
   Int8Linear(m, x.data(), k, q, bias.data(), y8.data(), n, 1,
              Int8Activations::k8);
-  Int8LinearAllowVnniForTest(false);
+  Int8LinearAllowPackedForTest(false);
   Int8Linear(m, x.data(), k, q, bias.data(), plain.data(), n, 1,
              Int8Activations::k8);
-  Int8LinearAllowVnniForTest(true);
+  Int8LinearAllowPackedForTest(true);
   const std::vector<float> ref =
       Reference(m, x, k, q, bias.data(), Int8Activations::k8);
   for (int64_t r = 0; r < m; ++r) {
@@ -529,35 +529,36 @@ TEST(Int8LinearA8, ZeroWeightRowsGiveTheBias) {
   EXPECT_EQ(q.scales[4], 0.0f);
   const std::vector<float> ref =
       Reference(m, x, k, q, bias.data(), Int8Activations::k8);
-  for (bool vnni : {true, false}) {
-    Int8LinearAllowVnniForTest(vnni);
+  for (bool packed : {true, false}) {
+    Int8LinearAllowPackedForTest(packed);
     std::vector<float> y(m * n);
     Int8Linear(m, x.data(), k, q, bias.data(), y.data(), n, 1,
                Int8Activations::k8);
-    EXPECT_EQ(y, ref) << "vnni " << vnni;
+    EXPECT_EQ(y, ref) << "packed " << packed;
     for (int64_t r = 0; r < m; ++r) {
       for (int64_t j : {0, 4, 8}) EXPECT_EQ(y[r * n + j], bias[j]);
     }
   }
-  Int8LinearAllowVnniForTest(true);
+  Int8LinearAllowPackedForTest(true);
 }
 
 // The widest rows the 8-bit path takes, at their extreme sums (every
-// activation 127, so u = 255 in the VNNI kernel, against weights -127):
+// activation 127, so u = 255 in the VNNI kernel and pairs of -2 x 127 x 127
+// in AVX2's vpmaddubsw, against weights -127):
 // exact; one step wider is refused (the int16 path still takes it).
 TEST(Int8LinearA8, WidestRowsAreExactAndWiderAreRefused) {
   for (float sign : {1.0f, -1.0f}) {
     const int64_t k = kInt8A8MaxStride;
     std::vector<float> w(k, -1.0f), x(k, sign);
     const Int8Matrix q = QuantizeRows(w.data(), 1, k, k);
-    for (bool vnni : {true, false}) {
-      Int8LinearAllowVnniForTest(vnni);
+    for (bool packed : {true, false}) {
+      Int8LinearAllowPackedForTest(packed);
       float y = 0;
       Int8Linear(1, x.data(), k, q, nullptr, &y, 1, 1, Int8Activations::k8);
       EXPECT_EQ(Reference(1, x, k, q, nullptr, Int8Activations::k8)[0], y);
       EXPECT_NEAR(y, -sign * k, 1e-4 * k);
     }
-    Int8LinearAllowVnniForTest(true);
+    Int8LinearAllowPackedForTest(true);
   }
   const int64_t k = kInt8A8MaxStride + 1;
   std::vector<float> w(k, 1.0f), x(k, 1.0f);
