@@ -870,18 +870,30 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
   sx.assign(static_cast<size_t>(m), 0.0f);
   const float range =
       a8 ? 127.0f : static_cast<float>(Int8ActivationRange(w.stride));
+  // The quantizers write columns [0, cols) of each row whose max |x| is
+  // finite and not 0; the rest of every row is zeroed here, not the whole
+  // buffer first (a decoding step's memset cost as much as its
+  // quantization).
+  const auto zero_rest = [&](auto* q) {
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t from = sx[r] > 0.0f ? w.cols : 0;  // NaN, 0: whole row
+      std::fill(q + r * w.stride + from, q + (r + 1) * w.stride, 0);
+    }
+  };
   if (bytes) {
-    ux.assign(static_cast<size_t>(m * w.stride), 0);
+    ux.resize(static_cast<size_t>(m * w.stride));
+    int8_t* q8 = reinterpret_cast<int8_t*>(ux.data());
     HWY_DYNAMIC_DISPATCH(QuantizeRows8)
-    (m, x, ldx, w.cols, reinterpret_cast<int8_t*>(ux.data()), w.stride,
-     sx.data());
+    (m, x, ldx, w.cols, q8, w.stride, sx.data());
+    zero_rest(q8);
     if (kind == Packed::kVnni) {
       for (uint8_t& u : ux) u ^= 0x80;  // two's complement q + 128
     }
   } else {
-    qx.assign(static_cast<size_t>(m * w.stride), 0);
+    qx.resize(static_cast<size_t>(m * w.stride));
     HWY_DYNAMIC_DISPATCH(QuantizeRows16)
     (m, x, ldx, w.cols, range, qx.data(), w.stride, sx.data());
+    zero_rest(qx.data());
   }
   for (float& scale : sx) scale /= range;  // NaN stays NaN, 0 stays 0
   // The packed kernels take output rows in blocks of 16, the others in

@@ -321,6 +321,39 @@ TEST(Int8Linear, RowsThatAreNotFiniteGiveNaN) {
   }
 }
 
+// The quantized activations live in buffers reused from call to call; a
+// call leaves nothing for the next: after a product of large values, a
+// row of zeros gives +0 (not -0 from stale sums times a zero scale) and
+// every row the reference's bits, for both widths, packed or not.
+TEST(Int8Linear, ReusedActivationBuffersLeaveNoTrace) {
+  const int64_t n = 21, k = 100;
+  const std::vector<float> w = Normal(n * k, 31, 0.3f);
+  const std::vector<float> big = Normal(4 * k, 32, 50.0f);
+  std::vector<float> x = Normal(4 * k, 33);
+  std::fill(x.begin() + k, x.begin() + 2 * k, 0.0f);  // row 1: zeros
+  x[3 * k + 5] = std::numeric_limits<float>::quiet_NaN();
+  for (bool packed : {true, false}) {
+    Int8LinearAllowPackedForTest(packed);
+    const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
+    for (Int8Activations a : {Int8Activations::k16, Int8Activations::k8}) {
+      std::vector<float> y(4 * n);
+      Int8Linear(4, big.data(), k, q, nullptr, y.data(), n, 1, a);
+      Int8Linear(4, x.data(), k, q, nullptr, y.data(), n, 1, a);
+      const std::vector<float> ref = Reference(4, x, k, q, nullptr, a);
+      for (int64_t j = 0; j < n; ++j) {
+        SCOPED_TRACE(testing::Message() << "packed " << packed << ", column "
+                                        << j);
+        EXPECT_EQ(y[j], ref[j]);
+        EXPECT_EQ(y[n + j], 0.0f);
+        EXPECT_FALSE(std::signbit(y[n + j]));
+        EXPECT_EQ(y[2 * n + j], ref[2 * n + j]);
+        EXPECT_TRUE(std::isnan(y[3 * n + j]));
+      }
+    }
+  }
+  Int8LinearAllowPackedForTest(true);
+}
+
 // 8-bit activations (Int8Activations::k8): Int8Linear on every compiled
 // target, 1 and 2 threads, with and without bias, against the integer
 // reference bit for bit; awkward sizes (m not a multiple of the row tile,
