@@ -133,10 +133,10 @@ int32_t Int8ActivationRange(int64_t stride);
 
 // y[r, :] = x[r, :] W^T (+ bias, unless nullptr) for r < m, with x
 // [m, w.cols] (row stride ldx >= w.cols) and y [m, w.rows] (row stride
-// ldy >= w.rows), quantizing x per row as above (`activations`). Threads
-// (up to num_threads; one for small products) take blocks of W's rows.
-// InvalidArgument for bad sizes, and for k8 with w.stride above
-// kInt8A8MaxStride.
+// ldy >= w.rows), quantizing x per row as above (`activations`), 64 rows
+// at a time (the quantized copy stays small). Threads (up to num_threads;
+// one for small products) take blocks of W's rows. InvalidArgument for
+// bad sizes, and for k8 with w.stride above kInt8A8MaxStride.
 void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
                 const float* bias, float* y, int64_t ldy, int num_threads,
                 Int8Activations activations = Int8Activations::k16);

@@ -354,6 +354,42 @@ TEST(Int8Linear, ReusedActivationBuffersLeaveNoTrace) {
   Int8LinearAllowPackedForTest(true);
 }
 
+// More rows than one pass takes (64): the rows go in chunks, with the
+// reference's bits for every row (strides wider than the rows, a NaN row
+// in the second chunk), both widths, packed or not, one and two threads.
+TEST(Int8Linear, ManyRowsGoInChunksWithTheSameBits) {
+  const int64_t m = 150, n = 37, k = 100, ldx = k + 5, ldy = n + 3;
+  const std::vector<float> w = Normal(n * k, 41, 0.2f);
+  std::vector<float> x = Normal(m * ldx, 42);
+  x[70 * ldx + 9] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> bias = Normal(n, 43);
+  for (bool packed : {true, false}) {
+    Int8LinearAllowPackedForTest(packed);
+    const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
+    for (Int8Activations a : {Int8Activations::k16, Int8Activations::k8}) {
+      const std::vector<float> ref = Reference(m, x, ldx, q, bias.data(), a);
+      for (int threads : {1, 2}) {
+        std::vector<float> y(static_cast<size_t>(m * ldy), -5.0f);
+        Int8Linear(m, x.data(), ldx, q, bias.data(), y.data(), ldy, threads,
+                   a);
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t j = 0; j < n; ++j) {
+            if (r == 70) {
+              EXPECT_TRUE(std::isnan(y[r * ldy + j]));
+            } else {
+              ASSERT_EQ(y[r * ldy + j], ref[r * n + j])
+                  << r << ", " << j << ", packed " << packed << ", "
+                  << threads << " threads";
+            }
+          }
+          for (int64_t j = n; j < ldy; ++j) ASSERT_EQ(y[r * ldy + j], -5.0f);
+        }
+      }
+    }
+  }
+  Int8LinearAllowPackedForTest(true);
+}
+
 // 8-bit activations (Int8Activations::k8): Int8Linear on every compiled
 // target, 1 and 2 threads, with and without bias, against the integer
 // reference bit for bit; awkward sizes (m not a multiple of the row tile,
