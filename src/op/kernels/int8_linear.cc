@@ -565,8 +565,8 @@ RELPOS_AVX2_TARGET inline __m256i AddTo(__m256i acc, __m256i v) {
   return acc;
 }
 
-// Up to 8 consecutive floats from p (valid of them: 1..8) without reading
-// past them; the rest zero.
+// The lanes below `valid` (1..8) all ones, the rest zero: the mask of the
+// masked loads and stores that must not touch floats past the outputs.
 RELPOS_AVX2_TARGET inline __m256i TailMask(int64_t valid) {
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(
