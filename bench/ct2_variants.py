@@ -7,11 +7,17 @@ Imported by those scripts (run as `python bench/NAME.py`, so this folder is
 on sys.path); not a script itself.
 """
 
+import os
 import statistics
 
-# (side, compute type), in the order a round runs them.
+# (side, compute type), in the order a round runs them. relpos-avx512 is
+# relpos under RELPOS_CPU_ISA=avx512: the int8 products kept off AMX's
+# tile unit (VNNI's kernels), to measure what the tile unit gives.
 VARIANTS = [("relpos", "float32"), ("relpos", "int8"), ("relpos", "int8_a8"),
+            ("relpos-avx512", "int8"), ("relpos-avx512", "int8_a8"),
             ("ct2", "float32"), ("ct2", "int8_float32"), ("ct2", "int8")]
+# The sides a bare compute type names.
+BARE_SIDES = ("relpos", "ct2")
 # Same-round speed ratios reported when both variants run: (a, b) is the
 # speed of a over the speed of b.
 RATIOS = [(("relpos", "float32"), ("ct2", "float32")),
@@ -19,12 +25,30 @@ RATIOS = [(("relpos", "float32"), ("ct2", "float32")),
           (("relpos", "int8"), ("ct2", "int8")),
           (("relpos", "int8_a8"), ("ct2", "int8_float32")),
           (("relpos", "int8_a8"), ("ct2", "int8")),
-          (("relpos", "int8"), ("relpos", "float32"))]
-SIDE_NAMES = {"relpos": "relpos", "ct2": "CTranslate2"}
+          (("relpos", "int8"), ("relpos", "float32")),
+          (("relpos", "int8"), ("relpos-avx512", "int8")),
+          (("relpos", "int8_a8"), ("relpos-avx512", "int8_a8")),
+          (("relpos-avx512", "int8"), ("ct2", "int8_float32")),
+          (("relpos-avx512", "int8"), ("ct2", "int8")),
+          (("relpos-avx512", "int8_a8"), ("ct2", "int8_float32")),
+          (("relpos-avx512", "int8_a8"), ("ct2", "int8"))]
+SIDE_NAMES = {"relpos": "relpos", "relpos-avx512": "relpos-avx512",
+              "ct2": "CTranslate2"}
 HELP = ("variants, comma-separated: relpos:float32, relpos:int8, "
-        "relpos:int8_a8, ct2:float32, ct2:int8_float32, ct2:int8, or a bare type for every "
-        "side that has it (float32: both, int8: both, int8_float32: "
-        "CTranslate2); default float32")
+        "relpos:int8_a8, relpos-avx512:int8, relpos-avx512:int8_a8 (relpos "
+        "under RELPOS_CPU_ISA=avx512: no AMX), ct2:float32, "
+        "ct2:int8_float32, ct2:int8, or a bare type for relpos and "
+        "CTranslate2 where they have it (float32: both, int8: both, "
+        "int8_float32: CTranslate2); default float32")
+
+
+def env(side):
+    """The environment of a side's child process: relpos-avx512's sets
+    RELPOS_CPU_ISA=avx512."""
+    out = dict(os.environ)
+    if side == "relpos-avx512":
+        out["RELPOS_CPU_ISA"] = "avx512"
+    return out
 
 
 def parse(text):
@@ -34,7 +58,8 @@ def parse(text):
     for item in text.split(","):
         side, _, kind = item.strip().rpartition(":")
         match = [v for v in VARIANTS
-                 if v[1] == kind and (not side or v[0] == side)]
+                 if v[1] == kind and (v[0] == side or
+                                      (not side and v[0] in BARE_SIDES))]
         if not match:
             raise ValueError(
                 f"--compute-types: unknown variant '{item}' (one of "

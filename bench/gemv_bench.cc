@@ -17,6 +17,9 @@
 //               vpmaddubsw on AVX2;
 //   int8_a8_rowmajor  the same 8-bit values through Highway's int16
 //               row-major kernel;
+//   int8_noamx, int8_a8_noamx  int8 and int8_a8 kept off AMX's tile unit
+//               where the CPU has one (AVX-512 VNNI instead, on the same
+//               packed weights; Int8LinearAllowAmx(false));
 //   dnnl_u8s8   oneDNN's int8 GEMM, dnnl_gemm_u8s8s32 (the activations
 //               quantized per row to u8 with a zero point of 128, as
 //               CTranslate2 feeds it, timed with the quantization and the
@@ -86,6 +89,8 @@ enum class Path {
   kInt8RowMajor,
   kInt8A8,
   kInt8A8RowMajor,
+  kInt8NoAmx,
+  kInt8A8NoAmx,
   kDnnlU8S8
 };
 
@@ -129,6 +134,8 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
   // Before quantizing: the row-major variants keep the row-major layout.
   relpos::Int8LinearAllowPackedForTest(path != Path::kInt8RowMajor &&
                                        path != Path::kInt8A8RowMajor);
+  relpos::Int8LinearAllowAmx(path != Path::kInt8NoAmx &&
+                             path != Path::kInt8A8NoAmx);
   const std::vector<Product> weights = DecoderWeights(d, layers);
   std::vector<float> x(static_cast<size_t>(m * 4 * d), 0.5f);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f + 0.001f * (i % 13);
@@ -139,7 +146,8 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
   const bool int8 = path != Path::kGemv && path != Path::kDnnlSgemm;
   const bool relpos_int8 = int8 && path != Path::kDnnlU8S8;
   const relpos::Int8Activations activations =
-      path == Path::kInt8A8 || path == Path::kInt8A8RowMajor
+      path == Path::kInt8A8 || path == Path::kInt8A8RowMajor ||
+              path == Path::kInt8A8NoAmx
           ? relpos::Int8Activations::k8
           : relpos::Int8Activations::k16;
   int64_t bytes = 0;
@@ -168,6 +176,8 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
         case Path::kInt8RowMajor:
         case Path::kInt8A8:
         case Path::kInt8A8RowMajor:
+        case Path::kInt8NoAmx:
+        case Path::kInt8A8NoAmx:
           relpos::Int8Linear(m, x.data(), p.k, p.q, nullptr, y.data(), p.n,
                              threads, activations);
           break;
@@ -189,6 +199,7 @@ void BM_DecodeWeights(benchmark::State& state, Path path) {
                  : relpos_int8 ? relpos::Int8LinearTargetName()
                      : "oneDNN");
   relpos::Int8LinearAllowPackedForTest(true);
+  relpos::Int8LinearAllowAmx(true);
 }
 
 #define RELPOS_DECODE_SIZES(variant, path, ...)          \
@@ -201,17 +212,23 @@ RELPOS_DECODE_SIZES(dnnl_sgemm, Path::kDnnlSgemm,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16}}));
 RELPOS_DECODE_SIZES(int8, Path::kInt8,
-                    ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
-                    ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));
+                    ->ArgsProduct({{256}, {4}, {1, 4, 8, 16, 64}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 8, 16, 64}}));
 RELPOS_DECODE_SIZES(int8_rowmajor, Path::kInt8RowMajor,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));
 RELPOS_DECODE_SIZES(int8_a8, Path::kInt8A8,
-                    ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
-                    ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));
+                    ->ArgsProduct({{256}, {4}, {1, 4, 8, 16, 64}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 8, 16, 64}}));
 RELPOS_DECODE_SIZES(int8_a8_rowmajor, Path::kInt8A8RowMajor,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));
+RELPOS_DECODE_SIZES(int8_noamx, Path::kInt8NoAmx,
+                    ->ArgsProduct({{256}, {4}, {1, 4, 8, 16, 64}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 8, 16, 64}}));
+RELPOS_DECODE_SIZES(int8_a8_noamx, Path::kInt8A8NoAmx,
+                    ->ArgsProduct({{256}, {4}, {1, 4, 8, 16, 64}})
+                    ->ArgsProduct({{512}, {6}, {1, 4, 8, 16, 64}}));
 RELPOS_DECODE_SIZES(dnnl_u8s8, Path::kDnnlU8S8,
                     ->ArgsProduct({{256}, {4}, {1, 4, 16, 64}})
                     ->ArgsProduct({{512}, {6}, {1, 4, 16, 64}}));

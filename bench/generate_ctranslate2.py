@@ -114,7 +114,7 @@ PREFIX_BYTES = 64  # the accuracy figure's prefix of each continuation
 
 
 def _relpos(relpos, checkpoint, prompts_file, batch, new, threads,
-            compute_type="float32"):
+            compute_type="float32", side="relpos"):
     # Under cv.PEAK_OF_CHILD: its peak is relpos's. --compute-type only
     # when not float32, so that a binary without the flag still runs the
     # float32 comparison.
@@ -125,7 +125,7 @@ def _relpos(relpos, checkpoint, prompts_file, batch, new, threads,
          checkpoint, "--batch", prompts_file, "--batch-size", str(batch),
          "--max-new", str(new), "--temperature", "0", "--threads",
          str(threads), "--json"] + extra,
-        capture_output=True, text=True)
+        capture_output=True, text=True, env=cv.env(side))
     if r.returncode != 0:
         raise RuntimeError(f"relpos generate --compute-type {compute_type} "
                            f"failed: {r.stderr.strip()}")
@@ -179,8 +179,8 @@ def _prefix(text):
 def _run_variant(variant, args, model, prompt_file, t, b, n):
     _, _, ck, exports = model
     side, kind = variant
-    if side == "relpos":
-        return _relpos(args.relpos, ck, prompt_file, b, n, t, kind)
+    if side != "ct2":
+        return _relpos(args.relpos, ck, prompt_file, b, n, t, kind, side)
     return _ct2(exports[kind], t, b, n, kind)
 
 

@@ -158,11 +158,12 @@ print(json.dumps({"seconds": seconds,
 """
 
 
-def _child(script, argv, stdin_value, what):
+def _child(script, argv, stdin_value, what, side):
     r = subprocess.run(
         [sys.executable, "-c", cv.PEAK_OF_CHILD, sys.executable, "-c",
          script] + [str(a) for a in argv],
-        input=json.dumps(stdin_value), capture_output=True, text=True)
+        input=json.dumps(stdin_value), capture_output=True, text=True,
+        env=cv.env(side))
     if r.returncode != 0:
         raise RuntimeError(f"{what} failed: {r.stderr.strip()}")
     out = json.loads(r.stdout)
@@ -173,11 +174,12 @@ def _child(script, argv, stdin_value, what):
 def _run_variant(variant, args, inputs, beam, threads):
     side, kind = variant
     common = [beam, threads, args.batch_size, args.max_length]
-    if side == "relpos":
+    if side != "ct2":
         return _child(_RELPOS_CHILD, [args.checkpoint, kind] + common +
-                      [args.max_len_ratio], inputs["lines"], cv.name(variant))
+                      [args.max_len_ratio], inputs["lines"], cv.name(variant),
+                      side)
     out = _child(_CT2_CHILD, [inputs["exports"][kind], kind] + common,
-                 inputs["pieces"], cv.name(variant))
+                 inputs["pieces"], cv.name(variant), side)
     out["tokens"] = [[inputs["ids"][p] for p in h] for h in out["pieces"]]
     return out
 

@@ -59,8 +59,8 @@ from .position_schemes import (
 
 __version__ = _ext.__version__
 
-# RELPOS_CPU_ISA caps the CPU kernels' instruction sets ("native" or
-# "avx2"; relpos/cpu.h, docs/generate.md "Instruction sets"), applied before
+# RELPOS_CPU_ISA caps the CPU kernels' instruction sets ("native",
+# "avx512" or "avx2"; relpos/cpu.h, docs/generate.md "Instruction sets"), applied before
 # any kernel runs; a bad value is a ValueError at import.
 if os.environ.get("RELPOS_CPU_ISA"):
     try:
@@ -71,7 +71,7 @@ if os.environ.get("RELPOS_CPU_ISA"):
 
 def cpu_isa() -> str:
     """The instruction set relpos's int8 products dispatch to on this CPU
-    ("AVX3+VNNI", "AVX3_ZEN4", "AVX2", ...): what ``RELPOS_CPU_ISA`` left."""
+    ("AVX3+AMX", "AVX3+VNNI", "AVX3", "AVX2", ...): what ``RELPOS_CPU_ISA`` left."""
     return _ext.cpu_isa()
 
 __all__ = [

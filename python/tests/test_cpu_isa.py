@@ -1,6 +1,6 @@
 """RELPOS_CPU_ISA at import (relpos/cpu.h; docs/generate.md, "Instruction
 sets"): avx2 moves the int8 products to Highway's AVX2 target with the same
-outputs; a bad value fails the import with a ValueError naming the
+outputs, avx512 keeps them off AMX's tile unit; a bad value fails the import with a ValueError naming the
 variable."""
 import os
 import subprocess
@@ -41,8 +41,23 @@ def test_avx2_cap():
     assert r.stdout.strip() == "AVX2"
 
 
+def _has_avx512():
+    flags = open("/proc/cpuinfo").read() if os.path.exists(
+        "/proc/cpuinfo") else ""
+    return all(f" {f} " in flags
+               for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+
+
+@pytest.mark.skipif(not _has_avx512(), reason="no AVX-512 on this CPU")
+def test_avx512_cap_leaves_out_amx():
+    r = _run("avx512")
+    assert r.returncode == 0, r.stderr
+    isa = r.stdout.strip()
+    assert isa.startswith("AVX3") and "AMX" not in isa, isa
+
+
 def test_bad_value_fails_the_import():
     r = _run("avx9000")
     assert r.returncode != 0
     assert "ValueError: RELPOS_CPU_ISA:" in r.stderr
-    assert "native or avx2" in r.stderr
+    assert "native, avx512 or avx2" in r.stderr

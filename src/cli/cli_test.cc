@@ -143,7 +143,7 @@ TEST(Cli, CpuIsaFromTheEnvironment) {
   EXPECT_TRUE(bad.out.empty()) << bad.out;
   EXPECT_EQ(bad.err,
             "relpos: error: RELPOS_CPU_ISA: the instruction set cap must be "
-            "native or avx2 (got \"avx9000\")\n");
+            "native, avx512 or avx2 (got \"avx9000\")\n");
   ::setenv("RELPOS_CPU_ISA", "native", 1);
   EXPECT_EQ(RunRelpos({"params", "--d-model", "64", "--heads", "8",
                        "--max-distance", "4"})

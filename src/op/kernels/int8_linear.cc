@@ -8,7 +8,9 @@
 // (vpdpwssd) or, with 8-bit activations, Int8RowsPacked8 (vpdpbusd on the
 // activations plus 128, its sums started at -128 times the weights' row
 // sums) instead: blocks of 16 weight rows whose accumulators' lanes are the
-// 16 outputs, no horizontal sums, the same integers. The driver quantizes
+// 16 outputs, no horizontal sums, the same integers; with AMX too, products
+// of 8 or more activation rows run Int8RowsAmx on the tile unit, the
+// packed blocks as its weight tiles. The driver quantizes
 // the activations once per call and gives threads whole blocks of four
 // weight rows (sixteen for the packed kernels), so every sum is the same
 // integer whatever the thread count.
@@ -173,16 +175,37 @@ HWY_INLINE float QuantizeRowT(const float* HWY_RESTRICT x, int64_t k,
   const hn::Rebind<TOut, decltype(d)> dout;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t body = k - k % lanes;
-  auto vmax = hn::Zero(d);
-  auto probe = hn::Zero(d);  // x * 0: NaN where x is not finite
-  for (int64_t c = 0; c < body; c += lanes) {
-    const auto v = hn::LoadU(d, x + c);
-    vmax = hn::Max(vmax, hn::Abs(v));
-    probe = hn::Add(probe, hn::Mul(v, hn::Zero(d)));
+  // Four independent chains of each (a max and an add per vector would
+  // otherwise wait on the previous one's latency: a quarter of a product's
+  // time at 64 rows on AMX's kernels). The max does not depend on the
+  // order; the probe sums x * 0 (+-0, or NaN where x is not finite).
+  const auto zero_v = hn::Zero(d);
+  auto m0 = zero_v, m1 = zero_v, m2 = zero_v, m3 = zero_v;
+  auto p0 = zero_v, p1 = zero_v, p2 = zero_v, p3 = zero_v;
+  int64_t c = 0;
+  for (; c + 4 * lanes <= body; c += 4 * lanes) {
+    const auto v0 = hn::LoadU(d, x + c), v1 = hn::LoadU(d, x + c + lanes);
+    const auto v2 = hn::LoadU(d, x + c + 2 * lanes);
+    const auto v3 = hn::LoadU(d, x + c + 3 * lanes);
+    m0 = hn::Max(m0, hn::Abs(v0));
+    m1 = hn::Max(m1, hn::Abs(v1));
+    m2 = hn::Max(m2, hn::Abs(v2));
+    m3 = hn::Max(m3, hn::Abs(v3));
+    p0 = hn::Add(p0, hn::Mul(v0, zero_v));
+    p1 = hn::Add(p1, hn::Mul(v1, zero_v));
+    p2 = hn::Add(p2, hn::Mul(v2, zero_v));
+    p3 = hn::Add(p3, hn::Mul(v3, zero_v));
   }
+  for (; c < body; c += lanes) {
+    const auto v = hn::LoadU(d, x + c);
+    m0 = hn::Max(m0, hn::Abs(v));
+    p0 = hn::Add(p0, hn::Mul(v, zero_v));
+  }
+  const auto vmax = hn::Max(hn::Max(m0, m1), hn::Max(m2, m3));
+  const auto probe = hn::Add(hn::Add(p0, p1), hn::Add(p2, p3));
   float amax = hn::GetLane(hn::MaxOfLanes(d, vmax));
   float zero = hn::GetLane(hn::SumOfLanes(d, probe));
-  for (int64_t c = body; c < k; ++c) {
+  for (c = body; c < k; ++c) {
     amax = amax > std::abs(x[c]) ? amax : std::abs(x[c]);
     zero += x[c] * 0.0f;
   }
@@ -190,10 +213,29 @@ HWY_INLINE float QuantizeRowT(const float* HWY_RESTRICT x, int64_t k,
   if (amax == 0.0f) return 0.0f;
   const float inv = range / amax;
   const auto vinv = hn::Set(d, inv);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // AVX-512: vcvtps2dq (round to nearest even) and a saturating narrowing
+  // store (vpmovsdb / vpmovsdw), where Highway's NearestInt and DemoteTo
+  // add an overflow fix-up, packs and a permute (twice the instructions,
+  // a quarter of a 64-row AMX product's time). |x * inv| <= range (up to
+  // rounding), so both give the same integers.
+  for (int64_t c = 0; c < body; c += lanes) {
+    const __m512i q =
+        _mm512_cvtps_epi32(hn::Mul(hn::LoadU(d, x + c), vinv).raw);
+    if constexpr (sizeof(TOut) == 1) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c),
+                       _mm512_cvtsepi32_epi8(q));
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c),
+                          _mm512_cvtsepi32_epi16(q));
+    }
+  }
+#else
   for (int64_t c = 0; c < body; c += lanes) {
     const auto q = hn::NearestInt(hn::Mul(hn::LoadU(d, x + c), vinv));
     hn::StoreU(hn::DemoteTo(dout, q), dout, out + c);
   }
+#endif
   for (int64_t c = body; c < k; ++c) {
     out[c] = static_cast<TOut>(std::nearbyint(x[c] * inv));
   }
@@ -234,7 +276,12 @@ HWY_AFTER_NAMESPACE();
 #include "base/check.h"
 
 #if HWY_ARCH_X86
+#include <cpuid.h>
 #include <immintrin.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #endif
 
 namespace relpos {
@@ -726,21 +773,260 @@ RELPOS_AVX2_TARGET void Int8RowsPackedAvx2(int64_t m, const T* qx,
   }
 }
 #undef RELPOS_AVX2_TARGET
+
+// AMX (Sapphire Rapids and later): the tile unit multiplies a tile of up
+// to 16 activation rows x 64 int8 columns by a tile of 64 columns x 16
+// outputs and adds the products, by fours, into 16 x 16 int32 sums
+// (tdpbssd: 16384 multiply-adds per instruction against vpdpbusd's 64).
+// Its right-hand tile is 16 rows of 64 bytes, row q holding columns
+// 4q..4q+3 of each of 16 outputs: 16 consecutive groups of a packed block
+// of Int8Matrix::packed, so the packed weights are read as they are, one
+// tile (1 KB, stride 64) per 64 columns of 16 outputs. The activations
+// tile is 16 rows of the quantized activations as they are (row stride
+// `stride`). The 8-bit activations multiply as signed bytes (qx, not
+// qx + 128). The 16-bit ones are split into their high byte (signed,
+// qx >> 8) and low byte (unsigned, qx & 255): qx . qw = 256 (hi . qw) +
+// (lo . qw), tdpbssd and tdpbusd into two sums joined as 32-bit integers
+// that wrap (256 (hi . qw) may pass 2^31 on the way; the result, within
+// the activation range's bound, does not). The same integers as every
+// other kernel, then PackedTile8's scaling: the same bits.
+#define RELPOS_AMX_TARGET                               \
+  __attribute__((                                       \
+      target("avx2,avx512f,avx512bw,avx512vl,amx-tile," \
+             "amx-int8")))
+
+// The tile unit's state is requested from Linux once per process
+// (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA); false where the CPU has
+// no AMX-INT8 or the kernel refuses.
+bool AmxUsable() {
+#if defined(__linux__)
+  static const bool usable = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    const bool tile = (d >> 24) & 1, int8 = (d >> 25) & 1;
+    if (!tile || !int8) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+  }();
+  return usable;
+#else
+  return false;
+#endif
+}
+
+// LDTILECFG's 64 bytes: palette 1, then per tile its bytes per row and
+// rows.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Every tile 16 rows of 64 bytes: 0-3 the sums (16 x 16 int32), 4-5
+// activations (16 rows x 64 columns), 6-7 weights (64 columns x 16
+// outputs, by fours).
+RELPOS_AMX_TARGET inline void ConfigureTiles() {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.colsb[t] = 64;
+    config.rows[t] = 16;
+  }
+  _tile_loadconfig(&config);
+}
+
+// Output rows [j0, j0 + 16 nb) (outputs from `end` on neither stored nor
+// read) for the first mr of the tiles' 16 rows of sums, sums[b][r][16]:
+// the 8-bit kernel's scaling, or for the split 16-bit sums (hi in
+// sums[b], lo in sums[b + 2]) first 256 hi + lo.
+template <bool kSplit>
+RELPOS_AMX_TARGET inline void ScaleTiles(const int32_t (*sums)[16][16], int nb,
+                                         int mr, const float* sx,
+                                         const float* sw, const float* bias,
+                                         int64_t j0, int64_t end, float* y,
+                                         int64_t ldy) {
+  for (int b = 0; b < nb; ++b) {
+    const int64_t first = j0 + 16 * b;
+    const int64_t valid = end - first;  // >= 1
+    const __mmask16 mask = valid >= 16
+                               ? static_cast<__mmask16>(0xFFFF)
+                               : static_cast<__mmask16>((1u << valid) - 1);
+    const __m512 swv = _mm512_maskz_loadu_ps(mask, sw + first);
+    const __m512 bv = bias == nullptr
+                          ? _mm512_setzero_ps()
+                          : _mm512_maskz_loadu_ps(mask, bias + first);
+    for (int r = 0; r < mr; ++r) {
+      __m512i sum = _mm512_load_si512(sums[b][r]);
+      if constexpr (kSplit) {
+        sum = _mm512_add_epi32(_mm512_slli_epi32(sum, 8),
+                               _mm512_load_si512(sums[b + 2][r]));
+      }
+      const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(sx[r]), swv);
+      __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), scale);
+      if (bias != nullptr) v = _mm512_add_ps(v, bv);
+      _mm512_mask_storeu_ps(y + r * ldy + first, mask, v);
+    }
+  }
+}
+
+// The 8-bit activations (qx, signed, row stride `stride`, 16 rows)
+// against NB blocks of 16 outputs from j0: sums in tiles 0..NB-1, the
+// activations' 64 columns in tile 4, the blocks' weight tiles in 6 and 7
+// by turns.
+template <int NB>
+RELPOS_AMX_TARGET inline void AmxTile8(const int8_t* qx, const int8_t* wb,
+                                       int64_t stride,
+                                       int32_t (*sums)[16][16]) {
+  _tile_zero(0);
+  if constexpr (NB > 1) _tile_zero(1);
+  if constexpr (NB > 2) _tile_zero(2);
+  if constexpr (NB > 3) _tile_zero(3);
+  const int64_t block = 16 * stride;  // bytes of a packed block of 16 rows
+  for (int64_t c = 0; c < stride; c += 64) {
+    const int8_t* w = wb + c * 16;
+    _tile_loadd(4, qx + c, stride);
+    _tile_loadd(6, w, 64);
+    _tile_dpbssd(0, 4, 6);
+    if constexpr (NB > 1) {
+      _tile_loadd(7, w + block, 64);
+      _tile_dpbssd(1, 4, 7);
+    }
+    if constexpr (NB > 2) {
+      _tile_loadd(6, w + 2 * block, 64);
+      _tile_dpbssd(2, 4, 6);
+    }
+    if constexpr (NB > 3) {
+      _tile_loadd(7, w + 3 * block, 64);
+      _tile_dpbssd(3, 4, 7);
+    }
+  }
+  _tile_stored(0, sums[0], 64);
+  if constexpr (NB > 1) _tile_stored(1, sums[1], 64);
+  if constexpr (NB > 2) _tile_stored(2, sums[2], 64);
+  if constexpr (NB > 3) _tile_stored(3, sums[3], 64);
+}
+
+// The 16-bit activations split (hi: signed high bytes, lo: unsigned low
+// bytes, both row stride `stride`) against NB <= 2 blocks: hi . w in tiles
+// 0-1, lo . w in tiles 2-3, hi in tile 4, lo in 5, weights in 6 and 7.
+template <int NB>
+RELPOS_AMX_TARGET inline void AmxTile16(const int8_t* hi, const uint8_t* lo,
+                                        const int8_t* wb, int64_t stride,
+                                        int32_t (*sums)[16][16]) {
+  _tile_zero(0);
+  _tile_zero(2);
+  if constexpr (NB > 1) {
+    _tile_zero(1);
+    _tile_zero(3);
+  }
+  const int64_t block = 16 * stride;
+  for (int64_t c = 0; c < stride; c += 64) {
+    const int8_t* w = wb + c * 16;
+    _tile_loadd(4, hi + c, stride);
+    _tile_loadd(5, lo + c, stride);
+    _tile_loadd(6, w, 64);
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbusd(2, 5, 6);
+    if constexpr (NB > 1) {
+      _tile_loadd(7, w + block, 64);
+      _tile_dpbssd(1, 4, 7);
+      _tile_dpbusd(3, 5, 7);
+    }
+  }
+  _tile_stored(0, sums[0], 64);
+  _tile_stored(2, sums[2], 64);
+  if constexpr (NB > 1) {
+    _tile_stored(1, sums[1], 64);
+    _tile_stored(3, sums[3], 64);
+  }
+}
+
+// Output rows [begin, end) (begin a multiple of 16) against all m
+// activation rows, in groups of 4 blocks of 16 outputs (8-bit) or 2
+// (16-bit), each against the activation rows 16 at a time (the group's
+// weights, 64 x stride bytes at most, stay in L1 meanwhile). The
+// activations hold rows up to m rounded up to 16 (zeros past m), so every
+// tile has 16 rows; only rows below m are stored. For the 16-bit
+// activations `hi` and `lo` are the split planes (kSplit); otherwise `hi`
+// holds the 8-bit activations.
+template <bool kSplit>
+RELPOS_AMX_TARGET void Int8RowsAmx(int64_t m, const int8_t* hi,
+                                   const uint8_t* lo, const float* sx,
+                                   const Int8Matrix& w, int64_t begin,
+                                   int64_t end, const float* bias, float* y,
+                                   int64_t ldy) {
+  const int64_t stride = w.stride;
+  constexpr int kBlocks = kSplit ? 2 : 4;
+  alignas(64) int32_t sums[4][16][16];
+  ConfigureTiles();
+  for (int64_t j0 = begin; j0 < end; j0 += 16 * kBlocks) {
+    const int64_t left = (end - j0 + 15) / 16;
+    const int nb = static_cast<int>(std::min<int64_t>(left, kBlocks));
+    const int8_t* wb = w.packed.data() + j0 * stride;  // block j0 / 16
+    for (int64_t r0 = 0; r0 < m; r0 += 16) {
+      const int mr = static_cast<int>(std::min<int64_t>(16, m - r0));
+      const int64_t at = r0 * stride;
+      if constexpr (kSplit) {
+        if (nb == 1) {
+          AmxTile16<1>(hi + at, lo + at, wb, stride, sums);
+        } else {
+          AmxTile16<2>(hi + at, lo + at, wb, stride, sums);
+        }
+      } else {
+        switch (nb) {
+          case 1:
+            AmxTile8<1>(hi + at, wb, stride, sums);
+            break;
+          case 2:
+            AmxTile8<2>(hi + at, wb, stride, sums);
+            break;
+          case 3:
+            AmxTile8<3>(hi + at, wb, stride, sums);
+            break;
+          default:
+            AmxTile8<4>(hi + at, wb, stride, sums);
+            break;
+        }
+      }
+      ScaleTiles<kSplit>(sums, nb, mr, sx + r0, w.scales.data(), bias, j0, end,
+                         y + r0 * ldy, ldy);
+    }
+  }
+  _tile_release();
+}
+
+// The 16-bit activations' high bytes (arithmetic shift) and low bytes
+// (truncation), n values (a multiple of 32).
+RELPOS_AMX_TARGET void SplitBytes(const int16_t* qx, int64_t n, int8_t* hi,
+                                  uint8_t* lo) {
+  for (int64_t i = 0; i < n; i += 32) {
+    const __m512i v = _mm512_load_si512(qx + i);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(hi + i),
+                       _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lo + i),
+                       _mm512_cvtepi16_epi8(v));
+  }
+}
+#undef RELPOS_AMX_TARGET
 #endif  // HWY_ARCH_X86
 
 bool packed_allowed = true;  // Int8LinearAllowPackedForTest
+bool amx_allowed = true;     // Int8LinearAllowAmx
 
 // Which kernels read the packed weights (Int8Matrix::packed) for Highway's
-// target here: the VNNI ones where Highway dispatches AVX3 and the CPU has
-// AVX-512 VNNI, the AVX2 ones where it dispatches AVX2; none elsewhere
-// (Highway's row-major kernels).
-enum class Packed { kNone, kVnni, kAvx2 };
+// target here: the AMX ones where Highway dispatches AVX3 and the CPU has
+// AMX-INT8 (and Linux grants the tile state), the VNNI ones where it
+// dispatches AVX3 and the CPU has AVX-512 VNNI, the AVX2 ones where it
+// dispatches AVX2; none elsewhere (Highway's row-major kernels).
+enum class Packed { kNone, kVnni, kAmx, kAvx2 };
 
 Packed PackedKernels(const char* target) {
 #if HWY_ARCH_X86
   static const bool vnni = __builtin_cpu_supports("avx512vnni");
   if (!packed_allowed) return Packed::kNone;
-  if (vnni && std::strcmp(target, "AVX3") == 0) return Packed::kVnni;
+  if (vnni && std::strcmp(target, "AVX3") == 0) {
+    return amx_allowed && AmxUsable() ? Packed::kAmx : Packed::kVnni;
+  }
   if (std::strcmp(target, "AVX2") == 0) return Packed::kAvx2;
 #else
   (void)target;
@@ -765,6 +1051,13 @@ constexpr int64_t kInt8SerialMacs = int64_t{1} << 18;
 // share; an encoder's 16 sentences of 100 tokens held 3.2 MB) and every
 // weight block is used 64 times while it is in L1.
 constexpr int64_t kInt8RowChunk = 64;
+
+// Fewer activation rows than this take the VNNI kernels where AMX is there
+// too: a tile multiply costs about the same whatever its rows, and at 4
+// rows the VNNI kernels were as fast or faster (bench/gemv_bench, one
+// thread, Xeon with AMX: 0.95-1.12x the AMX kernels' time), at 8 the AMX
+// ones 1.16-1.64x faster.
+constexpr int64_t kAmxMinRows = 8;
 
 int64_t PaddedStride(int64_t cols) {
   return (cols + kInt8RowAlign - 1) / kInt8RowAlign * kInt8RowAlign;
@@ -870,9 +1163,10 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
   }
   // The packed kernels read the packed weights; a matrix without them (not
   // made by QuantizeRows for this target) takes the Highway kernels.
-  const Packed kind = w.packed.empty()
-                          ? Packed::kNone
-                          : PackedKernels(HWY_DYNAMIC_DISPATCH(Int8Target)());
+  Packed kind = w.packed.empty()
+                    ? Packed::kNone
+                    : PackedKernels(HWY_DYNAMIC_DISPATCH(Int8Target)());
+  if (kind == Packed::kAmx && m < kAmxMinRows) kind = Packed::kVnni;
   const bool packed = kind != Packed::kNone;
   // The activations, quantized per row (zeros in the padding columns):
   // int16 for the Highway kernels, vpdpwssd and AVX2's vpmaddwd, whatever
@@ -895,8 +1189,13 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
       std::fill(q + r * w.stride + from, q + (r + 1) * w.stride, 0);
     }
   };
+  // AMX's tiles take 16 activation rows: its buffers hold m rounded up to
+  // 16 rows, zeros past m.
+  const int64_t tile_rows = kind == Packed::kAmx ? (m + 15) / 16 * 16 : m;
+  const int64_t pad = (tile_rows - m) * w.stride;
   if (bytes) {
-    ux.resize(static_cast<size_t>(m * w.stride));
+    ux.resize(static_cast<size_t>(tile_rows * w.stride));
+    std::fill(ux.begin() + m * w.stride, ux.end(), 0);
     int8_t* q8 = reinterpret_cast<int8_t*>(ux.data());
     HWY_DYNAMIC_DISPATCH(QuantizeRows8)
     (m, x, ldx, w.cols, q8, w.stride, sx.data());
@@ -909,6 +1208,16 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
     HWY_DYNAMIC_DISPATCH(QuantizeRows16)
     (m, x, ldx, w.cols, range, qx.data(), w.stride, sx.data());
     zero_rest(qx.data());
+#if HWY_ARCH_X86
+    if (kind == Packed::kAmx) {  // high bytes, then low bytes
+      const int64_t plane = tile_rows * w.stride;
+      ux.resize(static_cast<size_t>(2 * plane));
+      SplitBytes(qx.data(), m * w.stride, reinterpret_cast<int8_t*>(ux.data()),
+                 ux.data() + plane);
+      std::fill_n(ux.begin() + (plane - pad), pad, 0);
+      std::fill_n(ux.begin() + (2 * plane - pad), pad, 0);
+    }
+#endif
   }
   for (float& scale : sx) scale /= range;  // NaN stays NaN, 0 stays 0
   // The packed kernels take output rows in blocks of 16, the others in
@@ -928,6 +1237,16 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
   // Weight rows [begin, end) against every activation row.
   const auto rows = [&](int64_t begin, int64_t end) {
 #if HWY_ARCH_X86
+    if (kind == Packed::kAmx) {
+      const int8_t* hi = reinterpret_cast<const int8_t*>(uxp);
+      if (bytes) {
+        Int8RowsAmx<false>(m, hi, nullptr, sxp, w, begin, end, bias, y, ldy);
+      } else {
+        Int8RowsAmx<true>(m, hi, uxp + tile_rows * w.stride, sxp, w, begin, end,
+                          bias, y, ldy);
+      }
+      return;
+    }
     if (kind == Packed::kVnni) {
       if (bytes) {
         Int8RowsPacked8(m, uxp, sxp, w, begin, end, bias, y, ldy);
@@ -966,10 +1285,19 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
 
 const char* Int8LinearTargetName() {
   const char* target = HWY_DYNAMIC_DISPATCH(Int8Target)();
-  return PackedKernels(target) == Packed::kVnni ? "AVX3+VNNI" : target;
+  switch (PackedKernels(target)) {
+    case Packed::kVnni:
+      return "AVX3+VNNI";
+    case Packed::kAmx:
+      return "AVX3+AMX";
+    default:
+      return target;
+  }
 }
 
 void Int8LinearAllowPackedForTest(bool allow) { packed_allowed = allow; }
+
+void Int8LinearAllowAmx(bool allow) { amx_allowed = allow; }
 
 }  // namespace relpos
 

@@ -36,7 +36,12 @@
 // run on the weights packed in blocks of 16 rows x 4 columns
 // (Int8Matrix::packed), whose int32 lanes are outputs (16 per AVX-512
 // vector, 8 per AVX2 vector): no horizontal sum per dot product, the same
-// integers and the same float scaling. The error bound above
+// integers and the same float scaling. Where the CPU also has AMX (and
+// Linux grants its tile state), products of 8 or more activation rows run
+// on the tile unit (tdpbssd), reading the same packed blocks as its weight
+// tiles: 8-bit activations as signed bytes, 16-bit ones split into a
+// signed high byte and an unsigned low byte (tdpbssd + tdpbusd, joined as
+// 256 hi + lo): again the same integers and bits. The error bound above
 // holds with sx = max |x| / 127: an activation step up to 258 times
 // (32767 / 127) the int16 path's.
 #ifndef RELPOS_SRC_OP_KERNELS_INT8_LINEAR_H_
@@ -85,8 +90,9 @@ struct Int8Matrix {
   // unsigned activations (|row_sums[j]| <= 127 stride).
   std::vector<int32_t> row_sums;
   // The weights packed for the packed kernels (only where they run: AVX-512
-  // with VNNI, or AVX2; empty elsewhere): blocks of 16 rows x 4 columns, 64
-  // bytes each, [ceil(rows / 16), stride / 4, 16, 4], i.e.
+  // with VNNI (and AMX), or AVX2; empty elsewhere): blocks of 16 rows x 4
+  // columns, 64 bytes each, [ceil(rows / 16), stride / 4, 16, 4], i.e. (16
+  // consecutive blocks of a block row are one AMX weight tile)
   // packed[(b * stride / 4 + g) * 64 + i * 4 + c] = Value(16 b + i, 4 g + c),
   // rows from `rows` on zeros; 64-byte aligned.
   std::vector<int8_t, Int8Allocator<int8_t>> packed;
@@ -150,6 +156,11 @@ const char* Int8LinearTargetName();
 // kernels (AVX3 without VNNI's kernels, AVX2 without its packed ones) for
 // both activation widths, and QuantizeRows keep the row-major layout.
 void Int8LinearAllowPackedForTest(bool allow);
+
+// false keeps the products off AMX's tile unit (the VNNI kernels run
+// instead, on the same packed weights and with the same results):
+// LimitCpuIsa("avx512"), tests and benchmarks. True by default.
+void Int8LinearAllowAmx(bool allow);
 
 }  // namespace relpos
 

@@ -76,6 +76,24 @@ std::vector<float> Reference(int64_t m, const std::vector<float>& x,
   return y;
 }
 
+// Which of the CPU's int8 kernels Int8Linear runs: the best (AMX where
+// the CPU has it, else AVX-512 VNNI or AVX2 on packed weights), the packed
+// ones without AMX, or Highway's row-major kernels.
+enum class Kernels { kBest, kNoAmx, kRowMajor };
+constexpr Kernels kEveryKernel[] = {Kernels::kBest, Kernels::kNoAmx,
+                                    Kernels::kRowMajor};
+
+void Use(Kernels k) {
+  Int8LinearAllowPackedForTest(k != Kernels::kRowMajor);
+  Int8LinearAllowAmx(k == Kernels::kBest);
+}
+
+std::ostream& operator<<(std::ostream& os, Kernels k) {
+  return os << (k == Kernels::kBest    ? "best"
+                : k == Kernels::kNoAmx ? "no AMX"
+                                       : "row-major");
+}
+
 TEST(Int8Linear, QuantizesRowsSymmetrically) {
   const std::vector<float> w = {0.3f, -1.0f, 0.25f, 9.0f,  // ldw 4: col 3 unused
                                 0.0f, 0.0f,  0.0f,  9.0f,  //
@@ -186,13 +204,22 @@ TEST(Int8Linear, ActivationRangeNeverOverflows) {
   }
   // The worst case, every product at its extreme, at a width where the
   // range is reduced: the reference checks the int64 sum fits int32.
-  const int64_t k = 4096;
-  std::vector<float> w(k, -1.0f), x(k, 1.0f);
-  const Int8Matrix q = QuantizeRows(w.data(), 1, k, k);
-  float y = 0;
-  Int8Linear(1, x.data(), k, q, nullptr, &y, 1, 1);
-  EXPECT_EQ(Reference(1, x, k, q, nullptr)[0], y);
-  EXPECT_NEAR(y, -4096.0f, 1e-3f);
+  // With x = -1 the AMX kernel's high bytes (-17 for qx = -4128) give
+  // 256 (hi . qw) = 2.26e9, past int32, which its low bytes bring back
+  // (8 rows: fewer take the VNNI kernel).
+  const int64_t k = 4096, m = 8;
+  for (float sign : {1.0f, -1.0f}) {
+    std::vector<float> w(k, -1.0f), x(m * k, sign);
+    const Int8Matrix q = QuantizeRows(w.data(), 1, k, k);
+    for (Kernels kernels : kEveryKernel) {
+      Use(kernels);
+      std::vector<float> y(m);
+      Int8Linear(m, x.data(), k, q, nullptr, y.data(), 1, 1);
+      EXPECT_EQ(Reference(m, x, k, q, nullptr), y) << kernels;
+      EXPECT_NEAR(y[0], -sign * 4096.0f, 1e-3f) << kernels;
+    }
+  }
+  Use(Kernels::kBest);
 }
 
 struct Case {
@@ -202,18 +229,22 @@ struct Case {
 void CheckAgainstIntegerReference();
 
 TEST(Int8Linear, MatchesIntegerReferenceOnEveryCompiledTarget) {
-  CheckAgainstIntegerReference();
-  // Where the CPU has AVX-512 VNNI, AVX3 ran its vpdpwssd kernel above,
-  // and AVX2 its packed kernel: Highway's row-major kernels too.
-  Int8LinearAllowPackedForTest(false);
-  CheckAgainstIntegerReference();
-  Int8LinearAllowPackedForTest(true);
+  // Where the CPU has AMX, AVX3 runs its tile kernel first, then its
+  // vpdpwssd kernel (AVX-512 VNNI); AVX2 its packed kernel; then Highway's
+  // row-major kernels.
+  for (Kernels kernels : kEveryKernel) {
+    SCOPED_TRACE(testing::Message() << kernels);
+    Use(kernels);
+    CheckAgainstIntegerReference();
+  }
+  Use(Kernels::kBest);
 }
 
 void CheckAgainstIntegerReference() {
   const Case cases[] = {{1, 1, 1},   {1, 5, 63},    {2, 7, 64},
                         {3, 9, 65},  {4, 16, 130},  {5, 33, 257},
-                        {9, 13, 700}, {16, 64, 512}, {1, 130, 2048}};
+                        {9, 13, 700}, {16, 64, 512}, {1, 130, 2048},
+                        {17, 33, 320}, {40, 70, 1024}};
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     const std::string name = Int8LinearTargetName();
@@ -284,7 +315,7 @@ TEST(Int8Linear, WithinTheQuantizationBoundOfTheFloatProduct) {
 }
 
 TEST(Int8Linear, ThreadCountDoesNotChangeResults) {
-  const int64_t m = 6, n = 301, k = 520;
+  const int64_t m = 22, n = 301, k = 520;
   const std::vector<float> w = Normal(n * k, 7, 0.1f);
   const std::vector<float> x = Normal(m * k, 8);
   const std::vector<float> bias = Normal(n, 9);
@@ -294,30 +325,33 @@ TEST(Int8Linear, ThreadCountDoesNotChangeResults) {
   EXPECT_EQ(one, Reference(m, x, k, q, bias.data()));
   // 301 rows: 18 blocks of 16 and 13 rows (the packed kernels
   // blocks, in pairs: the last alone); m 6: a tile of 4 and one of 2.
-  for (bool packed : {true, false}) {
-    Int8LinearAllowPackedForTest(packed);
+  for (Kernels packed : kEveryKernel) {
+    Use(packed);
     for (int threads : {1, 2, 3, 8, 200}) {
       Int8Linear(m, x.data(), k, q, bias.data(), many.data(), n, threads);
-      EXPECT_EQ(one, many) << threads << " threads, packed " << packed;
+      EXPECT_EQ(one, many) << threads << " threads, kernels " << packed;
     }
   }
-  Int8LinearAllowPackedForTest(true);
+  Use(Kernels::kBest);
 }
 
 TEST(Int8Linear, RowsThatAreNotFiniteGiveNaN) {
-  const int64_t m = 3, n = 5, k = 40;
-  const std::vector<float> w = Normal(n * k, 11);
-  std::vector<float> x = Normal(m * k, 12);
-  x[1 * k + 7] = std::numeric_limits<float>::infinity();
-  std::fill(x.begin() + 2 * k, x.end(), 0.0f);  // a row of zeros
-  const std::vector<float> bias = Normal(n, 13);
-  const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
-  std::vector<float> y(m * n);
-  Int8Linear(m, x.data(), k, q, bias.data(), y.data(), n, 1);
-  for (int64_t j = 0; j < n; ++j) {
-    EXPECT_TRUE(std::isfinite(y[j]));
-    EXPECT_TRUE(std::isnan(y[n + j]));
-    EXPECT_EQ(y[2 * n + j], bias[j]);
+  for (int64_t m : {3, 9}) {  // 9 rows: AMX's kernel where the CPU has it
+    const int64_t n = 5, k = 40;
+    const std::vector<float> w = Normal(n * k, 11);
+    std::vector<float> x = Normal(m * k, 12);
+    x[1 * k + 7] = std::numeric_limits<float>::infinity();
+    std::fill(x.begin() + 2 * k, x.begin() + 3 * k, 0.0f);  // a row of zeros
+    const std::vector<float> bias = Normal(n, 13);
+    const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
+    std::vector<float> y(m * n);
+    Int8Linear(m, x.data(), k, q, bias.data(), y.data(), n, 1);
+    for (int64_t j = 0; j < n; ++j) {
+      EXPECT_TRUE(std::isfinite(y[j]));
+      EXPECT_TRUE(std::isnan(y[n + j]));
+      EXPECT_EQ(y[2 * n + j], bias[j]);
+      for (int64_t r = 3; r < m; ++r) EXPECT_TRUE(std::isfinite(y[r * n + j]));
+    }
   }
 }
 
@@ -328,30 +362,34 @@ TEST(Int8Linear, RowsThatAreNotFiniteGiveNaN) {
 TEST(Int8Linear, ReusedActivationBuffersLeaveNoTrace) {
   const int64_t n = 21, k = 100;
   const std::vector<float> w = Normal(n * k, 31, 0.3f);
-  const std::vector<float> big = Normal(4 * k, 32, 50.0f);
-  std::vector<float> x = Normal(4 * k, 33);
+  const int64_t m = 10;  // AMX's kernel where the CPU has it: 8 rows or more
+  const std::vector<float> big = Normal(m * k, 32, 50.0f);
+  std::vector<float> x = Normal(m * k, 33);
   std::fill(x.begin() + k, x.begin() + 2 * k, 0.0f);  // row 1: zeros
   x[3 * k + 5] = std::numeric_limits<float>::quiet_NaN();
-  for (bool packed : {true, false}) {
-    Int8LinearAllowPackedForTest(packed);
+  for (Kernels packed : kEveryKernel) {
+    Use(packed);
     const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
     for (Int8Activations a : {Int8Activations::k16, Int8Activations::k8}) {
-      std::vector<float> y(4 * n);
-      Int8Linear(4, big.data(), k, q, nullptr, y.data(), n, 1, a);
-      Int8Linear(4, x.data(), k, q, nullptr, y.data(), n, 1, a);
-      const std::vector<float> ref = Reference(4, x, k, q, nullptr, a);
+      std::vector<float> y(m * n);
+      Int8Linear(m, big.data(), k, q, nullptr, y.data(), n, 1, a);
+      Int8Linear(m, x.data(), k, q, nullptr, y.data(), n, 1, a);
+      const std::vector<float> ref = Reference(m, x, k, q, nullptr, a);
       for (int64_t j = 0; j < n; ++j) {
-        SCOPED_TRACE(testing::Message() << "packed " << packed << ", column "
+        SCOPED_TRACE(testing::Message() << "kernels " << packed << ", column "
                                         << j);
         EXPECT_EQ(y[j], ref[j]);
         EXPECT_EQ(y[n + j], 0.0f);
         EXPECT_FALSE(std::signbit(y[n + j]));
         EXPECT_EQ(y[2 * n + j], ref[2 * n + j]);
         EXPECT_TRUE(std::isnan(y[3 * n + j]));
+        for (int64_t r = 4; r < m; ++r) {
+          EXPECT_EQ(y[r * n + j], ref[r * n + j]);
+        }
       }
     }
   }
-  Int8LinearAllowPackedForTest(true);
+  Use(Kernels::kBest);
 }
 
 // More rows than one pass takes (64): the rows go in chunks, with the
@@ -363,8 +401,8 @@ TEST(Int8Linear, ManyRowsGoInChunksWithTheSameBits) {
   std::vector<float> x = Normal(m * ldx, 42);
   x[70 * ldx + 9] = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> bias = Normal(n, 43);
-  for (bool packed : {true, false}) {
-    Int8LinearAllowPackedForTest(packed);
+  for (Kernels packed : kEveryKernel) {
+    Use(packed);
     const Int8Matrix q = QuantizeRows(w.data(), n, k, k);
     for (Int8Activations a : {Int8Activations::k16, Int8Activations::k8}) {
       const std::vector<float> ref = Reference(m, x, ldx, q, bias.data(), a);
@@ -378,7 +416,7 @@ TEST(Int8Linear, ManyRowsGoInChunksWithTheSameBits) {
               EXPECT_TRUE(std::isnan(y[r * ldy + j]));
             } else {
               ASSERT_EQ(y[r * ldy + j], ref[r * n + j])
-                  << r << ", " << j << ", packed " << packed << ", "
+                  << r << ", " << j << ", kernels " << packed << ", "
                   << threads << " threads";
             }
           }
@@ -387,7 +425,7 @@ TEST(Int8Linear, ManyRowsGoInChunksWithTheSameBits) {
       }
     }
   }
-  Int8LinearAllowPackedForTest(true);
+  Use(Kernels::kBest);
 }
 
 // 8-bit activations (Int8Activations::k8): Int8Linear on every compiled
@@ -442,17 +480,19 @@ TEST(Int8LinearA8, MatchesIntegerReferenceOnEveryCompiledTarget) {
   // Where the CPU has AVX-512 VNNI, AVX3 runs the vpdpbusd kernel first
   // (AVX2 its vpmaddubsw kernel), then Highway's row-major kernels
   // (vpmaddwd on the same 8-bit values): the same bits.
-  const std::vector<float> packed = CheckA8AgainstIntegerReference();
-  Int8LinearAllowPackedForTest(false);
-  const std::vector<float> plain = CheckA8AgainstIntegerReference();
-  Int8LinearAllowPackedForTest(true);
-  EXPECT_EQ(packed, plain);
+  const std::vector<float> best = CheckA8AgainstIntegerReference();
+  for (Kernels kernels : {Kernels::kNoAmx, Kernels::kRowMajor}) {
+    Use(kernels);
+    EXPECT_EQ(best, CheckA8AgainstIntegerReference()) << kernels;
+  }
+  Use(Kernels::kBest);
 }
 
 TEST(Int8LinearA8, ThreadCountAndPackedKernelsDoNotChangeResults) {
   // 301 rows: 18 blocks of 16 and 13 rows (the packed kernel's blocks, in
-  // groups of 4: the last group of 3); m 6: a tile of 4 and one of 2.
-  const int64_t m = 6, n = 301, k = 520;
+  // groups of 4: the last group of 3); m 22: VNNI's tiles of 4 and one of
+  // 2, AMX's tiles of 16 and 6.
+  const int64_t m = 22, n = 301, k = 520;
   const std::vector<float> w = Normal(n * k, 7, 0.1f);
   const std::vector<float> x = Normal(m * k, 8);
   const std::vector<float> bias = Normal(n, 9);
@@ -461,15 +501,15 @@ TEST(Int8LinearA8, ThreadCountAndPackedKernelsDoNotChangeResults) {
   Int8Linear(m, x.data(), k, q, bias.data(), one.data(), n, 1,
              Int8Activations::k8);
   EXPECT_EQ(one, Reference(m, x, k, q, bias.data(), Int8Activations::k8));
-  for (bool packed : {true, false}) {
-    Int8LinearAllowPackedForTest(packed);
+  for (Kernels packed : kEveryKernel) {
+    Use(packed);
     for (int threads : {1, 2, 3, 8, 200}) {
       Int8Linear(m, x.data(), k, q, bias.data(), many.data(), n, threads,
                  Int8Activations::k8);
-      EXPECT_EQ(one, many) << threads << " threads, packed " << packed;
+      EXPECT_EQ(one, many) << threads << " threads, kernels " << packed;
     }
   }
-  Int8LinearAllowPackedForTest(true);
+  Use(Kernels::kBest);
 }
 
 // Against the float product. With x[r, c] = sx_r (qx[r, c] + e[r, c]) and
@@ -559,10 +599,10 @@ TEST(Int8LinearA8, RowsThatAreNotFiniteBehaveAsTheInt16Paths) {
   Int8Linear(m, x.data(), k, q, bias.data(), y16.data(), n, 1);
   Int8Linear(m, x.data(), k, q, bias.data(), y8.data(), n, 1,
              Int8Activations::k8);
-  Int8LinearAllowPackedForTest(false);
+  Use(Kernels::kRowMajor);
   Int8Linear(m, x.data(), k, q, bias.data(), plain.data(), n, 1,
              Int8Activations::k8);
-  Int8LinearAllowPackedForTest(true);
+  Use(Kernels::kBest);
   const std::vector<float> ref =
       Reference(m, x, k, q, bias.data(), Int8Activations::k8);
   for (int64_t r = 0; r < m; ++r) {
@@ -598,17 +638,17 @@ TEST(Int8LinearA8, ZeroWeightRowsGiveTheBias) {
   EXPECT_EQ(q.scales[4], 0.0f);
   const std::vector<float> ref =
       Reference(m, x, k, q, bias.data(), Int8Activations::k8);
-  for (bool packed : {true, false}) {
-    Int8LinearAllowPackedForTest(packed);
+  for (Kernels packed : kEveryKernel) {
+    Use(packed);
     std::vector<float> y(m * n);
     Int8Linear(m, x.data(), k, q, bias.data(), y.data(), n, 1,
                Int8Activations::k8);
-    EXPECT_EQ(y, ref) << "packed " << packed;
+    EXPECT_EQ(y, ref) << "kernels " << packed;
     for (int64_t r = 0; r < m; ++r) {
       for (int64_t j : {0, 4, 8}) EXPECT_EQ(y[r * n + j], bias[j]);
     }
   }
-  Int8LinearAllowPackedForTest(true);
+  Use(Kernels::kBest);
 }
 
 // The widest rows the 8-bit path takes, at their extreme sums (every
@@ -620,14 +660,14 @@ TEST(Int8LinearA8, WidestRowsAreExactAndWiderAreRefused) {
     const int64_t k = kInt8A8MaxStride;
     std::vector<float> w(k, -1.0f), x(k, sign);
     const Int8Matrix q = QuantizeRows(w.data(), 1, k, k);
-    for (bool packed : {true, false}) {
-      Int8LinearAllowPackedForTest(packed);
+    for (Kernels packed : kEveryKernel) {
+      Use(packed);
       float y = 0;
       Int8Linear(1, x.data(), k, q, nullptr, &y, 1, 1, Int8Activations::k8);
       EXPECT_EQ(Reference(1, x, k, q, nullptr, Int8Activations::k8)[0], y);
       EXPECT_NEAR(y, -sign * k, 1e-4 * k);
     }
-    Int8LinearAllowPackedForTest(true);
+    Use(Kernels::kBest);
   }
   const int64_t k = kInt8A8MaxStride + 1;
   std::vector<float> w(k, 1.0f), x(k, 1.0f);
