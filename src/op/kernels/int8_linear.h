@@ -149,7 +149,8 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
 
 // Highway target Int8Linear dispatches to on this CPU ("AVX3", "AVX2", ...;
 // "AVX3+VNNI" where AVX3's CPU has AVX-512 VNNI and its vpdpwssd runs the
-// multiply-adds, vpdpbusd for 8-bit activations).
+// multiply-adds, vpdpbusd for 8-bit activations; "AVX3+AMX" where products
+// of 8 or more rows run on AMX's tile unit, fewer on VNNI's kernels).
 const char* Int8LinearTargetName();
 
 // Tests and benchmarks: false makes the CPU take Highway's row-major
