@@ -21,6 +21,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -124,11 +125,12 @@ HWY_INLINE void DotBlock(const int16_t* const* HWY_RESTRICT xr,
 
 // Weight rows [begin, end) in blocks of four against all m activation rows
 // (sx[r] NaN marks a row that was not finite) in tiles of kRowTile, then
-// y = sums * scales + bias.
+// y = sums * scales + bias; with zero points (zx, the 8-bit activations;
+// nullptr for the 16-bit ones) each sum less zx[r] * row_sums[j] first.
 void Int8Rows(int64_t m, const int16_t* qx, const float* sx,
-              const int8_t* qw, const float* sw, int64_t stride,
-              int64_t begin, int64_t end, const float* bias, float* y,
-              int64_t ldy) {
+              const int32_t* zx, const int8_t* qw, const float* sw,
+              const int32_t* row_sums, int64_t stride, int64_t begin,
+              int64_t end, const float* bias, float* y, int64_t ldy) {
   int32_t sums[kRowTile * 4];
   for (int64_t j0 = begin; j0 < end; j0 += 4) {
     const int64_t nb = end - j0 < 4 ? end - j0 : 4;
@@ -157,6 +159,11 @@ void Int8Rows(int64_t m, const int16_t* qx, const float* sx,
 #endif
       }
       for (int64_t r = 0; r < mb; ++r) {
+        if (zx != nullptr) {
+          for (int64_t i = 0; i < nb; ++i) {
+            sums[r * 4 + i] -= zx[r0 + r] * row_sums[j0 + i];
+          }
+        }
         int8_linear::ScaleRow(sums + r * 4, nb, sx[r0 + r], sw + j0,
                               bias == nullptr ? nullptr : bias + j0,
                               y + (r0 + r) * ldy + j0);
@@ -257,6 +264,111 @@ void QuantizeRows8(int64_t m, const float* x, int64_t ldx, int64_t k,
   }
 }
 
+// The 8-bit activations' quantization, with a zero point: lo = min(0,
+// min_c x), hi = max(0, max_c x), span = hi - lo, inv = 254 / span, z =
+// nearbyint(-127 - lo * inv) (in [-127, 127]) and out[c] = nearbyint(x[c] *
+// inv) + z, clamped to [-127, 127], so x[c] ~= (out[c] - z) * span / 254:
+// [lo, hi] spread over the 255 values where the symmetric quantization
+// spreads [-max |x|, max |x|], twice as fine for a row of one sign (GELU's
+// outputs). Returns span (NaN if some x is not finite, 0 if every x is 0;
+// then nothing is written and *zero is 0).
+template <typename TOut>
+HWY_INLINE float QuantizeRowZeroPointT(const float* HWY_RESTRICT x, int64_t k,
+                                       TOut* HWY_RESTRICT out, int32_t* zero) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<int32_t, decltype(d)> di;
+  const hn::Rebind<TOut, decltype(d)> dout;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t body = k - k % lanes;
+  *zero = 0;
+  // Two independent chains of each (QuantizeRowT's reason); the probe
+  // sums x * 0 (+-0, or NaN where x is not finite).
+  const auto zero_v = hn::Zero(d);
+  auto lo0 = zero_v, lo1 = zero_v, hi0 = zero_v, hi1 = zero_v;
+  auto p0 = zero_v, p1 = zero_v;
+  int64_t c = 0;
+  for (; c + 2 * lanes <= body; c += 2 * lanes) {
+    const auto v0 = hn::LoadU(d, x + c), v1 = hn::LoadU(d, x + c + lanes);
+    lo0 = hn::Min(lo0, v0);
+    lo1 = hn::Min(lo1, v1);
+    hi0 = hn::Max(hi0, v0);
+    hi1 = hn::Max(hi1, v1);
+    p0 = hn::Add(p0, hn::Mul(v0, zero_v));
+    p1 = hn::Add(p1, hn::Mul(v1, zero_v));
+  }
+  for (; c < body; c += lanes) {
+    const auto v = hn::LoadU(d, x + c);
+    lo0 = hn::Min(lo0, v);
+    hi0 = hn::Max(hi0, v);
+    p0 = hn::Add(p0, hn::Mul(v, zero_v));
+  }
+  float lo = hn::GetLane(hn::MinOfLanes(d, hn::Min(lo0, lo1)));
+  float hi = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hi0, hi1)));
+  float probe = hn::GetLane(hn::SumOfLanes(d, hn::Add(p0, p1)));
+  for (c = body; c < k; ++c) {
+    lo = lo < x[c] ? lo : x[c];
+    hi = hi > x[c] ? hi : x[c];
+    probe += x[c] * 0.0f;
+  }
+  if (probe != 0.0f) return std::numeric_limits<float>::quiet_NaN();
+  const float span = hi - lo;
+  if (span == 0.0f) return 0.0f;
+  const float inv = 254.0f / span;
+  const int32_t z = static_cast<int32_t>(
+      std::clamp(std::nearbyint(-127.0f - lo * inv), -127.0f, 127.0f));
+  *zero = z;
+  const auto vinv = hn::Set(d, inv);
+  const auto vz = hn::Set(di, z);
+  const auto qmin = hn::Set(di, -127), qmax = hn::Set(di, 127);
+  for (c = 0; c < body; c += lanes) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    // As QuantizeRowT: vcvtps2dq (round to nearest even; |x * inv| <= 254,
+    // so NearestInt's overflow fix-up is not needed) and a saturating
+    // narrowing store, which also clamps 128 to 127.
+    const __m512i q = _mm512_max_epi32(
+        _mm512_add_epi32(
+            _mm512_cvtps_epi32(hn::Mul(hn::LoadU(d, x + c), vinv).raw),
+            vz.raw),
+        qmin.raw);
+    if constexpr (sizeof(TOut) == 1) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c),
+                       _mm512_cvtsepi32_epi8(q));
+    } else {
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(out + c),
+          _mm512_cvtsepi32_epi16(_mm512_min_epi32(q, qmax.raw)));
+    }
+#else
+    const auto n = hn::NearestInt(hn::Mul(hn::LoadU(d, x + c), vinv));
+    const auto q = hn::Min(hn::Max(hn::Add(n, vz), qmin), qmax);
+    hn::StoreU(hn::DemoteTo(dout, q), dout, out + c);
+#endif
+  }
+  for (c = body; c < k; ++c) {
+    const int32_t n = static_cast<int32_t>(std::nearbyint(x[c] * inv)) + z;
+    out[c] = static_cast<TOut>(n < -127 ? -127 : n > 127 ? 127 : n);
+  }
+  return span;
+}
+
+// Rows r < m of x (row stride ldx, k columns) into out (row stride ldo)
+// with their zero points: span[r] and zero[r] as QuantizeRowZeroPointT
+// gives them. 8-bit for the packed kernels, 16-bit for Highway's.
+void QuantizeRowsZeroPoint8(int64_t m, const float* x, int64_t ldx, int64_t k,
+                            int8_t* out, int64_t ldo, float* span,
+                            int32_t* zero) {
+  for (int64_t r = 0; r < m; ++r) {
+    span[r] = QuantizeRowZeroPointT(x + r * ldx, k, out + r * ldo, zero + r);
+  }
+}
+void QuantizeRowsZeroPoint16(int64_t m, const float* x, int64_t ldx,
+                             int64_t k, int16_t* out, int64_t ldo,
+                             float* span, int32_t* zero) {
+  for (int64_t r = 0; r < m; ++r) {
+    span[r] = QuantizeRowZeroPointT(x + r * ldx, k, out + r * ldo, zero + r);
+  }
+}
+
 const char* Int8Target() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -339,13 +451,14 @@ RELPOS_VNNI_TARGET inline __m512i Dpbusd(__m512i acc, __m512i u, __m512i w) {
 // of that kernel's lane 0, so within its bounds). The 16 lanes are then 16
 // outputs, scaled 16 at a time with ScaleRow's float operations in its
 // order: float(sum) * (sx * sw), then + bias (no contraction:
-// -ffp-contract=off and separate multiply and add instructions).
+// -ffp-contract=off and separate multiply and add instructions), each sum
+// first less zx[r] * row_sums[j] (the activations' zero points).
 // MR activation rows (ux, row stride `stride`) against NB blocks starting
 // at output row j0 (a multiple of 16); outputs from `end` on are neither
 // computed nor stored.
 template <int MR, int NB>
 RELPOS_VNNI_TARGET void PackedTile8(const uint8_t* ux, const float* sx,
-                                    const int8_t* packed,
+                                    const int32_t* zx, const int8_t* packed,
                                     const int32_t* row_sums, const float* sw,
                                     const float* bias, int64_t stride,
                                     int64_t j0, int64_t end, float* y,
@@ -380,9 +493,12 @@ RELPOS_VNNI_TARGET void PackedTile8(const uint8_t* ux, const float* sx,
     const __m512 bv = bias == nullptr
                           ? _mm512_setzero_ps()
                           : _mm512_maskz_loadu_ps(mask[b], bias + first);
+    const __m512i sums = _mm512_maskz_loadu_epi32(mask[b], row_sums + first);
     for (int r = 0; r < MR; ++r) {
+      const __m512i sum = _mm512_sub_epi32(
+          acc[r][b], _mm512_mullo_epi32(sums, _mm512_set1_epi32(zx[r])));
       const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(sx[r]), swv);
-      __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][b]), scale);
+      __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), scale);
       if (bias != nullptr) v = _mm512_add_ps(v, bv);
       _mm512_mask_storeu_ps(y + r * ldy + first, mask[b], v);
     }
@@ -396,31 +512,33 @@ constexpr int kPackedRows = 4, kPackedBlocks = 4;
 
 template <int MR>
 RELPOS_VNNI_TARGET inline void PackedTileRows8(
-    int nb, const uint8_t* ux, const float* sx, const int8_t* packed,
+    int nb, const uint8_t* ux, const float* sx, const int32_t* zx,
+    const int8_t* packed,
     const int32_t* row_sums, const float* sw, const float* bias,
     int64_t stride, int64_t j0, int64_t end, float* y, int64_t ldy) {
   switch (nb) {
     case 1:
-      PackedTile8<MR, 1>(ux, sx, packed, row_sums, sw, bias, stride, j0, end,
+      PackedTile8<MR, 1>(ux, sx, zx, packed, row_sums, sw, bias, stride, j0, end,
                          y, ldy);
       break;
     case 2:
-      PackedTile8<MR, 2>(ux, sx, packed, row_sums, sw, bias, stride, j0, end,
+      PackedTile8<MR, 2>(ux, sx, zx, packed, row_sums, sw, bias, stride, j0, end,
                          y, ldy);
       break;
     case 3:
-      PackedTile8<MR, 3>(ux, sx, packed, row_sums, sw, bias, stride, j0, end,
+      PackedTile8<MR, 3>(ux, sx, zx, packed, row_sums, sw, bias, stride, j0, end,
                          y, ldy);
       break;
     default:
-      PackedTile8<MR, 4>(ux, sx, packed, row_sums, sw, bias, stride, j0, end,
+      PackedTile8<MR, 4>(ux, sx, zx, packed, row_sums, sw, bias, stride, j0, end,
                          y, ldy);
       break;
   }
 }
 
 RELPOS_VNNI_TARGET void Int8RowsPacked8(int64_t m, const uint8_t* ux,
-                                        const float* sx, const Int8Matrix& w,
+                                        const float* sx, const int32_t* zx,
+                                        const Int8Matrix& w,
                                         int64_t begin, int64_t end,
                                         const float* bias, float* y,
                                         int64_t ldy) {
@@ -434,22 +552,22 @@ RELPOS_VNNI_TARGET void Int8RowsPacked8(int64_t m, const uint8_t* ux,
       float* yr = y + r0 * ldy;
       switch (mb) {
         case 1:
-          PackedTileRows8<1>(nb, xr, sx + r0, w.packed.data(),
+          PackedTileRows8<1>(nb, xr, sx + r0, zx + r0, w.packed.data(),
                              w.row_sums.data(), w.scales.data(), bias, stride,
                              j0, end, yr, ldy);
           break;
         case 2:
-          PackedTileRows8<2>(nb, xr, sx + r0, w.packed.data(),
+          PackedTileRows8<2>(nb, xr, sx + r0, zx + r0, w.packed.data(),
                              w.row_sums.data(), w.scales.data(), bias, stride,
                              j0, end, yr, ldy);
           break;
         case 3:
-          PackedTileRows8<3>(nb, xr, sx + r0, w.packed.data(),
+          PackedTileRows8<3>(nb, xr, sx + r0, zx + r0, w.packed.data(),
                              w.row_sums.data(), w.scales.data(), bias, stride,
                              j0, end, yr, ldy);
           break;
         default:
-          PackedTileRows8<4>(nb, xr, sx + r0, w.packed.data(),
+          PackedTileRows8<4>(nb, xr, sx + r0, zx + r0, w.packed.data(),
                              w.row_sums.data(), w.scales.data(), bias, stride,
                              j0, end, yr, ldy);
           break;
@@ -696,10 +814,13 @@ RELPOS_AVX2_TARGET void PackedTile16Avx2(const int16_t* qx, const float* sx,
 // (vpsignb), so each int16 pair sum is at most 2 x 127 x 127 = 32258 and
 // never saturates (activations and weights both in [-127, 127]); vpmaddwd
 // by ones then adds the pairs into the int32 lanes, which are the 8 rows'
-// outputs. Exact: the same integers as every other kernel's.
+// outputs. Exact: the same integers as every other kernel's, each less
+// zx[r] * row_sums[j] (the activations' zero points) before the scaling.
 template <int MR>
 RELPOS_AVX2_TARGET void PackedTile8Avx2(const int8_t* qx, const float* sx,
+                                        const int32_t* zx,
                                         const int8_t* packed, const float* sw,
+                                        const int32_t* row_sums,
                                         const float* bias, int64_t stride,
                                         int64_t j0, int64_t end, float* y,
                                         int64_t ldy) {
@@ -723,11 +844,15 @@ RELPOS_AVX2_TARGET void PackedTile8Avx2(const int8_t* qx, const float* sx,
       acc[r][1] = AddTo(acc[r][1], _mm256_madd_epi16(p1, ones));
     }
   }
-  for (int r = 0; r < MR; ++r) {
-    for (int h = 0; h < 2; ++h) {
-      const int64_t first = j0 + 8 * h;
-      if (first >= end) break;
-      ScaleStore8(acc[r][h], sx[r], sw + first,
+  for (int h = 0; h < 2; ++h) {
+    const int64_t first = j0 + 8 * h;
+    if (first >= end) break;
+    const __m256i sums =
+        _mm256_maskload_epi32(row_sums + first, TailMask(end - first));
+    for (int r = 0; r < MR; ++r) {
+      const __m256i sum = _mm256_sub_epi32(
+          acc[r][h], _mm256_mullo_epi32(sums, _mm256_set1_epi32(zx[r])));
+      ScaleStore8(sum, sx[r], sw + first,
                   bias == nullptr ? nullptr : bias + first, end - first,
                   y + r * ldy + first);
     }
@@ -740,7 +865,7 @@ RELPOS_AVX2_TARGET void PackedTile8Avx2(const int8_t* qx, const float* sx,
 // 4 x 2 for int8).
 template <typename T, int MR>
 RELPOS_AVX2_TARGET void Int8RowsPackedAvx2(int64_t m, const T* qx,
-                                           const float* sx,
+                                           const float* sx, const int32_t* zx,
                                            const Int8Matrix& w, int64_t begin,
                                            int64_t end, const float* bias,
                                            float* y, int64_t ldy) {
@@ -753,8 +878,9 @@ RELPOS_AVX2_TARGET void Int8RowsPackedAvx2(int64_t m, const T* qx,
       PackedTile16Avx2<kRows>(qx + r0 * stride, sx + r0, p, sw, bias, stride,
                               j0, end, y + r0 * ldy, ldy);
     } else {
-      PackedTile8Avx2<kRows>(qx + r0 * stride, sx + r0, p, sw, bias, stride,
-                             j0, end, y + r0 * ldy, ldy);
+      PackedTile8Avx2<kRows>(qx + r0 * stride, sx + r0, zx + r0, p, sw,
+                             w.row_sums.data(), bias, stride, j0, end,
+                             y + r0 * ldy, ldy);
     }
   };
   for (int64_t j0 = begin; j0 < end; j0 += 16) {
@@ -837,11 +963,14 @@ RELPOS_AMX_TARGET inline void ConfigureTiles() {
 
 // Output rows [j0, j0 + 16 nb) (outputs from `end` on neither stored nor
 // read) for the first mr of the tiles' 16 rows of sums, sums[b][r][16]:
-// the 8-bit kernel's scaling, or for the split 16-bit sums (hi in
-// sums[b], lo in sums[b + 2]) first 256 hi + lo.
+// the 8-bit kernel's scaling (each sum less zx[r] * row_sums[j], the
+// activations' zero points), or for the split 16-bit sums (hi in sums[b],
+// lo in sums[b + 2]) first 256 hi + lo.
 template <bool kSplit>
 RELPOS_AMX_TARGET inline void ScaleTiles(const int32_t (*sums)[16][16], int nb,
                                          int mr, const float* sx,
+                                         const int32_t* zx,
+                                         const int32_t* row_sums,
                                          const float* sw, const float* bias,
                                          int64_t j0, int64_t end, float* y,
                                          int64_t ldy) {
@@ -860,6 +989,11 @@ RELPOS_AMX_TARGET inline void ScaleTiles(const int32_t (*sums)[16][16], int nb,
       if constexpr (kSplit) {
         sum = _mm512_add_epi32(_mm512_slli_epi32(sum, 8),
                                _mm512_load_si512(sums[b + 2][r]));
+      } else {
+        sum = _mm512_sub_epi32(
+            sum, _mm512_mullo_epi32(
+                     _mm512_maskz_loadu_epi32(mask, row_sums + first),
+                     _mm512_set1_epi32(zx[r])));
       }
       const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(sx[r]), swv);
       __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), scale);
@@ -948,11 +1082,12 @@ RELPOS_AMX_TARGET inline void AmxTile16(const int8_t* hi, const uint8_t* lo,
 // activations hold rows up to m rounded up to 16 (zeros past m), so every
 // tile has 16 rows; only rows below m are stored. For the 16-bit
 // activations `hi` and `lo` are the split planes (kSplit); otherwise `hi`
-// holds the 8-bit activations.
+// holds the 8-bit activations and zx their zero points.
 template <bool kSplit>
 RELPOS_AMX_TARGET void Int8RowsAmx(int64_t m, const int8_t* hi,
                                    const uint8_t* lo, const float* sx,
-                                   const Int8Matrix& w, int64_t begin,
+                                   const int32_t* zx, const Int8Matrix& w,
+                                   int64_t begin,
                                    int64_t end, const float* bias, float* y,
                                    int64_t ldy) {
   const int64_t stride = w.stride;
@@ -988,7 +1123,8 @@ RELPOS_AMX_TARGET void Int8RowsAmx(int64_t m, const int8_t* hi,
             break;
         }
       }
-      ScaleTiles<kSplit>(sums, nb, mr, sx + r0, w.scales.data(), bias, j0, end,
+      ScaleTiles<kSplit>(sums, nb, mr, sx + r0, kSplit ? nullptr : zx + r0,
+                         w.row_sums.data(), w.scales.data(), bias, j0, end,
                          y + r0 * ldy, ldy);
     }
   }
@@ -1039,6 +1175,8 @@ Packed PackedKernels(const char* target) {
 HWY_EXPORT(Int8Rows);
 HWY_EXPORT(QuantizeRows16);
 HWY_EXPORT(QuantizeRows8);
+HWY_EXPORT(QuantizeRowsZeroPoint8);
+HWY_EXPORT(QuantizeRowsZeroPoint16);
 HWY_EXPORT(Int8Target);
 
 namespace {
@@ -1170,15 +1308,18 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
   const bool packed = kind != Packed::kNone;
   // The activations, quantized per row (zeros in the padding columns):
   // int16 for the Highway kernels, vpdpwssd and AVX2's vpmaddwd, whatever
-  // their range; with 8-bit activations int8 for AVX2's vpmaddubsw and u8
-  // (qx + 128) for vpdpbusd.
+  // their range; with 8-bit activations int8 for AVX2's vpmaddubsw and
+  // AMX, u8 (qx + 128) for vpdpbusd, and their zero points (zx).
   const bool bytes = a8 && packed;
   thread_local std::vector<int16_t, Int8Allocator<int16_t>> qx;
   thread_local std::vector<uint8_t, Int8Allocator<uint8_t>> ux;
   thread_local std::vector<float> sx;
+  thread_local std::vector<int32_t> zx;
   sx.assign(static_cast<size_t>(m), 0.0f);
+  zx.assign(static_cast<size_t>(a8 ? m : 0), 0);
+  // sx[r] is max |x| (16-bit) or the span (8-bit) until divided by this.
   const float range =
-      a8 ? 127.0f : static_cast<float>(Int8ActivationRange(w.stride));
+      a8 ? 254.0f : static_cast<float>(Int8ActivationRange(w.stride));
   // The quantizers write columns [0, cols) of each row whose max |x| is
   // finite and not 0; the rest of every row is zeroed here, not the whole
   // buffer first (a decoding step's memset cost as much as its
@@ -1197,16 +1338,21 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
     ux.resize(static_cast<size_t>(tile_rows * w.stride));
     std::fill(ux.begin() + m * w.stride, ux.end(), 0);
     int8_t* q8 = reinterpret_cast<int8_t*>(ux.data());
-    HWY_DYNAMIC_DISPATCH(QuantizeRows8)
-    (m, x, ldx, w.cols, q8, w.stride, sx.data());
+    HWY_DYNAMIC_DISPATCH(QuantizeRowsZeroPoint8)
+    (m, x, ldx, w.cols, q8, w.stride, sx.data(), zx.data());
     zero_rest(q8);
     if (kind == Packed::kVnni) {
       for (uint8_t& u : ux) u ^= 0x80;  // two's complement q + 128
     }
   } else {
     qx.resize(static_cast<size_t>(m * w.stride));
-    HWY_DYNAMIC_DISPATCH(QuantizeRows16)
-    (m, x, ldx, w.cols, range, qx.data(), w.stride, sx.data());
+    if (a8) {
+      HWY_DYNAMIC_DISPATCH(QuantizeRowsZeroPoint16)
+      (m, x, ldx, w.cols, qx.data(), w.stride, sx.data(), zx.data());
+    } else {
+      HWY_DYNAMIC_DISPATCH(QuantizeRows16)
+      (m, x, ldx, w.cols, range, qx.data(), w.stride, sx.data());
+    }
     zero_rest(qx.data());
 #if HWY_ARCH_X86
     if (kind == Packed::kAmx) {  // high bytes, then low bytes
@@ -1231,6 +1377,7 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
   const int16_t* qxp = qx.data();
   [[maybe_unused]] const uint8_t* uxp = ux.data();  // x86 only
   const float* sxp = sx.data();
+  const int32_t* zxp = a8 ? zx.data() : nullptr;
   // The row-major weights for the kernels other than the packed ones,
   // found on this thread before any team starts.
   const int8_t* rowmajor = packed ? nullptr : RowMajorOf(w);
@@ -1240,16 +1387,17 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
     if (kind == Packed::kAmx) {
       const int8_t* hi = reinterpret_cast<const int8_t*>(uxp);
       if (bytes) {
-        Int8RowsAmx<false>(m, hi, nullptr, sxp, w, begin, end, bias, y, ldy);
+        Int8RowsAmx<false>(m, hi, nullptr, sxp, zxp, w, begin, end, bias, y,
+                           ldy);
       } else {
-        Int8RowsAmx<true>(m, hi, uxp + tile_rows * w.stride, sxp, w, begin, end,
-                          bias, y, ldy);
+        Int8RowsAmx<true>(m, hi, uxp + tile_rows * w.stride, sxp, nullptr, w,
+                          begin, end, bias, y, ldy);
       }
       return;
     }
     if (kind == Packed::kVnni) {
       if (bytes) {
-        Int8RowsPacked8(m, uxp, sxp, w, begin, end, bias, y, ldy);
+        Int8RowsPacked8(m, uxp, sxp, zxp, w, begin, end, bias, y, ldy);
       } else {
         Int8RowsPacked16(m, qxp, sxp, w, begin, end, bias, y, ldy);
       }
@@ -1258,17 +1406,17 @@ void Int8Linear(int64_t m, const float* x, int64_t ldx, const Int8Matrix& w,
     if (kind == Packed::kAvx2) {
       if (bytes) {
         Int8RowsPackedAvx2<int8_t, 4>(m, reinterpret_cast<const int8_t*>(uxp),
-                                      sxp, w, begin, end, bias, y, ldy);
+                                      sxp, zxp, w, begin, end, bias, y, ldy);
       } else {
-        Int8RowsPackedAvx2<int16_t, 2>(m, qxp, sxp, w, begin, end, bias, y,
-                                       ldy);
+        Int8RowsPackedAvx2<int16_t, 2>(m, qxp, sxp, nullptr, w, begin, end,
+                                       bias, y, ldy);
       }
       return;
     }
 #endif
     HWY_DYNAMIC_DISPATCH(Int8Rows)
-    (m, qxp, sxp, rowmajor, w.scales.data(), w.stride, begin, end,
-     bias, y, ldy);
+    (m, qxp, sxp, zxp, rowmajor, w.scales.data(), w.row_sums.data(), w.stride,
+     begin, end, bias, y, ldy);
   };
   if (threads == 1) {
     rows(0, w.rows);

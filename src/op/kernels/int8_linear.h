@@ -22,12 +22,24 @@
 // A row of x holding NaN or an infinity gives NaN in every output of that
 // row (the float product would be NaN or infinite there too).
 //
-// 8-bit activations (Int8Activations::k8, `--compute-type int8_a8`): the
-// same with A = 127, x quantized onto [-127, 127] like the weights. Where
+// 8-bit activations (Int8Activations::k8, `--compute-type int8_a8`): each
+// row with a zero point (asymmetric), over the range it spans: lo =
+// min(0, min_c x), hi = max(0, max_c x), sx[r] = (hi - lo) / 254, z[r] =
+// nearbyint(-127 - lo / sx[r]) in [-127, 127] and qx[r, c] =
+// nearbyint(x[r, c] / sx[r]) + z[r] clamped to [-127, 127], so x ~=
+// sx (qx - z) with 0 exact, and
+//
+//   y[r, j] = sx[r] sw[j] (sum_c qx[r, c] qw[j, c] - z[r] row_sums[j])
+//
+// with row_sums[j] = sum_c qw[j, c] (Int8Matrix::row_sums): the kernels
+// compute the integer sum_c qx qw, then subtract z row_sums (exact) before
+// scaling. The step is never coarser than the symmetric max |x| / 127 and
+// half of it for a row of one sign (GELU's outputs, whose negative part is
+// above -0.17). Where
 // the CPU has AVX-512 VNNI the sums run as vpdpbusd (u8 x s8, 64
 // multiply-adds per instruction, twice vpdpwssd's) on u = qx + 128 in
-// [1, 255], each sum starting from -128 * sum_c qw[j, c]
-// (Int8Matrix::row_sums): the same integer sum_c qx qw. On AVX2 (no VNNI)
+// [1, 255], each sum starting from -128 * row_sums[j]: the same integer
+// sum_c qx qw. On AVX2 (no VNNI)
 // they run as vpmaddubsw on |qw| and qx with qw's sign (vpsignb): each
 // int16 pair sum is at most 2 x 127 x 127 and never saturates. Every other
 // target feeds the same 8-bit values to its int16 kernel, so the outputs
@@ -42,8 +54,9 @@
 // tiles: 8-bit activations as signed bytes, 16-bit ones split into a
 // signed high byte and an unsigned low byte (tdpbssd + tdpbusd, joined as
 // 256 hi + lo): again the same integers and bits. The error bound above
-// holds with sx = max |x| / 127: an activation step up to 258 times
-// (32767 / 127) the int16 path's.
+// holds with qx - z in place of qx and sx = (hi - lo) / 254: an activation
+// step up to 516 times (2 x 32767 / 127) the int16 path's, 258 times for a
+// row of one sign.
 #ifndef RELPOS_SRC_OP_KERNELS_INT8_LINEAR_H_
 #define RELPOS_SRC_OP_KERNELS_INT8_LINEAR_H_
 
@@ -87,7 +100,8 @@ struct Int8Matrix {
   std::vector<int8_t, Int8Allocator<int8_t>> values;
   std::vector<float> scales;   // [rows]: W[j, c] ~= scales[j] * Value(j, c)
   // [rows]: sum_c Value(j, c), the 8-bit path's correction for its
-  // unsigned activations (|row_sums[j]| <= 127 stride).
+  // activations' zero points and for the VNNI kernel's unsigned ones
+  // (|row_sums[j]| <= 127 stride).
   std::vector<int32_t> row_sums;
   // The weights packed for the packed kernels (only where they run: AVX-512
   // with VNNI (and AMX), or AVX2; empty elsewhere): blocks of 16 rows x 4
@@ -115,17 +129,17 @@ struct Int8Matrix {
   }
 };
 
-// How Int8Linear quantizes the activations: k16 onto the int16 range
-// Int8ActivationRange (W8A16, `--compute-type int8`), k8 onto [-127, 127]
-// (W8A8, `--compute-type int8_a8`).
+// How Int8Linear quantizes the activations: k16 symmetrically onto the
+// int16 range Int8ActivationRange (W8A16, `--compute-type int8`), k8 onto
+// [-127, 127] with a zero point (W8A8, `--compute-type int8_a8`).
 enum class Int8Activations { k16, k8 };
 
 // The widest padded row (stride) the 8-bit path takes: its VNNI kernel
 // starts from -128 sum_c qw (|.| <= 128 * 127 * stride) and adds products
 // u x qw with u in [1, 255] and |qw| <= 127 (at most 255 * 127 * stride in
 // all), so every int32 partial sum stays within (128 + 255) * 127 * stride
-// <= 2^31 - 1 (and the result, qx . qw, within 127 * 127 * stride).
-// 44096 = 689 * 64.
+// <= 2^31 - 1 (and qx . qw within 127 * 127 * stride, the result qx . qw -
+// z row_sums within 254 * 127 * stride). 44096 = 689 * 64.
 inline constexpr int64_t kInt8A8MaxStride = 44096;
 
 // Quantizes w [rows, cols] (row stride ldw >= cols) per row. A row of zeros

@@ -32,17 +32,46 @@ std::vector<float> Normal(int64_t count, uint64_t seed, float scale = 1.0f) {
   return v;
 }
 
+// The 8-bit activations' quantization of one row (int8_linear.h): the
+// span of [min(0, min x), max(0, max x)] (0 for a row of zeros) and the
+// zero point z, q[c] = clamp(nearbyint(x[c] * 254 / span) + z, -127, 127).
+struct ZeroPointRow {
+  float span = 0.0f;
+  int64_t zero = 0;
+  std::vector<int64_t> q;
+};
+
+ZeroPointRow QuantizeWithZeroPoint(const float* row, int64_t k) {
+  ZeroPointRow out;
+  out.q.assign(static_cast<size_t>(k), 0);
+  float lo = 0.0f, hi = 0.0f;
+  for (int64_t c = 0; c < k; ++c) {
+    lo = std::min(lo, row[c]);
+    hi = std::max(hi, row[c]);
+  }
+  out.span = hi - lo;
+  if (out.span == 0.0f) return out;
+  const float inv = 254.0f / out.span;
+  out.zero = static_cast<int64_t>(
+      std::clamp(std::nearbyint(-127.0f - lo * inv), -127.0f, 127.0f));
+  for (int64_t c = 0; c < k; ++c) {
+    const auto n = static_cast<int64_t>(std::nearbyint(row[c] * inv));
+    out.q[c] = std::clamp<int64_t>(n + out.zero, -127, 127);
+  }
+  return out;
+}
+
 // The kernel's arithmetic, one dot product at a time: the same
 // quantization of x, exact int64 sums, the same final float operations.
-// 8-bit activations: the range is 127, and the sum is the plain signed
-// one (the VNNI kernel's unsigned offset and its correction must cancel).
+// 8-bit activations: the zero-point quantization above, the sum
+// sum_c (q_c - z) qw_c (the VNNI kernel's unsigned offset and every
+// kernel's zero-point correction must come to this), scaled by span / 254.
 std::vector<float> Reference(int64_t m, const std::vector<float>& x,
                              int64_t ldx, const Int8Matrix& w,
                              const float* bias,
                              Int8Activations activations = Int8Activations::k16) {
-  const float range = activations == Int8Activations::k8
-                          ? 127.0f
-                          : static_cast<float>(Int8ActivationRange(w.stride));
+  const bool a8 = activations == Int8Activations::k8;
+  const float range = static_cast<float>(Int8ActivationRange(w.stride));
   std::vector<float> y(static_cast<size_t>(m * w.rows));
   for (int64_t r = 0; r < m; ++r) {
     const float* row = x.data() + r * ldx;
@@ -58,13 +87,24 @@ std::vector<float> Reference(int64_t m, const std::vector<float>& x,
       }
       continue;
     }
-    const float scale = amax == 0.0f ? 0.0f : amax / range;
+    float scale = amax == 0.0f ? 0.0f : amax / range;
     const float inv = amax == 0.0f ? 0.0f : range / amax;
+    ZeroPointRow zp;
+    if (a8) {
+      zp = QuantizeWithZeroPoint(row, w.cols);
+      scale = zp.span / 254.0f;
+    }
     for (int64_t j = 0; j < w.rows; ++j) {
       int64_t sum = 0;
       for (int64_t c = 0; c < w.cols; ++c) {
-        const auto q = static_cast<int64_t>(std::nearbyint(row[c] * inv));
-        EXPECT_LE(std::abs(q), static_cast<int64_t>(range));
+        int64_t q = 0;
+        if (a8) {
+          q = zp.q[c] - zp.zero;
+          EXPECT_LE(std::abs(zp.q[c]), 127);
+        } else {
+          q = static_cast<int64_t>(std::nearbyint(row[c] * inv));
+          EXPECT_LE(std::abs(q), static_cast<int64_t>(range));
+        }
         sum += q * w.Value(j, c);
       }
       EXPECT_LE(std::abs(sum), int64_t{std::numeric_limits<int32_t>::max()});
@@ -543,11 +583,14 @@ TEST(Int8LinearA8, WithinTheQuantizationBoundOfTheFloatProduct) {
     for (float v : w) w_norm2 += double{v} * v;
     for (float s : q.scales) sw2 += double{s} * s;
     for (int64_t r = 0; r < cs.m; ++r) {
-      double amax = 0;
+      // The activation step: the span of [min(0, min x), max(0, max x)]
+      // over 254 steps (|q - z| <= |x| / sx + 1/2 as with max |x| / 127).
+      double lo = 0, hi = 0;
       for (int64_t c = 0; c < cs.k; ++c) {
-        amax = std::max(amax, std::abs(double{x[r * cs.k + c]}));
+        lo = std::min(lo, double{x[r * cs.k + c]});
+        hi = std::max(hi, double{x[r * cs.k + c]});
       }
-      const double sx = amax / 127;
+      const double sx = (hi - lo) / 254;
       sx2 += sx * sx;
       for (int64_t j = 0; j < cs.n; ++j) {
         double exact = 0, qx_sum = 0, qw_sum = 0, magnitude = 0;
@@ -580,6 +623,49 @@ TEST(Int8LinearA8, WithinTheQuantizationBoundOfTheFloatProduct) {
                 static_cast<long>(cs.k), std::sqrt(err2), bound,
                 std::sqrt(exact2));
   }
+}
+
+// The zero point: through identity weights each output is the
+// dequantized activation, within half a step of x, and the step is the
+// span of [min(0, min x), max(0, max x)] over 254: for rows of one sign
+// (and GELU-like rows, min -0.17) half the symmetric max |x| / 127, on
+// every kernel.
+TEST(Int8LinearA8, RowsOfOneSignGetTheWholeRange) {
+  const int64_t k = 96, m = 20;
+  std::vector<float> eye(static_cast<size_t>(k * k), 0.0f);
+  for (int64_t c = 0; c < k; ++c) eye[c * k + c] = 1.0f;
+  const Int8Matrix q = QuantizeRows(eye.data(), k, k, k);
+  std::vector<float> x = Normal(m * k, 77, 2.0f);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      float& v = x[r * k + c];
+      if (r % 4 == 0) v = std::abs(v);         // >= 0
+      if (r % 4 == 1) v = -std::abs(v) - 1.0f;  // < 0, not reaching 0
+      if (r % 4 == 2) v = std::max(v, -0.17f);  // GELU-like
+    }
+  }
+  for (Kernels kernels : kEveryKernel) {
+    Use(kernels);
+    std::vector<float> y(static_cast<size_t>(m * k));
+    Int8Linear(m, x.data(), k, q, nullptr, y.data(), k, 1,
+               Int8Activations::k8);
+    EXPECT_EQ(Reference(m, x, k, q, nullptr, Int8Activations::k8), y)
+        << kernels;
+    for (int64_t r = 0; r < m; ++r) {
+      float lo = 0.0f, hi = 0.0f;
+      for (int64_t c = 0; c < k; ++c) {
+        lo = std::min(lo, x[r * k + c]);
+        hi = std::max(hi, x[r * k + c]);
+      }
+      const double half_step = (double{hi} - lo) / 254 / 2;
+      for (int64_t c = 0; c < k; ++c) {
+        ASSERT_LE(std::abs(double{y[r * k + c]} - x[r * k + c]),
+                  half_step * (1 + 1e-5))
+            << kernels << " row " << r << " column " << c;
+      }
+    }
+  }
+  Use(Kernels::kBest);
 }
 
 // A row holding NaN or an infinity gives NaN in every output of that row,
