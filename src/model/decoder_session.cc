@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
 #include "base/check.h"
@@ -191,8 +192,10 @@ void BasicDecoderSession<T>::Init(int64_t batch) {
           << capacity_ << " exceeds max_len = " << c.scheme.max_len
           << " (the learned position table has no rows beyond it)");
   CheckCacheSize(c.layers, batch, capacity_, c.d_model, "a cache of batch");
-  batch_ = batch;
+  batch_ = slots_ = batch;
   lengths_.assign(batch, 0);
+  slot_of_.resize(batch);
+  std::iota(slot_of_.begin(), slot_of_.end(), int64_t{0});
   // Zeros, so that the unwritten rows attention is told to ignore are finite.
   const int64_t d = c.d_model;
   slot_ = std::min(capacity_, kFirstSlot);
@@ -315,12 +318,12 @@ int64_t BasicDecoderSession<T>::source_of(int64_t b) const {
 
 template <typename T>
 T* BasicDecoderSession<T>::Keys(int64_t l, int64_t b) {
-  return keys_[l].data() + b * slot_ * side_.d_model;
+  return keys_[l].data() + slot_of_[b] * slot_ * side_.d_model;
 }
 
 template <typename T>
 T* BasicDecoderSession<T>::Values(int64_t l, int64_t b) {
-  return values_[l].data() + b * slot_ * side_.d_model;
+  return values_[l].data() + slot_of_[b] * slot_ * side_.d_model;
 }
 
 template <typename T>
@@ -332,16 +335,20 @@ void BasicDecoderSession<T>::Grow(int64_t positions) {
   const int64_t H = side_.heads, dh = side_.d_model / H;
   for (int64_t l = 0; l < side_.layers; ++l) {
     for (std::vector<T>* cache : {&keys_[l], &values_[l]}) {
+      // Sequence b moves to slot b: the free slots Reorder left go.
       std::vector<T> grown(static_cast<size_t>(batch_ * H * slot * dh), T(0));
       for (int64_t b = 0; b < batch_; ++b) {
+        const int64_t from = slot_of_[b] * H;
         for (int64_t hh = 0; hh < H; ++hh) {
-          std::copy_n(cache->data() + (b * H + hh) * slot_ * dh,
+          std::copy_n(cache->data() + (from + hh) * slot_ * dh,
                       lengths_[b] * dh, grown.data() + (b * H + hh) * slot * dh);
         }
       }
       cache->swap(grown);
     }
   }
+  slots_ = batch_;
+  std::iota(slot_of_.begin(), slot_of_.end(), int64_t{0});
   slot_ = slot;
 }
 
@@ -369,68 +376,45 @@ void BasicDecoderSession<T>::Reorder(const std::vector<int64_t>& parents) {
   const int64_t d = side_.d_model, H = side_.heads, dh = d / H;
   const int64_t slot = slot_ * d;
   CheckCacheSize(side_.layers, n, capacity_, d, "a cache of batch");
-  // In place: a sequence that keeps its own parent is not copied, and the
-  // others are copied in an order that reads every slot before it is
-  // overwritten (sequence j's copy waits for the copies that read slot j).
-  // Only a cycle (sequences that swap slots) needs one of its slots saved
-  // in spare_ first. The order is found once and replayed per cache.
-  struct CopyOp {
-    int64_t to, from;  // slot `to` takes slot `from`'s rows (lengths_[from])
-    int64_t spare;     // >= 0: `from` is read from spare_ there instead
-    bool stage;        // true: save slot `from` into spare_ at `spare`
-  };
-  std::vector<CopyOp> ops;
-  std::vector<int64_t> readers(static_cast<size_t>(batch_), 0);
+  // A parent's first child takes the parent's slot as it is; its other
+  // children get copies in free slots: those of sequences without children
+  // (nothing reads them), then new ones. A copy reads a slot that no copy
+  // writes, so the order does not matter.
+  std::vector<int64_t> slot_of(static_cast<size_t>(n), -1);
+  std::vector<char> taken(static_cast<size_t>(slots_), 0);
   for (int64_t j = 0; j < n; ++j) {
-    if (parents[j] != j) ++readers[parents[j]];
-  }
-  std::vector<int64_t> staged(static_cast<size_t>(batch_), -1), ready;
-  std::vector<char> done(static_cast<size_t>(n), 0);
-  auto pending = [&](int64_t j) { return parents[j] != j && !done[j]; };
-  for (int64_t j = 0; j < n; ++j) {
-    if (pending(j) && (j >= batch_ || readers[j] == 0)) ready.push_back(j);
-  }
-  int64_t saved = 0;
-  auto drain = [&] {
-    while (!ready.empty()) {
-      const int64_t j = ready.back(), p = parents[j];
-      ready.pop_back();
-      ops.push_back({j, p, staged[p], false});
-      done[j] = 1;
-      if (--readers[p] == 0 && p < n && pending(p)) ready.push_back(p);
+    const int64_t s = slot_of_[parents[j]];
+    if (!taken[s]) {
+      taken[s] = 1;
+      slot_of[j] = s;
     }
-  };
-  drain();
-  for (int64_t j = 0; j < n; ++j) {
-    if (!pending(j)) continue;  // else j is on a cycle: save its slot
-    staged[j] = saved++;
-    ops.push_back({j, j, staged[j], true});
-    readers[j] = 0;
-    ready.push_back(j);
-    drain();
   }
-  auto copy_rows = [&](const T* from, int64_t p, T* to) {
-    for (int64_t hh = 0; hh < H; ++hh) {
-      std::copy_n(from + hh * slot_ * dh, lengths_[p] * dh,
-                  to + hh * slot_ * dh);
-    }
-  };
-  if (saved > 0) Resize(&spare_, saved * slot);
+  std::vector<int64_t> copies;  // the children that need a copy
+  for (int64_t j = 0; j < n; ++j) {
+    if (slot_of[j] < 0) copies.push_back(j);
+  }
+  int64_t next_free = 0;
+  int64_t slots = slots_;
+  for (int64_t j : copies) {
+    while (next_free < slots_ && taken[next_free]) ++next_free;
+    slot_of[j] = next_free < slots_ ? next_free++ : slots++;
+  }
   for (int64_t l = 0; l < side_.layers; ++l) {
     for (std::vector<T>* cache : {&keys_[l], &values_[l]}) {
-      if (n > batch_) Resize(cache, n * slot);
-      for (const CopyOp& op : ops) {
-        if (op.stage) {
-          copy_rows(cache->data() + op.from * slot, op.from,
-                    spare_.data() + op.spare * slot);
-        } else {
-          copy_rows(op.spare >= 0 ? spare_.data() + op.spare * slot
-                                  : cache->data() + op.from * slot,
-                    op.from, cache->data() + op.to * slot);
+      if (slots > slots_) Resize(cache, slots * slot);
+      for (int64_t j : copies) {
+        const int64_t p = parents[j];
+        const T* from = cache->data() + slot_of_[p] * slot;
+        T* to = cache->data() + slot_of[j] * slot;
+        for (int64_t hh = 0; hh < H; ++hh) {
+          std::copy_n(from + hh * slot_ * dh, lengths_[p] * dh,
+                      to + hh * slot_ * dh);
         }
       }
     }
   }
+  slots_ = slots;
+  slot_of_ = std::move(slot_of);
   std::vector<int64_t> lengths(n), sources(n);
   for (int64_t j = 0; j < n; ++j) {
     lengths[j] = lengths_[parents[j]];
@@ -549,8 +533,23 @@ void BasicDecoderSession<T>::SelfAttention(int64_t l, const BlockWeights<T>& w,
   pos_args.weights = &w.attn;
   pos_args.xl = &xl_[l];
   StepPositions(StepStage::kQueryKey, pos_args);
+  // The sequences in the order of their cache slots (Reorder leaves them
+  // in any order): the attention calls below take runs of sequences whose
+  // slots are consecutive, and their queries and outputs follow that
+  // order, sequence b's [H, m_b, dh] block from row at[b].
+  std::vector<int64_t> order(static_cast<size_t>(B)), at(static_cast<size_t>(B));
+  std::vector<int64_t> t_ordered(static_cast<size_t>(B));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return slot_of_[a] < slot_of_[b];
+  });
+  for (int64_t i = 0, row = 0; i < B; ++i) {
+    at[order[i]] = row;
+    row += count(order[i]);
+    t_ordered[i] = lengths_[order[i]];
+  }
   // The new keys and values enter the cache ([H, slot, dh] per sequence);
-  // the queries are split to [H, m_b, dh] per sequence, one after another.
+  // the queries are split to [H, m_b, dh] per sequence.
   for (int64_t b = 0; b < B; ++b) {
     const int64_t m = count(b), t = lengths_[b];
     T* kc = Keys(l, b);
@@ -558,28 +557,32 @@ void BasicDecoderSession<T>::SelfAttention(int64_t l, const BlockWeights<T>& w,
     for (int64_t i = 0; i < m; ++i) {
       const int64_t row = (first[b] + i) * d;
       for (int64_t hh = 0; hh < H; ++hh) {
-        const int64_t at = (hh * slot + t + i) * dh, src = row + hh * dh;
-        std::copy_n(r.k.data() + src, dh, kc + at);
-        std::copy_n(r.v.data() + src, dh, vc + at);
+        const int64_t to = (hh * slot + t + i) * dh, src = row + hh * dh;
+        std::copy_n(r.k.data() + src, dh, kc + to);
+        std::copy_n(r.v.data() + src, dh, vc + to);
         std::copy_n(r.q.data() + src, dh,
-                    r.heads_q.data() + first[b] * d + (hh * m + i) * dh);
+                    r.heads_q.data() + at[b] * d + (hh * m + i) * dh);
       }
     }
   }
-  // One attention call per run of consecutive sequences with the same
-  // number of new tokens, each at its own query offset (its length) with
-  // its own key length: a decoding step is one call for the whole batch,
-  // Nq = 1, whatever the prompts' lengths.
-  for (int64_t b0 = 0; b0 < B;) {
-    int64_t b1 = b0 + 1;
-    while (b1 < B && count(b1) == count(b0)) ++b1;
-    const int64_t n = b1 - b0, m = count(b0);
+  // One attention call per run of sequences in consecutive slots with the
+  // same number of new tokens, each at its own query offset (its length)
+  // with its own key length: a decoding step is one call per run of
+  // occupied slots, Nq = 1, whatever the prompts' lengths.
+  for (int64_t i0 = 0; i0 < B;) {
+    const int64_t b0 = order[i0];
+    int64_t i1 = i0 + 1;
+    while (i1 < B && count(order[i1]) == count(b0) &&
+           slot_of_[order[i1]] == slot_of_[order[i1 - 1]] + 1) {
+      ++i1;
+    }
+    const int64_t n = i1 - i0, m = count(b0);
     AttentionInputs<T> in;
-    in.q = ConstView<T>(r.heads_q.data() + first[b0] * d, {n, H, m, dh});
+    in.q = ConstView<T>(r.heads_q.data() + at[b0] * d, {n, H, m, dh});
     in.k = ConstView<T>(Keys(l, b0), {n, H, slot, dh});
     in.v = ConstView<T>(Values(l, b0), {n, H, slot, dh});
     AttentionOptions options;
-    pos_args.t = lengths_.data() + b0;
+    pos_args.t = t_ordered.data() + i0;
     pos_args.m = m;
     pos_args.count = n;
     pos_args.inputs = &in;
@@ -588,20 +591,20 @@ void BasicDecoderSession<T>::SelfAttention(int64_t l, const BlockWeights<T>& w,
     // q.k and p.v for every query over its keys: 2 H m (t_b + m) dh per
     // sequence.
     int64_t keys = 0;
-    for (int64_t b = b0; b < b1; ++b) keys += lengths_[b] + m;
+    for (int64_t i = i0; i < i1; ++i) keys += t_ordered[i] + m;
     if (2 * H * m * keys * dh < kSerialAttentionMacs) {
       options.num_threads = 1;
     }
     AttentionForward<T>(
-        in, TensorView<T>(r.heads_out.data() + first[b0] * d, {n, H, m, dh}),
+        in, TensorView<T>(r.heads_out.data() + at[b0] * d, {n, H, m, dh}),
         TensorView<T>(), options);
-    b0 = b1;
+    i0 = i1;
   }
   for (int64_t b = 0; b < B; ++b) {  // merge heads back to [rows, d]
     const int64_t m = count(b);
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t hh = 0; hh < H; ++hh) {
-        std::copy_n(r.heads_out.data() + first[b] * d + (hh * m + i) * dh, dh,
+        std::copy_n(r.heads_out.data() + at[b] * d + (hh * m + i) * dh, dh,
                     r.merged.data() + (first[b] + i) * d + hh * dh);
       }
     }

@@ -100,12 +100,14 @@ class BasicDecoderSession {
   void Reorder(const std::vector<int64_t>& parents);
 
  private:
-  // Sequence b's slot of layer l's self-attention cache: [H, slot_, dh].
+  // Sequence b's slot of layer l's self-attention cache: [H, slot_, dh]
+  // at slot slot_of_[b].
   T* Keys(int64_t l, int64_t b);
   T* Values(int64_t l, int64_t b);
   // Makes every slot hold at least `positions` (<= capacity_) rows: the
   // slots grow by half (kSlotRound rows at least, at most to capacity_)
-  // and the cached rows move over.
+  // and the cached rows move over, sequence b's to slot b (the free slots
+  // go).
   void Grow(int64_t positions);
   // The constructors' shared part: caches, position terms, XL tables.
   void Init(int64_t batch);
@@ -139,9 +141,14 @@ class BasicDecoderSession {
   // rows from the start.
   int64_t slot_ = 0;
   std::vector<int64_t> lengths_;        // [batch]
-  std::vector<std::vector<T>> keys_;    // [layers][batch, H, slot_, dh]
+  // The caches hold slots_ >= batch_ slots; sequence b's is slot_of_[b]
+  // (distinct; the other slots are free). Reorder moves a kept sequence's
+  // slot to its first child instead of copying it, so only a parent's
+  // second and later children are copied, into free slots.
+  int64_t slots_ = 0;
+  std::vector<int64_t> slot_of_;        // [batch]
+  std::vector<std::vector<T>> keys_;    // [layers][slots_, H, slot_, dh]
   std::vector<std::vector<T>> values_;  // as keys_
-  std::vector<T> spare_;                // Reorder's copy target
   // Absolute position terms: row p is what the input side adds to the token
   // embedding at position p, [capacity, d_model]; empty for the schemes
   // that add nothing (computed with AddInputPositions, so every input-side

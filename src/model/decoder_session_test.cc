@@ -665,8 +665,10 @@ TEST(DecoderSessionReorder, DecoderOnlyContinuesFromThePrefixes) {
   ExpectClose(logits, Recompute(model, want, {5, 5, 4}), V, 1e-12, "reorder");
 }
 
-// Reorder in place: a slot read by another sequence and overwritten (0),
-// one read where it is (2), and the session shrinking to two.
+// Reorder without copies where it can: a parent's first child takes its
+// cache slot (0 moves to slot 2's owner's place, 2 keeps its rows), and the
+// session shrinking to two, then growing to three (a copy into the free
+// slot).
 TEST(DecoderSessionReorder, SwapsAndShrinksInPlace) {
   BasicTransformer<double> model(ConfigFor(Cases()[3]));
   Perturb(&model);
@@ -690,8 +692,8 @@ TEST(DecoderSessionReorder, SwapsAndShrinksInPlace) {
               V, 1e-12, "grow");
 }
 
-// Reorder along cycles: slots that take each other's rows (a 3-cycle, then
-// a swap beside a duplicate and a chain) need one slot saved per cycle.
+// Reorder along cycles: sequences that take each other's rows (a 3-cycle,
+// then a swap beside a duplicate and a chain) keep every slot's rows.
 TEST(DecoderSessionReorder, CyclesKeepEverySlotsRows) {
   BasicTransformer<double> model(ConfigFor(Cases()[3]));
   Perturb(&model);
@@ -711,6 +713,56 @@ TEST(DecoderSessionReorder, CyclesKeepEverySlotsRows) {
           {1, 2, 3, 2, 9}};
   ExpectClose(logits, Recompute(model, want, {6, 4, 4, 5}), V, 1e-12,
               "swap, duplicate and chain");
+}
+
+// Sequences whose cache slots are out of order, with free slots between
+// them: more sequences than slots (new slots), prompts of different
+// lengths appended after a Reorder (attention calls per run of consecutive
+// slots with the same count), and slots growing past their first 16 rows
+// with the sequences in that order; every step against the recomputed
+// prefixes.
+TEST(DecoderSessionReorder, SlotsOutOfOrderAppendAndGrow) {
+  BasicTransformer<double> model(ConfigFor(Cases()[3]));
+  Perturb(&model);
+  const int64_t V = model.config().vocab_size;
+  BasicDecoderSession<double> session(model, 4, 40);
+  std::vector<double> logits;
+  std::vector<std::vector<int32_t>> want = {{1, 2}, {3}, {4, 5, 6}, {7, 8}};
+  session.Append(want, &logits);
+  // Sequence 3's slot is freed; 0 and 2 get two children each.
+  const std::vector<int64_t> parents = {2, 0, 0, 1, 2, 1};
+  session.Reorder(parents);
+  std::vector<std::vector<int32_t>> next;
+  for (int64_t p : parents) next.push_back(want[p]);
+  want = next;
+  const std::vector<std::vector<int32_t>> more = {{9}, {1, 2}, {3}, {4, 5},
+                                                  {6}, {7, 8, 9}};
+  session.Append(more, &logits);
+  std::vector<int64_t> lengths;
+  for (size_t b = 0; b < want.size(); ++b) {
+    want[b].insert(want[b].end(), more[b].begin(), more[b].end());
+    lengths.push_back(static_cast<int64_t>(want[b].size()));
+  }
+  ExpectClose(logits, Recompute(model, want, lengths), V, 1e-12,
+              "uneven append");
+  session.Reorder({5, 3, 0, 0});
+  want = {want[5], want[3], want[0], want[0]};
+  for (int step = 0; step < 14; ++step) {  // past 16 rows: the slots grow
+    const std::vector<int32_t> tokens = {static_cast<int32_t>(step % 11), 2,
+                                         5, static_cast<int32_t>(step % 7)};
+    session.Step(tokens, &logits);
+    lengths.clear();
+    for (size_t b = 0; b < want.size(); ++b) {
+      want[b].push_back(tokens[b]);
+      lengths.push_back(static_cast<int64_t>(want[b].size()));
+    }
+    ExpectClose(logits, Recompute(model, want, lengths), V, 1e-12, "step");
+    if (step == 6) {
+      session.Reorder({3, 2, 2, 1});
+      want = {want[3], want[2], want[2], want[1]};
+    }
+  }
+  EXPECT_GT(session.length(0), 16);
 }
 
 TEST(DecoderSessionErrors, Seq2seqArguments) {
