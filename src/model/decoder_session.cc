@@ -507,6 +507,30 @@ void BasicDecoderSession<T>::PackNewRows(
   (*first)[B] = static_cast<int64_t>(r.tokens.size());
 }
 
+// The sequences in the order of their cache slots (Reorder leaves them in
+// any order), once per Append for every layer: SelfAttention's calls take
+// runs of sequences whose slots are consecutive, and its queries and
+// outputs follow that order, sequence b's [H, m_b, dh] block from row
+// at[b]; t_ordered holds the lengths (before the append) in that order.
+template <typename T>
+void BasicDecoderSession<T>::OrderBySlot(const std::vector<int64_t>& first) {
+  const int64_t B = batch_;
+  Rows& r = rows_;
+  r.order.resize(static_cast<size_t>(B));
+  r.at.resize(static_cast<size_t>(B));
+  r.t_ordered.resize(static_cast<size_t>(B));
+  std::iota(r.order.begin(), r.order.end(), int64_t{0});
+  std::sort(r.order.begin(), r.order.end(), [&](int64_t a, int64_t b) {
+    return slot_of_[a] < slot_of_[b];
+  });
+  for (int64_t i = 0, row = 0; i < B; ++i) {
+    const int64_t b = r.order[i];
+    r.at[b] = row;
+    row += first[b + 1] - first[b];
+    r.t_ordered[i] = lengths_[b];
+  }
+}
+
 // ---- Attention sublayer: branch = MultiHeadAttention(LayerNorm1(x)) ----
 template <typename T>
 void BasicDecoderSession<T>::SelfAttention(int64_t l, const BlockWeights<T>& w,
@@ -533,21 +557,10 @@ void BasicDecoderSession<T>::SelfAttention(int64_t l, const BlockWeights<T>& w,
   pos_args.weights = &w.attn;
   pos_args.xl = &xl_[l];
   StepPositions(StepStage::kQueryKey, pos_args);
-  // The sequences in the order of their cache slots (Reorder leaves them
-  // in any order): the attention calls below take runs of sequences whose
-  // slots are consecutive, and their queries and outputs follow that
-  // order, sequence b's [H, m_b, dh] block from row at[b].
-  std::vector<int64_t> order(static_cast<size_t>(B)), at(static_cast<size_t>(B));
-  std::vector<int64_t> t_ordered(static_cast<size_t>(B));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return slot_of_[a] < slot_of_[b];
-  });
-  for (int64_t i = 0, row = 0; i < B; ++i) {
-    at[order[i]] = row;
-    row += count(order[i]);
-    t_ordered[i] = lengths_[order[i]];
-  }
+  // Queries and outputs in slot order (OrderBySlot).
+  const std::vector<int64_t>& order = r.order;
+  const std::vector<int64_t>& at = r.at;
+  const std::vector<int64_t>& t_ordered = r.t_ordered;
   // The new keys and values enter the cache ([H, slot, dh] per sequence);
   // the queries are split to [H, m_b, dh] per sequence.
   for (int64_t b = 0; b < B; ++b) {
@@ -715,6 +728,7 @@ void BasicDecoderSession<T>::Append(
     longest = std::max(longest, lengths_[b] + first[b + 1] - first[b]);
   }
   Grow(longest);
+  OrderBySlot(first);
   Rows& r = rows_;
   const DecoderWeights<T> dw = model_->decoder_weights();
 

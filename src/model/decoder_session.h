@@ -115,6 +115,9 @@ class BasicDecoderSession {
   // first[b] (sequence b's first row; first[batch] = all rows).
   void PackNewRows(const std::vector<std::vector<int32_t>>& tokens,
                    std::vector<int64_t>* first);
+  // rows_.order, at, t_ordered: the sequences in their slots' order, for
+  // SelfAttention (after Grow, which renumbers the slots).
+  void OrderBySlot(const std::vector<int64_t>& first);
   // The sublayers of block l on the new rows (rows_.x the residual stream):
   // self-attention with the cache (leaves its output in rows_.branch),
   // cross-attention over the cached sources (seq2seq), feed-forward.
@@ -170,6 +173,9 @@ class BasicDecoderSession {
     std::vector<int64_t> position;  // absolute position of each row
     std::vector<T> x, ln, mean, rstd, q, k, v, heads_q, heads_out, merged;
     std::vector<T> branch, hs, h, ff_pre, ff_act, last;
+    // OrderBySlot: sequences by slot, each one's first query row in that
+    // order, their lengths in that order.
+    std::vector<int64_t> order, at, t_ordered;
   } rows_;
 };
 
